@@ -1,0 +1,52 @@
+// kvasir: one binary, one subcommand per file in src/cli. This file only dispatches.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*main)(int, char**);
+  const char* help;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
+    {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
+    {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
+    {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},
+    {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
+};
+
+void PrintUsage(std::FILE* out) {
+  std::fprintf(out, "usage: kvasir <command> [options]\n\ncommands:\n");
+  for (const auto& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.help);
+  std::fprintf(out, "\nRun 'kvasir <command> --help' for the options of a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    PrintUsage(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("kvasir 0.1.0\n");
+    return 0;
+  }
+  for (const auto& s : kSubcommands) {
+    if (cmd == s.name) return s.main(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "kvasir: unknown command '%s'\n", argv[1]);
+  PrintUsage(stderr);
+  return 2;
+}

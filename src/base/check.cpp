@@ -1,0 +1,12 @@
+#include "base/check.h"
+
+namespace kvasir::internal {
+
+void CheckFailed(const char* file, int line, const char* cond, const std::string& msg) {
+  std::fprintf(stderr, "kvasir: internal error at %s:%d: check failed: %s%s%s\n", file, line, cond,
+               msg.empty() ? "" : ": ", msg.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace kvasir::internal

@@ -1,0 +1,14 @@
+// Subcommands of the `kvasir` binary. Each takes argv after the subcommand name's position (argv[0]
+// is "kvasir <sub>") and returns the process exit code. All of them write logs and errors to
+// stderr; only program output (generated text, tables, JSON) goes to stdout.
+#pragma once
+
+namespace kvasir::cli {
+
+int InspectMain(int argc, char** argv);
+int GenerateMain(int argc, char** argv);
+int EvalMain(int argc, char** argv);
+int SynthMain(int argc, char** argv);
+int BenchMain(int argc, char** argv);
+
+}  // namespace kvasir::cli

@@ -1,0 +1,83 @@
+// LayerWindow: runs layers [first, last) of a GGUF model, optionally with the token embeddings
+// (input side) and the output norm + head (output side). The whole model is the window
+// [0, n_layer) with both ends. Only the window's tensors are ever read from the file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "model/model_config.h"
+
+namespace kvasir {
+
+struct WindowSpec {
+  int first = 0;           // first layer run
+  int last = 0;            // one past the last layer run
+  bool has_embed = true;   // holds token_embd: input is token ids
+  bool has_head = true;    // holds output_norm + output: output is logits
+};
+
+struct WindowOptions {
+  int n_ctx = 0;           // KV capacity per sequence; 0 = min(n_ctx_train, 4096)
+  int n_threads = 1;
+  int max_sequences = 64;  // refuse to open more KV caches than this
+};
+
+// One contiguous run of positions of one sequence inside a batch.
+struct SeqChunk {
+  int seq_id = 0;
+  int pos0 = 0;      // position of the chunk's first token; must equal the sequence's length so far
+  int n_tokens = 0;
+};
+
+struct ForwardInput {
+  std::vector<SeqChunk> chunks;     // rows are the chunks' tokens, concatenated in order
+  std::span<const int32_t> tokens;  // one id per row, when the window has the embeddings
+  std::span<const float> hidden;    // [n_rows, n_embd] f32, when it has not
+  bool all_logits = false;          // with a head: logits for every row, not just each chunk's last
+};
+
+struct ForwardOutput {
+  std::vector<float> hidden;  // [n_rows, n_embd] f32, when the window has no head
+  std::vector<float> logits;  // [n_out_rows, n_vocab] f32: each chunk's last row (or all rows)
+};
+
+class LayerWindow {
+ public:
+  // Maps the window's tensors of `file` (which may be a full model or a stage slice holding at
+  // least this window). Refuses a bad window ("layers 3:9 past n_layer 8"), unsupported architecture
+  // or tensor type, or missing/misshapen tensors, naming the file and the tensor.
+  static Result<std::unique_ptr<LayerWindow>> Load(std::shared_ptr<const GgufFile> file,
+                                                   const WindowSpec& spec,
+                                                   const WindowOptions& options);
+  virtual ~LayerWindow() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const WindowSpec& spec() const = 0;
+  virtual int n_ctx() const = 0;
+  // Bytes of tensor data this window reads (weights only).
+  virtual uint64_t weight_bytes() const = 0;
+  // Bytes of KV cache one full-context sequence takes in this window.
+  virtual uint64_t kv_bytes_per_sequence() const = 0;
+
+  // Starts a sequence with an empty KV cache. Error if the id is in use or too many are open.
+  virtual Status OpenSequence(int seq_id) = 0;
+  // Frees the sequence's KV cache. Unknown ids are ignored.
+  virtual void CloseSequence(int seq_id) = 0;
+  // Tokens stored so far for a sequence, or -1 when it is not open.
+  virtual int SequenceLength(int seq_id) const = 0;
+  // Drops positions >= n_keep of a sequence (e.g. to retry from a known point).
+  virtual Status TruncateSequence(int seq_id, int n_keep) = 0;
+
+  // Runs the window over a batch. Errors (not crashes) for: unknown sequence, pos0 not equal to the
+  // sequence's length, context overflow ("sequence 3: 4100 tokens exceed context 4096"), token id
+  // out of range, wrong input size.
+  virtual Status Forward(const ForwardInput& in, ForwardOutput* out) = 0;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,39 @@
+// Token sampling over one row of logits: greedy, temperature, top-k, top-p, min-p, repetition
+// penalty, with a seeded RNG so that a seed reproduces a run.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace kvasir {
+
+struct SamplingParams {
+  float temperature = 0.0f;   // <= 0: greedy (argmax, first index wins ties)
+  int top_k = 40;             // <= 0: off
+  float top_p = 0.95f;        // >= 1: off
+  float min_p = 0.05f;        // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off; applied to the last `repeat_last_n` tokens
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // Picks a token from `logits` (n_vocab values). `history` holds previous tokens (prompt and
+  // generated) for the repetition penalty.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+// Index of the largest value; the first one wins ties.
+int32_t ArgMax(std::span<const float> values);
+
+}  // namespace kvasir

@@ -1,0 +1,84 @@
+// Tokenizer built from GGUF metadata (tokenizer.ggml.*). This build supports the SentencePiece-style
+// vocabulary (`tokenizer.ggml.model = llama`): scores, token types, byte fallback, BOS/EOS rules.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+
+namespace kvasir {
+
+// Token types as stored in tokenizer.ggml.token_type (frozen by llama.cpp's vocab format).
+enum class TokenAttr : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Builds the tokenizer named by `tokenizer.ggml.model`. Errors name the file and the key
+  // ("vocab.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama)").
+  static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufHeader& header,
+                                                     const std::string& name);
+
+  // Text to ids. `add_special` adds BOS (and EOS) as the vocabulary asks (tokenizer.ggml.add_bos_token,
+  // default true for SPM). `parse_special`: control-token text such as "<s>" in `text` becomes that
+  // token instead of being split as plain text.
+  virtual std::vector<int32_t> Encode(std::string_view text, bool add_special,
+                                      bool parse_special = false) const = 0;
+
+  // The bytes one token stands for (byte tokens <0x0A> give the raw byte; control tokens give ""
+  // unless `special`). Like llama_token_to_piece; an SPM word-boundary marker becomes a space.
+  virtual std::string TokenToPiece(int32_t id, bool special = false) const = 0;
+  // Concatenated pieces. `skip_leading_space`: drop the space SPM puts before the first word.
+  std::string Decode(std::span<const int32_t> ids, bool special = false) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  // End-of-generation: EOS, EOT or any token marked as such by the vocabulary.
+  bool IsEog(int32_t id) const;
+  const std::string& TokenText(int32_t id) const { return tokens_.at(id); }
+  TokenAttr Attr(int32_t id) const { return attrs_.at(id); }
+
+ protected:
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<TokenAttr> attrs_;
+  int32_t bos_ = -1;
+  int32_t eos_ = -1;
+  int32_t eot_ = -1;
+  int32_t unk_ = -1;
+  bool add_bos_ = true;
+  bool add_eos_ = false;
+};
+
+// Incremental detokenizer for streaming: feeds token pieces and returns only complete UTF-8, holding
+// back the bytes of a character split across byte tokens until it completes.
+class Utf8Stream {
+ public:
+  // Appends bytes; returns the longest prefix of pending bytes that is complete UTF-8.
+  std::string Push(std::string_view bytes);
+  // Returns whatever is left (invalid sequences become U+FFFD).
+  std::string Flush();
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace kvasir
