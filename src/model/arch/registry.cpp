@@ -1,0 +1,158 @@
+#include "model/arch/registry.h"
+
+#include <fmt/format.h>
+
+namespace kvasir {
+
+// Defined in one file per architecture.
+Status LoadLlamaConfig(const GgufFile& file, ModelConfig* cfg);
+Status LoadQwen2Config(const GgufFile& file, ModelConfig* cfg);
+Status LoadQwen3Config(const GgufFile& file, ModelConfig* cfg);
+
+namespace {
+constexpr ArchSpec kArchs[] = {
+    {"llama", LoadLlamaConfig},
+    {"qwen2", LoadQwen2Config},
+    {"qwen3", LoadQwen3Config},
+};
+}  // namespace
+
+std::string SupportedArchList() {
+  std::string out;
+  for (const auto& a : kArchs) {
+    if (!out.empty()) out += ", ";
+    out += a.name;
+  }
+  return out;
+}
+
+Result<ArchSpec> LookupArch(const GgufFile& file) {
+  KV_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  for (const auto& a : kArchs) {
+    if (a.name == arch) return a;
+  }
+  return Error("{}: architecture '{}' is not supported (supported: {})", file.path(), arch,
+               SupportedArchList());
+}
+
+Result<ModelConfig> LoadModelConfig(const GgufFile& file) {
+  KV_ASSIGN_OR_RETURN(ArchSpec spec, LookupArch(file));
+  ModelConfig cfg;
+  cfg.arch = std::string(spec.name);
+  if (auto name = file.GetString("general.name"); name.ok()) cfg.name = *name;
+  KV_RETURN_IF_ERROR(spec.load_config(file, &cfg));
+  return cfg;
+}
+
+LayerTensorNames LlamaFamilyLayerNames(int il) {
+  auto n = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
+  LayerTensorNames t;
+  t.attn_norm = n("attn_norm.weight");
+  t.wq = n("attn_q.weight");
+  t.wk = n("attn_k.weight");
+  t.wv = n("attn_v.weight");
+  t.wo = n("attn_output.weight");
+  t.bq = n("attn_q.bias");
+  t.bk = n("attn_k.bias");
+  t.bv = n("attn_v.bias");
+  t.q_norm = n("attn_q_norm.weight");
+  t.k_norm = n("attn_k_norm.weight");
+  t.ffn_norm = n("ffn_norm.weight");
+  t.ffn_gate = n("ffn_gate.weight");
+  t.ffn_up = n("ffn_up.weight");
+  t.ffn_down = n("ffn_down.weight");
+  return t;
+}
+
+namespace {
+
+Result<int> GetPositiveInt(const GgufFile& file, const std::string& key) {
+  KV_ASSIGN_OR_RETURN(uint64_t v, file.GetUint(key));
+  if (v == 0 || v > (1u << 30)) return Error("{}: {} = {} is out of range", file.path(), key, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+Status LoadLlamaFamilyConfig(const GgufFile& file, std::string_view prefix, ModelConfig* cfg) {
+  const std::string p(prefix);
+  KV_ASSIGN_OR_RETURN(cfg->n_layer, GetPositiveInt(file, p + ".block_count"));
+  KV_ASSIGN_OR_RETURN(cfg->n_embd, GetPositiveInt(file, p + ".embedding_length"));
+  KV_ASSIGN_OR_RETURN(cfg->n_ff, GetPositiveInt(file, p + ".feed_forward_length"));
+  KV_ASSIGN_OR_RETURN(cfg->n_head, GetPositiveInt(file, p + ".attention.head_count"));
+  KV_ASSIGN_OR_RETURN(uint64_t n_head_kv,
+                      file.GetUintOr(p + ".attention.head_count_kv", cfg->n_head));
+  cfg->n_head_kv = static_cast<int>(n_head_kv);
+  if (cfg->n_head_kv <= 0 || cfg->n_head % cfg->n_head_kv != 0) {
+    return Error("{}: attention.head_count {} is not a multiple of head_count_kv {}", file.path(),
+                 cfg->n_head, cfg->n_head_kv);
+  }
+  if (cfg->n_embd % cfg->n_head != 0 && file.Find(p + ".attention.key_length") == nullptr) {
+    return Error("{}: embedding_length {} is not a multiple of head_count {}", file.path(),
+                 cfg->n_embd, cfg->n_head);
+  }
+  KV_ASSIGN_OR_RETURN(uint64_t head_dim,
+                      file.GetUintOr(p + ".attention.key_length", cfg->n_embd / cfg->n_head));
+  KV_ASSIGN_OR_RETURN(uint64_t v_dim, file.GetUintOr(p + ".attention.value_length", head_dim));
+  if (head_dim == 0 || head_dim > 4096 || v_dim != head_dim) {
+    return Error("{}: attention key_length {} / value_length {} not supported", file.path(),
+                 head_dim, v_dim);
+  }
+  cfg->head_dim = static_cast<int>(head_dim);
+  KV_ASSIGN_OR_RETURN(uint64_t n_rot, file.GetUintOr(p + ".rope.dimension_count", head_dim));
+  if (n_rot == 0 || n_rot > head_dim || n_rot % 2 != 0) {
+    return Error("{}: rope.dimension_count {} must be even and at most the head size {}",
+                 file.path(), n_rot, head_dim);
+  }
+  cfg->n_rot = static_cast<int>(n_rot);
+  KV_ASSIGN_OR_RETURN(uint64_t n_ctx, file.GetUintOr(p + ".context_length", 2048));
+  cfg->n_ctx_train = static_cast<int>(std::min<uint64_t>(n_ctx, 1u << 24));
+  KV_ASSIGN_OR_RETURN(double eps, file.GetFloatOr(p + ".attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(eps > 0 && eps < 1)) {
+    return Error("{}: attention.layer_norm_rms_epsilon {} out of range", file.path(), eps);
+  }
+  cfg->rms_eps = static_cast<float>(eps);
+  KV_ASSIGN_OR_RETURN(double base, file.GetFloatOr(p + ".rope.freq_base", 10000.0));
+  if (!(base > 1)) return Error("{}: rope.freq_base {} must be > 1", file.path(), base);
+  cfg->rope_base = static_cast<float>(base);
+  // Linear RoPE scaling divides positions by the factor.
+  std::string scaling = "none";
+  if (file.Find(p + ".rope.scaling.type") != nullptr) {
+    KV_ASSIGN_OR_RETURN(scaling, file.GetString(p + ".rope.scaling.type"));
+  }
+  KV_ASSIGN_OR_RETURN(double factor, file.GetFloatOr(p + ".rope.scaling.factor", 1.0));
+  if (file.Find(p + ".rope.scale_linear") != nullptr) {
+    KV_ASSIGN_OR_RETURN(factor, file.GetFloat(p + ".rope.scale_linear"));
+    scaling = "linear";
+  }
+  if (scaling == "linear" && factor > 0 && factor != 1.0) {
+    cfg->rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none" && scaling != "linear" && factor != 1.0) {
+    return Error("{}: rope scaling '{}' is not supported (supported: none, linear)", file.path(),
+                 scaling);
+  }
+
+  const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
+  if (embd == nullptr) {
+    // A stage slice without embeddings still knows the vocabulary size from its tokenizer.
+    const GgufArray* tokens = file.GetArray("tokenizer.ggml.tokens");
+    if (tokens == nullptr) {
+      return Error("{}: neither token_embd.weight nor tokenizer.ggml.tokens tells the vocab size",
+                   file.path());
+    }
+    cfg->n_vocab = static_cast<int>(tokens->size());
+  } else {
+    if (embd->ne[0] != static_cast<uint64_t>(cfg->n_embd) || embd->n_dims != 2) {
+      return Error("{}: tensor token_embd.weight has shape [{}, {}], expected [{}, n_vocab]",
+                   file.path(), embd->ne[0], embd->ne[1], cfg->n_embd);
+    }
+    cfg->n_vocab = static_cast<int>(embd->ne[1]);
+  }
+  cfg->tied_output = file.FindTensor("output.weight") == nullptr;
+  if (file.Find("kvasir.window.tied_output") != nullptr) {
+    KV_ASSIGN_OR_RETURN(cfg->tied_output, file.GetBool("kvasir.window.tied_output"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvasir

@@ -1,0 +1,59 @@
+#include "tiny_model.h"
+
+#include <fmt/format.h>
+
+#include <random>
+#include <vector>
+
+#include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
+
+namespace kvasir::testing {
+
+Status WriteTinyModel(const std::string& path, const TinyModelShape& s) {
+  GgufWriter w;
+  const std::string a = s.arch;
+  w.SetKv("general.architecture", GgufValue::String(a));
+  w.SetKv("general.name", GgufValue::String("tiny-test"));
+  w.SetKv(a + ".block_count", GgufValue::Uint32(s.n_layer));
+  w.SetKv(a + ".embedding_length", GgufValue::Uint32(s.n_embd));
+  w.SetKv(a + ".feed_forward_length", GgufValue::Uint32(s.n_ff));
+  w.SetKv(a + ".attention.head_count", GgufValue::Uint32(s.n_head));
+  w.SetKv(a + ".attention.head_count_kv", GgufValue::Uint32(s.n_head_kv));
+  w.SetKv(a + ".context_length", GgufValue::Uint32(s.n_ctx));
+  w.SetKv(a + ".attention.layer_norm_rms_epsilon", GgufValue::Float32(1e-5f));
+
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  auto add = [&](const std::string& name, int64_t cols, int64_t rows, bool matrix) -> Status {
+    std::vector<float> v(static_cast<size_t>(cols * rows));
+    for (float& x : v) x = matrix ? normal(rng) : 1.0f + normal(rng);
+    const TensorType type = matrix ? s.type : TensorType::kF32;
+    std::vector<uint8_t> bytes(RowBytes(type, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(type, v.data() + r * cols, cols, bytes.data() + r * RowBytes(type, cols));
+    }
+    std::vector<uint64_t> ne = {static_cast<uint64_t>(cols)};
+    if (matrix) ne.push_back(static_cast<uint64_t>(rows));
+    return w.AddTensor(name, type, ne, bytes);
+  };
+  const int hd = s.n_embd / s.n_head, kvd = hd * s.n_head_kv;
+  KV_RETURN_IF_ERROR(add("token_embd.weight", s.n_embd, s.n_vocab, true));
+  for (int il = 0; il < s.n_layer; ++il) {
+    auto n = [il](const char* t) { return fmt::format("blk.{}.{}", il, t); };
+    KV_RETURN_IF_ERROR(add(n("attn_norm.weight"), s.n_embd, 1, false));
+    KV_RETURN_IF_ERROR(add(n("attn_q.weight"), s.n_embd, s.n_embd, true));
+    KV_RETURN_IF_ERROR(add(n("attn_k.weight"), s.n_embd, kvd, true));
+    KV_RETURN_IF_ERROR(add(n("attn_v.weight"), s.n_embd, kvd, true));
+    KV_RETURN_IF_ERROR(add(n("attn_output.weight"), s.n_embd, s.n_embd, true));
+    KV_RETURN_IF_ERROR(add(n("ffn_norm.weight"), s.n_embd, 1, false));
+    KV_RETURN_IF_ERROR(add(n("ffn_gate.weight"), s.n_embd, s.n_ff, true));
+    KV_RETURN_IF_ERROR(add(n("ffn_up.weight"), s.n_embd, s.n_ff, true));
+    KV_RETURN_IF_ERROR(add(n("ffn_down.weight"), s.n_ff, s.n_embd, true));
+  }
+  KV_RETURN_IF_ERROR(add("output_norm.weight", s.n_embd, 1, false));
+  if (!s.tied) KV_RETURN_IF_ERROR(add("output.weight", s.n_embd, s.n_vocab, true));
+  return w.Write(path);
+}
+
+}  // namespace kvasir::testing

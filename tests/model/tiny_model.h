@@ -1,0 +1,29 @@
+// Writes small random-weight llama GGUFs for model tests (no tokenizer; n_vocab from token_embd).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "gguf/tensor_type.h"
+
+namespace kvasir::testing {
+
+struct TinyModelShape {
+  int n_layer = 2;
+  int n_embd = 64;
+  int n_head = 4;
+  int n_head_kv = 2;
+  int n_ff = 128;
+  int n_vocab = 96;
+  int n_ctx = 64;
+  TensorType type = TensorType::kF32;  // matrices; norms stay f32
+  std::string arch = "llama";
+  bool tied = false;
+  uint64_t seed = 1;
+};
+
+// Writes the model to `path`.
+Status WriteTinyModel(const std::string& path, const TinyModelShape& shape);
+
+}  // namespace kvasir::testing
