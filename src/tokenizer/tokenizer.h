@@ -1,5 +1,6 @@
-// Tokenizer built from GGUF metadata (tokenizer.ggml.*). This build supports the SentencePiece-style
-// vocabulary (`tokenizer.ggml.model = llama`): scores, token types, byte fallback, BOS/EOS rules.
+// Tokenizer built from GGUF metadata (tokenizer.ggml.*). This build supports the
+// SentencePiece-style vocabulary (`tokenizer.ggml.model = llama`): scores, token types, byte
+// fallback, BOS/EOS rules.
 #pragma once
 
 #include <cstdint>
@@ -30,51 +31,75 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Builds the tokenizer named by `tokenizer.ggml.model`. Errors name the file and the key
-  // ("vocab.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama)").
+  // ("vocab.gguf: tokenizer.ggml.model 'gpt2' is not supported yet (supported: llama)"), and
+  // refuse inconsistent metadata: arrays of different lengths, special ids out of range, unknown
+  // token types, NaN scores, byte tokens whose text is not "<0xXX>".
   static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufHeader& header,
                                                      const std::string& name);
 
-  // Text to ids. `add_special` adds BOS (and EOS) as the vocabulary asks (tokenizer.ggml.add_bos_token,
-  // default true for SPM). `parse_special`: control-token text such as "<s>" in `text` becomes that
-  // token instead of being split as plain text.
+  // Text to ids. `add_special` adds BOS (and EOS) as the vocabulary asks
+  // (tokenizer.ggml.add_bos_token, default true for SPM). `parse_special`: control-token text such
+  // as "<s>" in `text` becomes that token instead of being split as plain text (user-defined tokens
+  // are always matched, as in llama.cpp). Any bytes are accepted, including invalid UTF-8.
+  // Thread-safe (const).
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_special,
                                       bool parse_special = false) const = 0;
 
-  // The bytes one token stands for (byte tokens <0x0A> give the raw byte; control tokens give ""
-  // unless `special`). Like llama_token_to_piece; an SPM word-boundary marker becomes a space.
+  // The bytes one token stands for (byte tokens <0x0A> give the raw byte; control and unknown
+  // tokens give "" unless `special`). Like llama_token_to_piece with lstrip 0; an SPM
+  // word-boundary marker becomes a space. An id outside [0, n_vocab) gives "".
   virtual std::string TokenToPiece(int32_t id, bool special = false) const = 0;
-  // Concatenated pieces. `skip_leading_space`: drop the space SPM puts before the first word.
-  std::string Decode(std::span<const int32_t> ids, bool special = false) const;
+  // Concatenated pieces. `skip_leading_space`: drop one space at the start of the first non-empty
+  // piece (the space SPM puts before the first word). Bytes need not form valid UTF-8 (see
+  // Utf8Stream).
+  std::string Decode(std::span<const int32_t> ids, bool special = false,
+                     bool skip_leading_space = false) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  // Special ids; -1 when the vocabulary has none.
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
+  int32_t eot() const { return eot_; }
+  int32_t unk() const { return unk_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  // SPM: a space is put before text that starts the input or follows a special token.
+  bool add_space_prefix() const { return add_space_prefix_; }
   // End-of-generation: EOS, EOT or any token marked as such by the vocabulary.
   bool IsEog(int32_t id) const;
   const std::string& TokenText(int32_t id) const { return tokens_.at(id); }
   TokenAttr Attr(int32_t id) const { return attrs_.at(id); }
+  float Score(int32_t id) const { return scores_.at(id); }
 
  protected:
+  // Reads and validates the metadata every vocabulary type shares (tokens, scores, token types,
+  // special ids, add_bos/add_eos/add_space_prefix) into the members below. Defaults that are out
+  // of range for a small vocabulary become -1; explicit ids out of range are errors.
+  Status LoadCommon(const GgufHeader& header, const std::string& name);
+
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<TokenAttr> attrs_;
+  std::vector<int32_t> eog_ids_;
   int32_t bos_ = -1;
   int32_t eos_ = -1;
   int32_t eot_ = -1;
+  int32_t eom_ = -1;
   int32_t unk_ = -1;
   bool add_bos_ = true;
   bool add_eos_ = false;
+  bool add_space_prefix_ = true;
 };
 
-// Incremental detokenizer for streaming: feeds token pieces and returns only complete UTF-8, holding
-// back the bytes of a character split across byte tokens until it completes.
+// Incremental detokenizer for streaming: feeds token pieces and returns only complete UTF-8,
+// holding back the bytes of a character split across byte tokens until it completes (at most 3
+// bytes are held). Invalid bytes become U+FFFD, one per maximal ill-formed subpart (as Python's
+// `errors="replace"` and the Unicode standard recommend), as soon as they are known to be invalid.
 class Utf8Stream {
  public:
   // Appends bytes; returns the longest prefix of pending bytes that is complete UTF-8.
   std::string Push(std::string_view bytes);
-  // Returns whatever is left (invalid sequences become U+FFFD).
+  // Returns whatever is left (an incomplete sequence becomes U+FFFD) and resets the stream.
   std::string Flush();
 
  private:
