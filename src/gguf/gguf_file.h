@@ -19,13 +19,16 @@ namespace kvasir {
 
 inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+// general.alignment must be a power of two no larger than this (real files use 32; a larger value
+// would only pad files and headers to absurd sizes).
+inline constexpr uint32_t kGgufMaxAlignment = uint32_t{1} << 20;
 
 struct GgufTensorInfo {
   std::string name;
   // ne[0] is the contiguous (innermost) dimension, as in ggml. Unused dims are 1.
   std::array<uint64_t, 4> ne = {1, 1, 1, 1};
   uint32_t n_dims = 0;
-  uint32_t type = 0;        // TensorType id (may be unknown to this build; see type_known)
+  uint32_t type = 0;        // TensorType id (parsing refuses ids this build does not know)
   uint64_t offset = 0;      // relative to the start of the tensor data section
   uint64_t n_bytes = 0;     // computed from type and shape
   uint64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }

@@ -40,6 +40,11 @@ struct GgufArray {
                std::vector<double>>
       items;
   size_t size() const;
+
+  // An array whose element type follows from T (std::vector<float> -> kFloat32,
+  // std::vector<GgufValue> -> kArray for an array of arrays).
+  template <typename T>
+  static GgufArray Of(std::vector<T> items);
 };
 
 struct GgufValue {
@@ -66,6 +71,25 @@ struct GgufValue {
   static GgufValue Bool(bool v) { return {GgufType::kBool, v}; }
   static GgufValue String(std::string v) { return {GgufType::kString, std::move(v)}; }
   static GgufValue Array(GgufArray a) { return {GgufType::kArray, std::move(a)}; }
+  static GgufValue Uint8(uint8_t v) { return {GgufType::kUint8, v}; }
+  static GgufValue Int8(int8_t v) { return {GgufType::kInt8, v}; }
+  static GgufValue Uint16(uint16_t v) { return {GgufType::kUint16, v}; }
+  static GgufValue Int16(int16_t v) { return {GgufType::kInt16, v}; }
+  static GgufValue Int64(int64_t v) { return {GgufType::kInt64, v}; }
+  static GgufValue Float64(double v) { return {GgufType::kFloat64, v}; }
 };
+
+// Defined here, where GgufValue is complete.
+template <typename T>
+GgufArray GgufArray::Of(std::vector<T> items) {
+  GgufArray a;
+  a.items = std::move(items);
+  a.elem_type = static_cast<GgufType>(a.items.index());  // alternatives follow the type ids
+  return a;
+}
+
+// Same type and same value, recursively for arrays. Floats compare by value (NaN != NaN).
+bool operator==(const GgufArray& a, const GgufArray& b);
+bool operator==(const GgufValue& a, const GgufValue& b);
 
 }  // namespace kvasir
