@@ -10,6 +10,6 @@ cmake --build --preset release -j "$(nproc)"
 ctest --preset release -j "$(nproc)"
 
 # Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 30).
-for target in gguf_reader_fuzz tokenizer_fuzz; do
+for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz; do
   ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-30}"
 done

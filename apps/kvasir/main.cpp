@@ -14,6 +14,8 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
+    {"run", kvasir::cli::RunMain, "run a model as a local ring of stages and generate text"},
+    {"stage", kvasir::cli::StageMain, "run one window of layers as a stage of a ring"},
     {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
     {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},

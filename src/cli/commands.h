@@ -10,5 +10,7 @@ int GenerateMain(int argc, char** argv);
 int EvalMain(int argc, char** argv);
 int SynthMain(int argc, char** argv);
 int BenchMain(int argc, char** argv);
+int StageMain(int argc, char** argv);
+int RunMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

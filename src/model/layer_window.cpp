@@ -374,10 +374,11 @@ Status LlamaFamilyWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
   int row = 0;
   for (const SeqChunk& ch : in.chunks) {
     for (int t = 0; t < ch.n_tokens; ++t, ++row) {
-      if (in.all_logits || t == ch.n_tokens - 1) pick.push_back(row);
+      if (in.all_logits || (ch.want_logits && t == ch.n_tokens - 1)) pick.push_back(row);
     }
   }
   const int n_out = static_cast<int>(pick.size());
+  if (n_out == 0) return Status::Ok();
   for (int i = 0; i < n_out; ++i) {
     backend_->RmsNorm(x_.data() + static_cast<size_t>(pick[i]) * e, out_norm_, 1, e, cfg_.rms_eps,
                       cur_.data() + static_cast<size_t>(i) * e);

@@ -33,6 +33,7 @@ struct SeqChunk {
   int seq_id = 0;
   int pos0 = 0;      // position of the chunk's first token; must equal the sequence's length so far
   int n_tokens = 0;
+  bool want_logits = true;  // with a head: produce logits for this chunk's last row
 };
 
 struct ForwardInput {
@@ -44,7 +45,8 @@ struct ForwardInput {
 
 struct ForwardOutput {
   std::vector<float> hidden;  // [n_rows, n_embd] f32, when the window has no head
-  std::vector<float> logits;  // [n_out_rows, n_vocab] f32: each chunk's last row (or all rows)
+  std::vector<float> logits;  // [n_out_rows, n_vocab] f32: the last row of each chunk that wants
+                              // logits, in chunk order (or every row with all_logits)
 };
 
 class LayerWindow {

@@ -10,8 +10,18 @@
 
 namespace kvasir::testing {
 
-Status WriteTinyModel(const std::string& path, const TinyModelShape& s) {
+Status WriteTinyModel(const std::string& path, const TinyModelShape& shape) {
+  TinyModelShape s = shape;
   GgufWriter w;
+  if (!s.vocab_from.empty()) {
+    KV_ASSIGN_OR_RETURN(GgufFile vocab, GgufFile::Open(s.vocab_from));
+    for (const GgufKv& kv : vocab.kvs()) {
+      if (kv.key.rfind("tokenizer.", 0) == 0) w.SetKv(kv.key, kv.value);
+    }
+    const GgufArray* tokens = vocab.GetArray("tokenizer.ggml.tokens");
+    if (tokens == nullptr) return Error("{}: no tokenizer.ggml.tokens", s.vocab_from);
+    s.n_vocab = static_cast<int>(tokens->size());
+  }
   const std::string a = s.arch;
   w.SetKv("general.architecture", GgufValue::String(a));
   w.SetKv("general.name", GgufValue::String("tiny-test"));

@@ -21,6 +21,7 @@ struct TinyModelShape {
   std::string arch = "llama";
   bool tied = false;
   uint64_t seed = 1;
+  std::string vocab_from;  // copy tokenizer.* keys from this GGUF (n_vocab becomes its size)
 };
 
 // Writes the model to `path`.

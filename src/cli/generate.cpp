@@ -1,0 +1,257 @@
+// kvasir generate: text from a prompt with a local model. The prompt is prefilled in one Forward;
+// then each sampled token is streamed to stdout (whole UTF-8 characters only) and fed back, until
+// -n tokens, an end-of-generation token, or the end of the context.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/ring_cli.h"
+#include "kernels/kernels.h"
+#include "model/sampler.h"
+
+namespace kvasir::cli {
+namespace {
+
+constexpr const char* kCmd = "generate";
+
+struct GenerateOptions {
+  std::string model_path;
+  std::string prompt;
+  int n_predict = 128;
+  SamplingParams sampling;
+  std::optional<uint64_t> seed;
+  int n_threads = 1;
+  int n_ctx = 0;
+  std::string stats_path;
+  bool ignore_eos = false;
+  std::string ring;                // HOST:PORT of a ring's head: generate there instead
+  std::vector<std::string> stops;  // ring only: stop strings
+};
+
+struct GenerateStats {
+  int n_prompt = 0;
+  int n_generated = 0;
+  int n_decode_steps = 0;  // Forward calls after the prefill
+  double load_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  double ttft_ms = 0;
+  double total_ms = 0;
+  std::string stop_reason;
+};
+
+double PerSecond(int n, double ms) { return ms > 0 ? n * 1e3 / ms : 0.0; }
+
+std::optional<std::string> CheckOptions(const GenerateOptions& o) {
+  const SamplingParams& s = o.sampling;
+  if (o.n_predict < 0) return fmt::format("-n must be >= 0 (got {})", o.n_predict);
+  if (o.n_threads < 1) return fmt::format("-t must be >= 1 (got {})", o.n_threads);
+  if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
+  if (!(s.temperature >= 0.0f)) return fmt::format("--temp must be >= 0 (got {})", s.temperature);
+  if (s.top_k < 0) return fmt::format("--top-k must be >= 0 (got {})", s.top_k);
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return fmt::format("--top-p must be in (0, 1] (got {})", s.top_p);
+  }
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+    return fmt::format("--min-p must be in [0, 1] (got {})", s.min_p);
+  }
+  if (!(s.repeat_penalty > 0.0f)) {
+    return fmt::format("--repeat-penalty must be > 0 (got {})", s.repeat_penalty);
+  }
+  return std::nullopt;
+}
+
+void WriteOut(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Prefill, then sample/stream/feed back. Generated text goes to stdout as it is produced.
+Status Generate(const GenerateOptions& o, LoadedModel& m, const std::vector<int32_t>& prompt,
+                GenerateStats* stats) {
+  LayerWindow& window = *m.window;
+  const Tokenizer& tok = *m.tokenizer;
+  const int n_ctx = window.n_ctx();
+  const int n_vocab = window.config().n_vocab;
+  KV_RETURN_IF_ERROR(window.OpenSequence(0));
+
+  Stopwatch clock;
+  ForwardInput in;
+  ForwardOutput out;
+  in.chunks = {SeqChunk{0, 0, static_cast<int>(prompt.size())}};
+  in.tokens = prompt;
+  KV_RETURN_IF_ERROR(window.Forward(in, &out).WithContext("prefill"));
+  stats->prefill_ms = clock.Millis();
+
+  Sampler sampler(o.sampling);
+  std::vector<int32_t> history = prompt;
+  Utf8Stream utf8;
+  double first_token_ms = 0;
+  stats->stop_reason = "length";
+  while (stats->n_generated < o.n_predict) {
+    if (out.logits.size() != static_cast<size_t>(n_vocab)) {
+      return Error("model returned {} logits, expected {}", out.logits.size(), n_vocab);
+    }
+    const int32_t id = sampler.Sample(out.logits, history);
+    if (stats->n_generated == 0) first_token_ms = stats->ttft_ms = clock.Millis();
+    if (!o.ignore_eos && tok.IsEog(id)) {
+      stats->stop_reason = "eog";
+      break;
+    }
+    WriteOut(utf8.Push(tok.TokenToPiece(id)));
+    history.push_back(id);
+    stats->n_generated++;
+    if (stats->n_generated == o.n_predict) break;
+    const int pos = window.SequenceLength(0);
+    if (pos >= n_ctx) {
+      stats->stop_reason = "context";
+      break;
+    }
+    in.chunks = {SeqChunk{0, pos, 1}};
+    in.tokens = std::span<const int32_t>(&history.back(), 1);
+    KV_RETURN_IF_ERROR(window.Forward(in, &out).WithContext(fmt::format("decode at {}", pos)));
+    stats->n_decode_steps++;
+  }
+  WriteOut(utf8.Flush());
+  if (stats->n_generated > 0 && isatty(STDOUT_FILENO)) WriteOut("\n");
+  stats->total_ms = clock.Millis();
+  stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
+  window.CloseSequence(0);
+  return Status::Ok();
+}
+
+nlohmann::json StatsJson(const GenerateOptions& o, const GenerateStats& s) {
+  return {{"model", o.model_path},
+          {"n_prompt", s.n_prompt},
+          {"n_generated", s.n_generated},
+          {"prefill_tokens_per_s", PerSecond(s.n_prompt, s.prefill_ms)},
+          {"decode_tokens_per_s", PerSecond(s.n_decode_steps, s.decode_ms)},
+          {"ttft_ms", s.ttft_ms},
+          {"total_ms", s.total_ms},
+          {"load_ms", s.load_ms},
+          {"threads", o.n_threads},
+          {"simd_target", SimdTargetName()},
+          {"peak_rss_bytes", PeakRssBytes()},
+          {"seed", o.sampling.seed},
+          {"stop_reason", s.stop_reason}};
+}
+
+// The same request sent to a ring's head: the ring tokenizes, runs and samples; text streams back.
+int RunOnRing(const GenerateOptions& o) {
+  RingRequest req;
+  req.head = o.ring;
+  req.prompt = o.prompt;
+  req.n_predict = o.n_predict;
+  req.sampling = o.sampling;
+  req.ignore_eos = o.ignore_eos;
+  req.stops = o.stops;
+  auto run = RunRingRequest(req, /*with_stage_stats=*/true);
+  if (!run.ok()) return Fail(kCmd, run.status());
+  PrintRingSummary(*run, o.n_threads);
+  if (!o.stats_path.empty()) {
+    if (Status st = WriteJsonFile(o.stats_path, RingStatsJson(o.ring, *run, o.n_threads));
+        !st.ok()) {
+      return Fail(kCmd, st);
+    }
+  }
+  return kExitOk;
+}
+
+int RunGenerate(GenerateOptions o) {
+  if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
+  o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+  if (!o.ring.empty()) {
+    if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
+    return RunOnRing(o);
+  }
+  if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL (or --ring HOST:PORT)");
+  if (!o.stats_path.empty()) {
+    if (Status st = CheckWritable(o.stats_path); !st.ok()) return Fail(kCmd, st);
+  }
+
+  Stopwatch load_clock;
+  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true);
+  if (!model.ok()) return Fail(kCmd, model.status());
+  GenerateStats stats;
+  stats.load_ms = load_clock.Millis();
+
+  const std::vector<int32_t> prompt =
+      model->tokenizer->Encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+  const int n_ctx = model->window->n_ctx();
+  stats.n_prompt = static_cast<int>(prompt.size());
+  if (prompt.empty()) return Fail(kCmd, "the prompt is empty (no tokens)");
+  if (stats.n_prompt > n_ctx) {
+    return Fail(kCmd, fmt::format("prompt has {} tokens but the context is {} tokens; raise -c or "
+                                  "shorten the prompt",
+                                  stats.n_prompt, n_ctx));
+  }
+  // The last token is never fed back, so n tokens need prompt + n - 1 positions.
+  if (stats.n_prompt + o.n_predict - 1 > n_ctx) {
+    KV_LOG_WARN(
+        "prompt has {} tokens; with -n {} it needs {} positions but the context is {}: "
+        "generation stops at the end of the context",
+        stats.n_prompt, o.n_predict, stats.n_prompt + o.n_predict - 1, n_ctx);
+  }
+
+  if (Status st = Generate(o, *model, prompt, &stats); !st.ok()) {
+    return Fail(kCmd, WithPath(st, o.model_path));
+  }
+  if (stats.stop_reason == "context") {
+    KV_LOG_WARN("the context of {} tokens is full: stopped after {} generated tokens", n_ctx,
+                stats.n_generated);
+  }
+  std::fprintf(stderr,
+               "prompt:    %d tokens, %.1f ms, %.2f tok/s; time to first token %.1f ms\n"
+               "generated: %d tokens, %.2f tok/s (%d threads, %s); stop: %s\n",
+               stats.n_prompt, stats.prefill_ms, PerSecond(stats.n_prompt, stats.prefill_ms),
+               stats.ttft_ms, stats.n_generated, PerSecond(stats.n_decode_steps, stats.decode_ms),
+               o.n_threads, SimdTargetName().c_str(), stats.stop_reason.c_str());
+  if (!o.stats_path.empty()) {
+    if (Status st = WriteJsonFile(o.stats_path, StatsJson(o, stats)); !st.ok()) {
+      return Fail(kCmd, st);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int GenerateMain(int argc, char** argv) {
+  return Guarded(kCmd, [&]() -> int {
+    CLI::App app{"Generate text from a prompt with a local GGUF model.", "kvasir generate"};
+    GenerateOptions o;
+    o.n_threads = DefaultThreads();
+    o.sampling.temperature = 0.8f;
+    SamplingParams& s = o.sampling;
+    app.add_option("-m,--model", o.model_path, "GGUF model file");
+    app.add_option("--ring", o.ring, "generate on a running ring: HOST:PORT of its head stage");
+    app.add_option("--stop", o.stops, "(with --ring) stop when the text contains this");
+    app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
+    app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
+    app.add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
+    app.add_option("--top-k", s.top_k, "top-k cut; 0 = off")->capture_default_str();
+    app.add_option("--top-p", s.top_p, "top-p (nucleus) cut; 1 = off")->capture_default_str();
+    app.add_option("--min-p", s.min_p, "min-p cut; 0 = off")->capture_default_str();
+    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty; 1 = off")
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "sampling seed (default: random)");
+    app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    app.add_option("-c,--ctx-size", o.n_ctx, "context size; 0 = the model's, at most 4096")
+        ->capture_default_str();
+    app.add_option("--stats", o.stats_path, "write timing statistics as JSON to this file");
+    app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after end-of-generation tokens");
+    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    return RunGenerate(std::move(o));
+  });
+}
+
+}  // namespace kvasir::cli

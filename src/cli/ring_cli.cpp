@@ -1,0 +1,118 @@
+#include "cli/ring_cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "base/mapped_file.h"
+#include "cli/cli_util.h"
+#include "kernels/kernels.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::cli {
+namespace {
+
+double PerSecond(double n, double ms) { return ms > 0 ? n * 1e3 / ms : 0.0; }
+
+double DecodeRate(const ring::GenerateResult& r) {
+  return r.n_generated > 1 ? PerSecond(r.n_generated - 1, r.total_ms - r.ttft_ms) : 0.0;
+}
+
+std::string StageName(const wire::StageStats& s) {
+  return std::string(s.name, strnlen(s.name, sizeof(s.name)));
+}
+
+}  // namespace
+
+Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
+  KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(req.head, req.connect_timeout_ms));
+  // Time to first token should measure the request, not the ring's start-up.
+  KV_RETURN_IF_ERROR(client->WaitReady(req.connect_timeout_ms));
+  ring::GenerateMsg g;
+  g.sampling.temperature = req.sampling.temperature;
+  g.sampling.top_p = req.sampling.top_p;
+  g.sampling.min_p = req.sampling.min_p;
+  g.sampling.repeat_penalty = req.sampling.repeat_penalty;
+  g.sampling.top_k = req.sampling.top_k;
+  g.sampling.repeat_last_n = req.sampling.repeat_last_n;
+  g.sampling.seed = req.sampling.seed;
+  g.sampling.max_tokens = static_cast<uint32_t>(req.n_predict);
+  g.sampling.flags = req.ignore_eos ? wire::kSamplingIgnoreEog : 0;
+  g.prompt = req.prompt;
+  g.stops = req.stops;
+  g.add_special = true;
+  Utf8Stream utf8;
+  auto write = [](const std::string& s) {
+    if (s.empty()) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  RingRun run;
+  KV_ASSIGN_OR_RETURN(run.result,
+                      client->Generate(g, [&](const ring::TokenMsg& t) { write(utf8.Push(t.piece)); }));
+  write(utf8.Flush());
+  if (run.result.reason == wire::FinishReason::kEog) run.result.n_generated--;  // not text
+  if (run.result.n_generated > 0 && isatty(STDOUT_FILENO)) write("\n");
+  if (with_stage_stats) {
+    KV_ASSIGN_OR_RETURN(run.stages, client->Stats());
+  }
+  return run;
+}
+
+void PrintRingSummary(const RingRun& run, int n_threads) {
+  const ring::GenerateResult& r = run.result;
+  std::fprintf(stderr,
+               "prompt:    %d tokens, %.2f tok/s; time to first token %.1f ms\n"
+               "generated: %d tokens, %.2f tok/s (ring of %zu stages, %d threads each, %s); "
+               "stop: %s\n",
+               r.n_prompt, PerSecond(r.n_prompt, r.ttft_ms), r.ttft_ms, r.n_generated,
+               DecodeRate(r), run.stages.size(), n_threads, SimdTargetName().c_str(),
+               wire::FinishReasonName(static_cast<uint8_t>(r.reason)));
+}
+
+void PrintStageTable(const std::vector<wire::StageStats>& stages) {
+  Table t({"stage", "layers", "weights", "RSS", "in B/token", "out B/token", "ms/token"},
+          {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight, Table::Align::kRight,
+           Table::Align::kRight, Table::Align::kRight, Table::Align::kRight});
+  for (const auto& s : stages) {
+    const double rows = s.rows > 0 ? static_cast<double>(s.rows) : 1.0;
+    const double ms_tok = s.decode_rows > 0 ? s.decode_busy_ns / 1e6 / s.decode_rows : 0.0;
+    t.AddRow({StageName(s), fmt::format("{}:{}", s.window_first, s.window_last),
+              HumanBytes(s.weight_bytes), HumanBytes(s.rss_bytes),
+              fmt::format("{:.0f}", s.bytes_in / rows), fmt::format("{:.0f}", s.bytes_out / rows),
+              fmt::format("{:.2f}", ms_tok)});
+  }
+  std::fputs(t.Render().c_str(), stderr);
+}
+
+nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads) {
+  const ring::GenerateResult& r = run.result;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : run.stages) {
+    stages.push_back({{"name", StageName(s)},
+                      {"first", s.window_first},
+                      {"last", s.window_last},
+                      {"weight_bytes", s.weight_bytes},
+                      {"rss_bytes", s.rss_bytes},
+                      {"bytes_in", s.bytes_in},
+                      {"bytes_out", s.bytes_out},
+                      {"rows", s.rows},
+                      {"decode_rows", s.decode_rows},
+                      {"busy_ms", s.busy_ns / 1e6},
+                      {"decode_ms_per_token",
+                       s.decode_rows > 0 ? s.decode_busy_ns / 1e6 / s.decode_rows : 0.0}});
+  }
+  return {{"model", model},
+          {"n_prompt", r.n_prompt},
+          {"n_generated", r.n_generated},
+          {"prefill_tokens_per_s", PerSecond(r.n_prompt, r.ttft_ms)},
+          {"decode_tokens_per_s", DecodeRate(r)},
+          {"ttft_ms", r.ttft_ms},
+          {"total_ms", r.total_ms},
+          {"threads", n_threads},
+          {"simd_target", SimdTargetName()},
+          {"stop_reason", wire::FinishReasonName(static_cast<uint8_t>(r.reason))},
+          {"stages", stages}};
+}
+
+}  // namespace kvasir::cli

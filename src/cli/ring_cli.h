@@ -1,0 +1,41 @@
+// Client side of a ring shared by `kvasir generate --ring` and `kvasir run`: send one request to the
+// head, stream the text to stdout, and summarise the run (and each stage) for stderr and --stats.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/sampler.h"
+#include "ring/client.h"
+
+namespace kvasir::cli {
+
+struct RingRequest {
+  std::string head;        // HOST:PORT of the head stage
+  std::string prompt;
+  int n_predict = 128;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  std::vector<std::string> stops;
+  int connect_timeout_ms = 30000;
+};
+
+struct RingRun {
+  ring::GenerateResult result;
+  std::vector<wire::StageStats> stages;  // empty unless requested
+};
+
+// Connects, generates (streaming the text to stdout), and optionally collects the stages' stats.
+Result<RingRun> RunRingRequest(const RingRequest& request, bool with_stage_stats);
+
+// The summary lines `generate` prints to stderr.
+void PrintRingSummary(const RingRun& run, int n_threads);
+// Per-stage table (layers, weights, RSS, bytes in/out per token, ms per decode token) to stderr.
+void PrintStageTable(const std::vector<wire::StageStats>& stages);
+// The same as JSON: generate's stats fields plus "stages".
+nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads);
+
+}  // namespace kvasir::cli

@@ -1,0 +1,55 @@
+#include "cli/ring_options.h"
+
+#include <cstdlib>
+
+#include "base/log.h"
+
+namespace kvasir::cli {
+
+Status ParseLayers(const std::string& text, int* first, int* last) {
+  const size_t colon = text.find(':');
+  auto parse = [](const std::string& s, int* out) {
+    if (s.empty() || s.size() > 6) return false;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+    }
+    *out = std::atoi(s.c_str());
+    return true;
+  };
+  if (colon == std::string::npos || !parse(text.substr(0, colon), first) ||
+      !parse(text.substr(colon + 1), last)) {
+    return Error("--layers '{}' is not A:B (for example 0:4)", text);
+  }
+  if (*first >= *last) return Error("--layers {}: the window is empty (need A < B)", text);
+  return Status::Ok();
+}
+
+Status ParseBoundary(const std::string& text, wire::Dtype* dtype) {
+  if (text == "f32") {
+    *dtype = wire::Dtype::kF32;
+  } else if (text == "f16") {
+    *dtype = wire::Dtype::kF16;
+  } else if (text == "bf16") {
+    *dtype = wire::Dtype::kBF16;
+  } else {
+    return Error("--boundary '{}' is not one of f32, f16, bf16", text);
+  }
+  return Status::Ok();
+}
+
+Status ApplyLogLevel(const std::string& text) {
+  if (text == "debug") {
+    SetLogLevel(LogLevel::kDebug);
+  } else if (text == "info") {
+    SetLogLevel(LogLevel::kInfo);
+  } else if (text == "warn") {
+    SetLogLevel(LogLevel::kWarn);
+  } else if (text == "error") {
+    SetLogLevel(LogLevel::kError);
+  } else {
+    return Error("--log-level '{}' is not one of debug, info, warn, error", text);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvasir::cli

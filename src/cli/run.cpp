@@ -1,0 +1,217 @@
+// kvasir run: the one-command local ring. Spawns N `kvasir stage` processes on 127.0.0.1 with an
+// even split of the layers, waits for the ring to close, streams the answer, prints a per-stage
+// table, and tears the ring down.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/ring_cli.h"
+#include "cli/ring_options.h"
+#include "model/arch/registry.h"
+#include "ring/transport.h"
+
+namespace kvasir::cli {
+namespace {
+
+constexpr const char* kCmd = "run";
+
+struct RunOptions {
+  std::string model_path;
+  int n_stages = 2;
+  int threads_per_stage = 1;
+  std::string boundary = "f32";
+  int n_ctx = 0;
+  std::string stats_path;
+  std::string stage_log_level = "error";
+  RingRequest request;
+  std::optional<uint64_t> seed;
+};
+
+struct Child {
+  pid_t pid = -1;
+  std::string name;
+};
+
+// Reserves `n` free loopback ports (bound and released; the stages bind them right after).
+Result<std::vector<uint16_t>> FreePorts(int n) {
+  std::vector<ring::Listener> held;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; ++i) {
+    KV_ASSIGN_OR_RETURN(ring::Listener l, ring::Listener::Bind("127.0.0.1", 0));
+    ports.push_back(l.port());
+    held.push_back(std::move(l));
+  }
+  return ports;
+}
+
+Result<pid_t> Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return Error("cannot start a stage process: {}", std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `kvasir run`
+    if (getppid() != parent) _exit(1);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+void StopAll(std::vector<Child>& children) {
+  for (const Child& c : children) {
+    if (c.pid > 0) kill(c.pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (Child& c : children) {
+    while (c.pid > 0) {
+      int status = 0;
+      pid_t r = waitpid(c.pid, &status, WNOHANG);
+      if (r == c.pid || r < 0) {
+        c.pid = -1;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        c.pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+int RunRing(RunOptions o) {
+  auto file = OpenGguf(o.model_path);
+  if (!file.ok()) return Fail(kCmd, file.status());
+  auto cfg = LoadModelConfig(**file);
+  if (!cfg.ok()) return Fail(kCmd, cfg.status());
+  const int n_layer = cfg->n_layer;
+  if (o.n_stages < 1 || o.n_stages > n_layer) {
+    return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
+                                        o.n_stages, n_layer));
+  }
+  wire::Dtype dtype;
+  if (Status s = ParseBoundary(o.boundary, &dtype); !s.ok()) return UsageError(kCmd, s.message());
+  if (Status s = ApplyLogLevel(o.stage_log_level); !s.ok()) return UsageError(kCmd, s.message());
+  SetLogLevel(LogLevel::kInfo);
+  o.request.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+
+  auto ports = FreePorts(o.n_stages);
+  if (!ports.ok()) return Fail(kCmd, ports.status());
+  std::vector<Child> children;
+  for (int i = 0; i < o.n_stages; ++i) {
+    const int first = i * n_layer / o.n_stages, last = (i + 1) * n_layer / o.n_stages;
+    Child c;
+    c.name = fmt::format("stage{}", i);
+    std::vector<std::string> args = {
+        "kvasir", "stage", "-m", o.model_path, "--layers", fmt::format("{}:{}", first, last),
+        "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
+        "--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % o.n_stages]),
+        "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
+        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level};
+    auto pid = Spawn(args);
+    if (!pid.ok()) {
+      StopAll(children);
+      return Fail(kCmd, pid.status());
+    }
+    c.pid = *pid;
+    children.push_back(c);
+  }
+  KV_LOG_INFO("ring of {} stages started ({} threads each); waiting for it to close",
+              o.n_stages, o.threads_per_stage);
+
+  // A stage that dies ends the run: the watcher stops the others, which ends the client's wait.
+  std::atomic<bool> done{false};
+  std::string died;
+  std::thread watcher([&] {
+    while (!done.load()) {
+      for (Child& c : children) {
+        int status = 0;
+        if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
+          c.pid = -1;
+          died = fmt::format("{} exited ({})", c.name,
+                             WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
+                                               : fmt::format("signal {}", WTERMSIG(status)));
+          done.store(true);
+          StopAll(children);
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  o.request.head = fmt::format("127.0.0.1:{}", (*ports)[0]);
+  auto run = RunRingRequest(o.request, /*with_stage_stats=*/true);
+  done.store(true);
+  watcher.join();
+  StopAll(children);
+  if (!died.empty()) return Fail(kCmd, "the ring broke: " + died);
+  if (!run.ok()) return Fail(kCmd, run.status());
+  PrintRingSummary(*run, o.threads_per_stage);
+  PrintStageTable(run->stages);
+  if (!o.stats_path.empty()) {
+    if (Status s = WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run,
+                                                             o.threads_per_stage));
+        !s.ok()) {
+      return Fail(kCmd, s);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunMain(int argc, char** argv) {
+  return Guarded(kCmd, [&]() -> int {
+    CLI::App app{"Run a model as a local ring of stage processes and generate text.",
+                 "kvasir run"};
+    RunOptions o;
+    SamplingParams& s = o.request.sampling;
+    s.temperature = 0.8f;
+    app.add_option("-m,--model", o.model_path, "GGUF model file")->required();
+    app.add_option("--stages", o.n_stages, "number of stages (even split of the layers)")
+        ->capture_default_str();
+    app.add_option("-p,--prompt", o.request.prompt, "prompt text")->required();
+    app.add_option("-n,--n-predict", o.request.n_predict, "tokens to generate")
+        ->capture_default_str();
+    app.add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
+    app.add_option("--top-k", s.top_k, "top-k cut; 0 = off")->capture_default_str();
+    app.add_option("--top-p", s.top_p, "top-p cut; 1 = off")->capture_default_str();
+    app.add_option("--min-p", s.min_p, "min-p cut; 0 = off")->capture_default_str();
+    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty; 1 = off")
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "sampling seed (default: random)");
+    app.add_option("--stop", o.request.stops, "stop when the text contains this (repeatable)");
+    app.add_flag("--ignore-eos", o.request.ignore_eos, "keep generating after end tokens");
+    o.threads_per_stage = std::max(1, DefaultThreads() / 2);
+    app.add_option("-t,--threads", o.threads_per_stage, "threads per stage")
+        ->capture_default_str();
+    app.add_option("-c,--ctx-size", o.n_ctx, "context per session; 0 = model's, max 4096")
+        ->capture_default_str();
+    app.add_option("--boundary", o.boundary, "hidden-state dtype between stages: f32, f16, bf16")
+        ->capture_default_str();
+    app.add_option("--stats", o.stats_path, "write the summary and per-stage table as JSON");
+    app.add_option("--stage-log-level", o.stage_log_level, "log level of the stage processes")
+        ->capture_default_str();
+    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
+    if (o.threads_per_stage < 1) return UsageError(kCmd, "-t must be >= 1");
+    return RunRing(std::move(o));
+  });
+}
+
+}  // namespace kvasir::cli

@@ -1,0 +1,370 @@
+// kvasir synth: writes a random-weight GGUF model of a given shape, with the tokenizer of another
+// GGUF file. Weights are generated row by row from a seed (the same seed gives the same bytes, for
+// any thread count), quantized on a thread pool and streamed to the file, so memory stays at a few
+// chunks whatever the model size.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/thread_pool.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
+
+namespace kvasir::cli {
+namespace {
+
+constexpr const char* kCmd = "synth";
+constexpr float kWeightStd = 0.02f;
+// Bytes of quantized rows generated before each write.
+constexpr uint64_t kChunkBytes = uint64_t{8} << 20;
+
+// What distinguishes one architecture's file from another's, as data: key prefix, defaults, and
+// which optional tensors each layer carries.
+struct SynthArch {
+  const char* name;
+  float rope_base;
+  float rms_eps;
+  bool qkv_bias;  // attn_q/k/v.bias [q_dim], [kv_dim], [kv_dim]
+  bool qk_norm;   // attn_q_norm/attn_k_norm.weight [head_dim]
+};
+
+constexpr SynthArch kArchs[] = {
+    {"llama", 10000.0f, 1e-5f, false, false},
+    {"qwen2", 1000000.0f, 1e-6f, true, false},
+    {"qwen3", 1000000.0f, 1e-6f, false, true},
+};
+
+constexpr TensorType kSynthTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
+                                      TensorType::kQ8_0, TensorType::kQ4_0};
+
+struct SynthOptions {
+  std::string arch = "llama";
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;  // 0: same as n_head
+  int n_ff = 0;
+  int n_ctx = 2048;
+  std::optional<float> rope_base;
+  std::string vocab_path;
+  std::string type_name = "f16";
+  uint64_t seed = 42;
+  bool tied = false;
+  std::string name;
+  std::string out_path;
+  int n_threads = 1;
+};
+
+enum class Init { kNormal, kOnes };
+
+struct SynthTensor {
+  std::string name;
+  std::vector<uint64_t> ne;  // ggml order: ne[0] is the row length (the input dimension)
+  TensorType type;
+  Init init;
+};
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Fills one row with N(0, kWeightStd) approximated by the Irwin-Hall sum of four 16-bit uniforms
+// (one 64-bit draw per value): fast, and ample for random weights. Each row has its own stream, so
+// rows can be generated in any order on any thread.
+void FillNormalRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* out, int64_t n) {
+  uint64_t state = seed;
+  state = SplitMix64(state) ^ (tensor_index * 0xD1B54A32D192ED03ULL);
+  state = SplitMix64(state) ^ (row * 0xABC98388FB8FAC03ULL);
+  SplitMix64(state);
+  // Sum of 4 uniforms on [0, 65535]: mean 131070, variance 4 * (65536^2 - 1) / 12.
+  const float scale = kWeightStd * std::sqrt(3.0f) / 65536.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t r = SplitMix64(state);
+    int64_t sum = static_cast<int64_t>(r & 0xFFFF) + static_cast<int64_t>((r >> 16) & 0xFFFF) +
+                  static_cast<int64_t>((r >> 32) & 0xFFFF) + static_cast<int64_t>(r >> 48);
+    out[i] = static_cast<float>(sum - 131070) * scale;
+  }
+}
+
+// The matrix type for a row length: the requested type, or f16 when the row is not a whole
+// number of blocks (as llama.cpp's quantizer falls back).
+TensorType MatrixType(const std::string& name, uint64_t row_len, TensorType wanted) {
+  auto info = GetTensorTypeInfo(static_cast<uint32_t>(wanted));
+  if (info && row_len % info->block_elems == 0) return wanted;
+  KV_LOG_INFO("synth: {}: row length {} is not a multiple of the {} block size {}; using f16", name,
+              row_len, info ? info->name : "?", info ? info->block_elems : 0);
+  return TensorType::kF16;
+}
+
+std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& o, uint64_t n_vocab,
+                                     TensorType type) {
+  const uint64_t E = o.n_embd, F = o.n_ff, V = n_vocab;
+  const uint64_t hd = o.n_embd / o.n_head;
+  const uint64_t q_dim = o.n_head * hd, kv_dim = o.n_head_kv * hd;
+  std::vector<SynthTensor> out;
+  auto matrix = [&](std::string name, uint64_t cols, uint64_t rows) {
+    TensorType t = MatrixType(name, cols, type);
+    out.push_back({std::move(name), {cols, rows}, t, Init::kNormal});
+  };
+  auto vector = [&](std::string name, uint64_t n, Init init) {
+    out.push_back({std::move(name), {n}, TensorType::kF32, init});
+  };
+  matrix("token_embd.weight", E, V);
+  vector("output_norm.weight", E, Init::kOnes);
+  if (!o.tied) matrix("output.weight", E, V);
+  for (int il = 0; il < o.n_layer; ++il) {
+    const std::string p = fmt::format("blk.{}.", il);
+    vector(p + "attn_norm.weight", E, Init::kOnes);
+    matrix(p + "attn_q.weight", E, q_dim);
+    matrix(p + "attn_k.weight", E, kv_dim);
+    matrix(p + "attn_v.weight", E, kv_dim);
+    if (arch.qkv_bias) {
+      vector(p + "attn_q.bias", q_dim, Init::kNormal);
+      vector(p + "attn_k.bias", kv_dim, Init::kNormal);
+      vector(p + "attn_v.bias", kv_dim, Init::kNormal);
+    }
+    if (arch.qk_norm) {
+      vector(p + "attn_q_norm.weight", hd, Init::kOnes);
+      vector(p + "attn_k_norm.weight", hd, Init::kOnes);
+    }
+    matrix(p + "attn_output.weight", q_dim, E);
+    vector(p + "ffn_norm.weight", E, Init::kOnes);
+    matrix(p + "ffn_gate.weight", E, F);
+    matrix(p + "ffn_up.weight", E, F);
+    matrix(p + "ffn_down.weight", F, E);
+  }
+  return out;
+}
+
+// general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*).
+uint32_t FileType(TensorType t) {
+  switch (t) {
+    case TensorType::kF32:
+      return 0;
+    case TensorType::kF16:
+      return 1;
+    case TensorType::kQ4_0:
+      return 2;
+    case TensorType::kQ8_0:
+      return 7;
+    case TensorType::kBF16:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+// Flag checks that need no file: a broken constraint is a usage error.
+std::optional<std::string> CheckOptions(const SynthOptions& o) {
+  auto positive = [](const char* flag, int v) -> std::optional<std::string> {
+    if (v <= 0) return fmt::format("{} must be > 0 (got {})", flag, v);
+    return std::nullopt;
+  };
+  for (auto [flag, v] : {std::pair{"--layers", o.n_layer},
+                         {"--embd", o.n_embd},
+                         {"--heads", o.n_head},
+                         {"--kv-heads", o.n_head_kv},
+                         {"--ff", o.n_ff},
+                         {"--ctx", o.n_ctx},
+                         {"-t/--threads", o.n_threads}}) {
+    if (auto e = positive(flag, v)) return e;
+  }
+  if (o.n_embd % o.n_head != 0) {
+    return fmt::format("--embd {} must be a multiple of --heads {}", o.n_embd, o.n_head);
+  }
+  if (o.n_head % o.n_head_kv != 0) {
+    return fmt::format("--heads {} must be a multiple of --kv-heads {}", o.n_head, o.n_head_kv);
+  }
+  if ((o.n_embd / o.n_head) % 2 != 0) {
+    return fmt::format("head size --embd/--heads = {} must be even for RoPE", o.n_embd / o.n_head);
+  }
+  if (o.rope_base && !(*o.rope_base > 0.0f)) {
+    return fmt::format("--rope-base must be > 0 (got {})", *o.rope_base);
+  }
+  return std::nullopt;
+}
+
+// Streams the tensors' bytes: rows generated and quantized in parallel, chunk by chunk.
+Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions& o,
+                    GgufStreamWriter& out) {
+  ThreadPool pool(o.n_threads);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  uint64_t total_bytes = 0, done_bytes = 0;
+  for (const auto& t : tensors) {
+    total_bytes +=
+        RowBytes(t.type, static_cast<int64_t>(t.ne[0])) * (t.ne.size() > 1 ? t.ne[1] : 1);
+  }
+  // Double buffering: one chunk is written on a helper thread while the next is generated.
+  std::vector<uint8_t> buffers[2];
+  int current = 0;
+  std::future<Status> pending;
+  auto wait_pending = [&]() { return pending.valid() ? pending.get() : Status::Ok(); };
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const SynthTensor& t = tensors[ti];
+    const int64_t cols = static_cast<int64_t>(t.ne[0]);
+    const int64_t rows = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+    const size_t row_bytes = RowBytes(t.type, cols);
+    const int64_t rows_per_chunk =
+        std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
+      const int64_t n_rows = std::min(rows_per_chunk, rows - r0);
+      std::vector<uint8_t>& chunk = buffers[current];
+      chunk.resize(static_cast<size_t>(n_rows) * row_bytes);
+      pool.ParallelFor(n_rows, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(cols));  // [cols] f32
+        for (int64_t r = begin; r < end; ++r) {
+          if (t.init == Init::kOnes) {
+            std::fill(row.begin(), row.end(), 1.0f);
+          } else {
+            FillNormalRow(o.seed, ti, static_cast<uint64_t>(r0 + r), row.data(), cols);
+          }
+          uint8_t* dst = chunk.data() + static_cast<size_t>(r) * row_bytes;
+          if (t.type == TensorType::kF32) {
+            std::memcpy(dst, row.data(), row_bytes);
+          } else {
+            QuantizeRow(t.type, row.data(), cols, dst);
+          }
+        }
+      });
+      KV_RETURN_IF_ERROR(wait_pending());
+      pending = std::async(std::launch::async, [&out, &chunk]() { return out.Append(chunk); });
+      current ^= 1;
+      done_bytes += chunk.size();
+    }
+    std::string line =
+        fmt::format("synth: tensor {}/{} {} {} {} ({} of {})", ti + 1, tensors.size(), t.name,
+                    TensorTypeName(static_cast<uint32_t>(t.type)),
+                    HumanBytes(static_cast<uint64_t>(rows) * row_bytes), HumanBytes(done_bytes),
+                    HumanBytes(total_bytes));
+    if (tty) {
+      // One line, rewritten in place.
+      std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), ti + 1 == tensors.size() ? "\n" : "");
+      std::fflush(stderr);
+    } else {
+      KV_LOG_INFO("{}", line);
+    }
+  }
+  return wait_pending();
+}
+
+int RunSynth(const SynthOptions& o) {
+  const SynthArch* arch = nullptr;
+  std::string arch_names;
+  for (const auto& a : kArchs) {
+    arch_names += (arch_names.empty() ? "" : ", ") + std::string(a.name);
+    if (o.arch == a.name) arch = &a;
+  }
+  if (arch == nullptr) {
+    return UsageError(
+        kCmd, fmt::format("--arch '{}' is not supported (supported: {})", o.arch, arch_names));
+  }
+  std::optional<TensorType> type = TensorTypeFromName(o.type_name);
+  bool type_ok = false;
+  for (TensorType t : kSynthTypes) type_ok = type_ok || (type && *type == t);
+  if (!type_ok) {
+    return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: f32, f16, bf16, "
+                                        "q8_0, q4_0)",
+                                        o.type_name));
+  }
+  if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
+
+  if (Status st = CheckWritable(o.out_path); !st.ok()) return Fail(kCmd, st);
+  auto vocab = OpenGguf(o.vocab_path);
+  if (!vocab.ok()) return Fail(kCmd, vocab.status());
+  const GgufArray* tokens = (*vocab)->GetArray("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->size() == 0) {
+    return Fail(kCmd,
+                fmt::format("{}: no tokenizer.ggml.tokens array: not a vocabulary", o.vocab_path));
+  }
+  const uint64_t n_vocab = tokens->size();
+
+  const std::string prefix = std::string(arch->name) + ".";
+  const uint32_t head_dim = static_cast<uint32_t>(o.n_embd / o.n_head);
+  GgufWriter writer;
+  writer.SetKv("general.architecture", GgufValue::String(arch->name));
+  writer.SetKv("general.name",
+               GgufValue::String(!o.name.empty() ? o.name
+                                                 : fmt::format("synth-{}-{}L-{}E", arch->name,
+                                                               o.n_layer, o.n_embd)));
+  writer.SetKv("general.file_type", GgufValue::Uint32(FileType(*type)));
+  writer.SetKv(prefix + "block_count", GgufValue::Uint32(o.n_layer));
+  writer.SetKv(prefix + "context_length", GgufValue::Uint32(o.n_ctx));
+  writer.SetKv(prefix + "embedding_length", GgufValue::Uint32(o.n_embd));
+  writer.SetKv(prefix + "feed_forward_length", GgufValue::Uint32(o.n_ff));
+  writer.SetKv(prefix + "attention.head_count", GgufValue::Uint32(o.n_head));
+  writer.SetKv(prefix + "attention.head_count_kv", GgufValue::Uint32(o.n_head_kv));
+  writer.SetKv(prefix + "attention.layer_norm_rms_epsilon", GgufValue::Float32(arch->rms_eps));
+  writer.SetKv(prefix + "rope.freq_base",
+               GgufValue::Float32(o.rope_base.value_or(arch->rope_base)));
+  writer.SetKv(prefix + "rope.dimension_count", GgufValue::Uint32(head_dim));
+  for (const auto& kv : (*vocab)->kvs()) {
+    if (kv.key.rfind("tokenizer.", 0) == 0) writer.SetKv(kv.key, kv.value);
+  }
+
+  std::vector<SynthTensor> tensors = PlanTensors(*arch, o, n_vocab, *type);
+  uint64_t n_params = 0;
+  for (const auto& t : tensors) {
+    if (Status st = writer.DeclareTensor(t.name, t.type, t.ne); !st.ok()) return Fail(kCmd, st);
+    uint64_t n = 1;
+    for (uint64_t d : t.ne) n *= d;
+    n_params += n;
+  }
+
+  Stopwatch clock;
+  auto out = GgufStreamWriter::Create(writer, o.out_path);
+  if (!out.ok()) return Fail(kCmd, out.status());
+  if (Status st = WriteTensors(tensors, o, **out); !st.ok())
+    return Fail(kCmd, WithPath(st, o.out_path));
+  if (Status st = (*out)->Finish(); !st.ok()) return Fail(kCmd, st);
+  KV_LOG_INFO("synth: wrote {}: {} {} layers, {} params, {} tensors, vocab {}, {:.2f} s",
+              o.out_path, arch->name, o.n_layer, HumanCount(n_params), tensors.size(), n_vocab,
+              clock.Seconds());
+  return kExitOk;
+}
+
+}  // namespace
+
+int SynthMain(int argc, char** argv) {
+  return Guarded(kCmd, [&]() -> int {
+    CLI::App app{
+        "Write a random-weight GGUF model of a given shape (weights ~ N(0, 0.02), norms 1).",
+        "kvasir synth"};
+    SynthOptions o;
+    o.n_threads = DefaultThreads();
+    app.add_option("--arch", o.arch, "architecture: llama, qwen2 or qwen3")->capture_default_str();
+    app.add_option("--layers", o.n_layer, "number of layers")->required();
+    app.add_option("--embd", o.n_embd, "embedding width")->required();
+    app.add_option("--heads", o.n_head, "attention heads")->required();
+    app.add_option("--kv-heads", o.n_head_kv, "key/value heads (default: --heads)");
+    app.add_option("--ff", o.n_ff, "feed-forward width")->required();
+    app.add_option("--vocab-from", o.vocab_path, "GGUF file whose tokenizer.* keys are copied")
+        ->required();
+    app.add_option("--type", o.type_name, "matrix type: f32, f16, bf16, q8_0, q4_0")
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "random seed")->capture_default_str();
+    app.add_option("--ctx", o.n_ctx, "context_length key")->capture_default_str();
+    app.add_option("--rope-base", o.rope_base, "rope.freq_base (default: per architecture)");
+    app.add_flag("--tied", o.tied, "no output.weight: the head reuses token_embd");
+    app.add_option("--name", o.name, "general.name");
+    app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    app.add_option("-o,--output", o.out_path, "output GGUF file")->required();
+    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (o.n_head_kv == 0 && app.count("--kv-heads") == 0) o.n_head_kv = o.n_head;
+    return RunSynth(o);
+  });
+}
+
+}  // namespace kvasir::cli

@@ -1,0 +1,108 @@
+#include "ring/client.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+namespace kvasir::ring {
+namespace {
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+}  // namespace
+
+Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head, int timeout_ms) {
+  std::string host;
+  uint16_t port = 0;
+  KV_RETURN_IF_ERROR(ParseHostPort(head, &host, &port));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  Status last = Error("timed out");
+  int backoff_ms = 50;
+  while (true) {
+    auto stream = DialTcp(host, port, 2000);
+    if (stream.ok()) {
+      auto link = std::make_unique<Link>(std::move(stream).value(), "head " + head);
+      wire::Hello h{};
+      h.protocol_version = wire::kProtocolVersion;
+      h.role = static_cast<uint32_t>(wire::Role::kClient);
+      std::snprintf(h.name, sizeof(h.name), "client");
+      KV_RETURN_IF_ERROR(link->Send(HelloMsg{h}));
+      KV_ASSIGN_OR_RETURN(Message reply, link->Receive());
+      if (auto* e = std::get_if<ErrorMsg>(&reply)) {
+        return Error("{} refused the client: {}", head, e->message);
+      }
+      auto* hello = std::get_if<HelloMsg>(&reply);
+      if (hello == nullptr) {
+        return Error("{} answered HELLO with {}", head, MessageName(reply));
+      }
+      auto client = std::unique_ptr<RingClient>(new RingClient(std::move(link)));
+      client->head_hello_ = hello->hello;
+      return client;
+    }
+    last = stream.status();
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 500);
+  }
+  return Error("cannot reach the ring's head: {}", last.message());
+}
+
+Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
+                                            const std::function<void(const TokenMsg&)>& on_token) {
+  GenerateResult r;
+  const auto t0 = Clock::now();
+  KV_RETURN_IF_ERROR(link_->Send(request));
+  uint32_t session = 0;
+  while (true) {
+    KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
+    if (auto* e = std::get_if<ErrorMsg>(&m)) {
+      if (e->session == 0 || session == 0 || e->session == session) {
+        return Error("the ring ended the request: {}", e->message);
+      }
+      continue;
+    }
+    auto* t = std::get_if<TokenMsg>(&m);
+    if (t == nullptr) continue;
+    if (session == 0) {
+      session = t->token.session;
+      r.ttft_ms = MsSince(t0);
+      r.n_prompt = static_cast<int>(t->token.n_prompt);
+    }
+    if (t->token.session != session) continue;
+    r.n_generated++;
+    on_token(*t);
+    if (t->token.finished) {
+      r.reason = static_cast<wire::FinishReason>(t->token.reason);
+      if (r.reason == wire::FinishReason::kStopString && t->piece.empty()) r.n_generated--;
+      break;
+    }
+  }
+  r.total_ms = MsSince(t0);
+  return r;
+}
+
+Status RingClient::WaitReady(int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto stats = Stats();
+    if (stats.ok()) return Status::Ok();
+    if (Clock::now() >= deadline) {
+      return Error("the ring did not close within {} ms: {}", timeout_ms,
+                   stats.status().message());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+Result<std::vector<wire::StageStats>> RingClient::Stats() {
+  KV_RETURN_IF_ERROR(link_->Send(StatsMsg{}));
+  while (true) {
+    KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
+    if (auto* s = std::get_if<StatsMsg>(&m)) return s->records;
+    if (auto* e = std::get_if<ErrorMsg>(&m)) return Error("stats: {}", e->message);
+  }
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,599 @@
+#include "ring/messages.h"
+
+#include <bit>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "base/check.h"
+#include "kernels/kernels.h"
+
+namespace kvasir::ring {
+
+static_assert(std::endian::native == std::endian::little,
+              "the ring codec copies little-endian wire structs as they are");
+
+namespace {
+
+using wire::Dtype;
+using wire::MsgType;
+
+constexpr size_t kHeaderSize = sizeof(wire::FrameHeader);
+constexpr uint8_t kMaxFinishReason = static_cast<uint8_t>(wire::FinishReason::kClientClosed);
+constexpr size_t kMaxStopBytes = 0xFFFF;  // a stop string's length travels as u16
+
+const char* Name(MsgType t) { return wire::MsgTypeName(static_cast<uint16_t>(t)); }
+
+// ---- Field checks shared by the decoder and CheckEncodable ---------------------------------
+
+Status CheckSession(MsgType t, uint32_t session) {
+  if (session == 0) return Error("{}: session is 0 (session ids are nonzero)", Name(t));
+  return Status::Ok();
+}
+
+Status CheckReason(MsgType t, uint32_t reason) {
+  if (reason > kMaxFinishReason) {
+    return Error("{}: reason {} is not a finish reason (0..{})", Name(t), reason, kMaxFinishReason);
+  }
+  return Status::Ok();
+}
+
+Status CheckPayloadSize(MsgType t, uint64_t payload) {
+  if (payload > wire::kMaxPayload) {
+    return Error("{}: payload of {} bytes exceeds the {} MiB limit", Name(t), payload,
+                 wire::kMaxPayload >> 20);
+  }
+  return Status::Ok();
+}
+
+// Bytes of the rows a HIDDEN body describes, after checking its session, dtype and shape.
+Result<uint64_t> HiddenTailBytes(uint32_t session, uint32_t n_tokens, uint32_t n_embd,
+                                 uint16_t dtype) {
+  KV_RETURN_IF_ERROR(CheckSession(MsgType::kHidden, session));
+  if (dtype > static_cast<uint16_t>(Dtype::kBF16)) {
+    return Error("HIDDEN: dtype {} is unknown (0 f32, 1 f16, 2 bf16)", dtype);
+  }
+  if (n_tokens == 0) return Error("HIDDEN: n_tokens is 0");
+  if (n_embd == 0) return Error("HIDDEN: n_embd is 0");
+  const uint64_t values = uint64_t{n_tokens} * n_embd;  // both < 2^32: cannot wrap
+  if (values > wire::kMaxPayload) {
+    return Error("HIDDEN: n_tokens {} x n_embd {} = {} values exceeds any payload ({} MiB)",
+                 n_tokens, n_embd, values, wire::kMaxPayload >> 20);
+  }
+  return values * wire::DtypeSize(static_cast<Dtype>(dtype));
+}
+
+// ---- Decoding ------------------------------------------------------------------------------
+
+// Copies the packed body at the start of the payload.
+template <typename Body>
+Status LoadBody(const Frame& f, Body* body) {
+  static_assert(std::is_trivially_copyable_v<Body>);
+  if (f.payload.size() < sizeof(Body)) {
+    return Error("{}: payload of {} bytes is shorter than its {}-byte body",
+                 wire::MsgTypeName(f.type), f.payload.size(), sizeof(Body));
+  }
+  std::memcpy(body, f.payload.data(), sizeof(Body));
+  return Status::Ok();
+}
+
+// Requires exactly `tail` bytes after the body; `what` names the fields that imply it.
+Status CheckTail(const Frame& f, size_t body_size, uint64_t tail, std::string_view what) {
+  const uint64_t have = f.payload.size() - body_size;
+  if (have == tail) return Status::Ok();
+  if (what.empty()) {
+    return Error("{}: payload is {} bytes, but the message is its {}-byte body alone",
+                 wire::MsgTypeName(f.type), f.payload.size(), body_size);
+  }
+  return Error("{}: tail is {} bytes, but {} needs {}", wire::MsgTypeName(f.type), have, what,
+               tail);
+}
+
+const uint8_t* Tail(const Frame& f, size_t body_size) { return f.payload.data() + body_size; }
+
+Result<Message> DecodeHello(const Frame& f) {
+  HelloMsg m;
+  KV_RETURN_IF_ERROR(LoadBody(f, &m.hello));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(wire::Hello), 0, ""));
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeError(const Frame& f) {
+  wire::ErrorBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  if (b.message_bytes > wire::kMaxErrorMessage) {
+    return Error("ERROR: message_bytes {} exceeds the {}-byte limit", b.message_bytes,
+                 wire::kMaxErrorMessage);
+  }
+  KV_RETURN_IF_ERROR(
+      CheckTail(f, sizeof(b), b.message_bytes, fmt::format("message_bytes {}", b.message_bytes)));
+  // Codes outside the specification are kept: the peer still reports a failure.
+  ErrorMsg m{static_cast<wire::ErrorCode>(b.code), b.session, {}};
+  m.message.assign(reinterpret_cast<const char*>(Tail(f, sizeof(b))), b.message_bytes);
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeGenerate(const Frame& f) {
+  wire::GenerateBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  if (b.prompt_bytes > wire::kMaxPromptBytes) {
+    return Error("GENERATE: prompt_bytes {} exceeds the {} MiB limit", b.prompt_bytes,
+                 wire::kMaxPromptBytes >> 20);
+  }
+  if (b.n_stop > wire::kMaxStopStrings) {
+    return Error("GENERATE: n_stop {} exceeds the limit of {} stop strings", b.n_stop,
+                 wire::kMaxStopStrings);
+  }
+  if (b.add_special > 1) return Error("GENERATE: add_special {} is not 0 or 1", b.add_special);
+  const uint8_t* p = Tail(f, sizeof(b));
+  size_t left = f.payload.size() - sizeof(b);
+  if (left < b.prompt_bytes) {
+    return Error("GENERATE: prompt_bytes {} but the tail holds {} bytes", b.prompt_bytes, left);
+  }
+  GenerateMsg m;
+  m.sampling = b.sampling;
+  m.add_special = b.add_special != 0;
+  m.prompt.assign(reinterpret_cast<const char*>(p), b.prompt_bytes);
+  p += b.prompt_bytes;
+  left -= b.prompt_bytes;
+  m.stops.reserve(b.n_stop);
+  for (uint32_t i = 0; i < b.n_stop; ++i) {
+    if (left < sizeof(uint16_t)) {
+      return Error("GENERATE: stop string {} of {}: tail ends before its u16 length", i, b.n_stop);
+    }
+    uint16_t len;
+    std::memcpy(&len, p, sizeof(len));
+    p += sizeof(len);
+    left -= sizeof(len);
+    if (left < len) {
+      return Error("GENERATE: stop string {} of {}: length {} but {} bytes remain", i, b.n_stop,
+                   len, left);
+    }
+    m.stops.emplace_back(reinterpret_cast<const char*>(p), len);
+    p += len;
+    left -= len;
+  }
+  if (left != 0) {
+    return Error("GENERATE: {} bytes follow the prompt and {} stop strings", left, b.n_stop);
+  }
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeOpenSession(const Frame& f) {
+  wire::OpenSessionBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  KV_RETURN_IF_ERROR(CheckSession(MsgType::kOpenSession, b.session));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), uint64_t{b.n_prompt} * sizeof(int32_t),
+                               fmt::format("n_prompt {} x i32", b.n_prompt)));
+  OpenSessionMsg m{b.session, b.sampling, std::vector<int32_t>(b.n_prompt)};
+  if (b.n_prompt > 0) {
+    std::memcpy(m.prompt.data(), Tail(f, sizeof(b)), size_t{b.n_prompt} * sizeof(int32_t));
+  }
+  for (uint32_t i = 0; i < b.n_prompt; ++i) {
+    if (m.prompt[i] < 0) return Error("OPEN_SESSION: prompt token {} is {}", i, m.prompt[i]);
+  }
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeHidden(const Frame& f) {
+  wire::HiddenBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  KV_ASSIGN_OR_RETURN(uint64_t bytes, HiddenTailBytes(b.session, b.n_tokens, b.n_embd, b.dtype));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), bytes,
+                               fmt::format("n_tokens {} x n_embd {} x {}", b.n_tokens, b.n_embd,
+                                           DtypeName(static_cast<Dtype>(b.dtype)))));
+  HiddenMsg m{b.session, b.pos0, b.n_tokens, b.n_embd, static_cast<Dtype>(b.dtype), b.flags, {}};
+  m.data.assign(Tail(f, sizeof(b)), Tail(f, sizeof(b)) + bytes);
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeToken(const Frame& f) {
+  TokenMsg m;
+  wire::TokenBody& b = m.token;
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  KV_RETURN_IF_ERROR(CheckSession(MsgType::kToken, b.session));
+  if (b.id < 0) return Error("TOKEN: id {} is negative", b.id);
+  if (b.finished > 1) return Error("TOKEN: finished {} is not 0 or 1", b.finished);
+  KV_RETURN_IF_ERROR(CheckReason(MsgType::kToken, b.reason));
+  KV_RETURN_IF_ERROR(
+      CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
+  m.piece.assign(reinterpret_cast<const char*>(Tail(f, sizeof(b))), b.piece_bytes);
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeClose(const Frame& f) {
+  wire::CloseBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), 0, ""));
+  KV_RETURN_IF_ERROR(CheckSession(MsgType::kCloseSession, b.session));
+  KV_RETURN_IF_ERROR(CheckReason(MsgType::kCloseSession, b.reason));
+  return Message(CloseMsg{b.session, static_cast<uint8_t>(b.reason)});
+}
+
+Result<Message> DecodePing(const Frame& f) {
+  PingMsg m;
+  m.pong = f.type == static_cast<uint16_t>(MsgType::kPong);
+  KV_RETURN_IF_ERROR(LoadBody(f, &m.body));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(m.body), 0, ""));
+  return Message(m);
+}
+
+Result<Message> DecodeStats(const Frame& f) {
+  wire::StatsBody b{};
+  KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  KV_RETURN_IF_ERROR(CheckTail(
+      f, sizeof(b), uint64_t{b.n_records} * sizeof(wire::StageStats),
+      fmt::format("n_records {} x {}-byte StageStats", b.n_records, sizeof(wire::StageStats))));
+  StatsMsg m;
+  m.records.resize(b.n_records);
+  if (b.n_records > 0) {
+    std::memcpy(m.records.data(), Tail(f, sizeof(b)),
+                size_t{b.n_records} * sizeof(wire::StageStats));
+  }
+  return Message(std::move(m));
+}
+
+// ---- Encoding ------------------------------------------------------------------------------
+
+// Builds header + payload in one buffer, so a large HIDDEN tail is copied once.
+class FrameBuilder {
+ public:
+  FrameBuilder(MsgType type, size_t payload_bytes) : type_(type) {
+    out_.reserve(kHeaderSize + payload_bytes);
+    out_.resize(kHeaderSize);
+  }
+  template <typename T>
+  void Put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    PutBytes(&v, sizeof(T));
+  }
+  void PutBytes(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    std::memcpy(out_.data() + at, p, n);
+  }
+  std::vector<uint8_t> Finish() {
+    const size_t payload = out_.size() - kHeaderSize;
+    KV_CHECK(payload <= wire::kMaxPayload, "{} payload of {} bytes", Name(type_), payload);
+    wire::FrameHeader h{};
+    h.magic = wire::kMagic;
+    h.type = static_cast<uint16_t>(type_);
+    h.length = static_cast<uint32_t>(payload);
+    std::memcpy(out_.data(), &h, kHeaderSize);
+    return std::move(out_);
+  }
+
+ private:
+  MsgType type_;
+  std::vector<uint8_t> out_;
+};
+
+// The longest prefix of `s` of at most `max` bytes that does not split a UTF-8 sequence.
+std::string_view Utf8Prefix(std::string_view s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<uint8_t>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+std::vector<uint8_t> Encode(const HelloMsg& m) {
+  FrameBuilder fb(MsgType::kHello, sizeof(m.hello));
+  fb.Put(m.hello);
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const ErrorMsg& m) {
+  const std::string_view text = Utf8Prefix(m.message, wire::kMaxErrorMessage);
+  wire::ErrorBody b{};
+  b.code = static_cast<uint32_t>(m.code);
+  b.session = m.session;
+  b.message_bytes = static_cast<uint32_t>(text.size());
+  FrameBuilder fb(MsgType::kError, sizeof(b) + text.size());
+  fb.Put(b);
+  fb.PutBytes(text.data(), text.size());
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const GenerateMsg& m) {
+  wire::GenerateBody b{};
+  b.sampling = m.sampling;
+  b.prompt_bytes = static_cast<uint32_t>(m.prompt.size());
+  b.n_stop = static_cast<uint32_t>(m.stops.size());
+  b.add_special = m.add_special ? 1 : 0;
+  size_t bytes = sizeof(b) + m.prompt.size();
+  for (const std::string& s : m.stops) bytes += sizeof(uint16_t) + s.size();
+  FrameBuilder fb(MsgType::kGenerate, bytes);
+  fb.Put(b);
+  fb.PutBytes(m.prompt.data(), m.prompt.size());
+  for (const std::string& s : m.stops) {
+    fb.Put(static_cast<uint16_t>(s.size()));
+    fb.PutBytes(s.data(), s.size());
+  }
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const OpenSessionMsg& m) {
+  wire::OpenSessionBody b{};
+  b.session = m.session;
+  b.n_prompt = static_cast<uint32_t>(m.prompt.size());
+  b.sampling = m.sampling;
+  const size_t tail = m.prompt.size() * sizeof(int32_t);
+  FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail);
+  fb.Put(b);
+  fb.PutBytes(m.prompt.data(), tail);
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const HiddenMsg& m) {
+  wire::HiddenBody b{};
+  b.session = m.session;
+  b.pos0 = m.pos0;
+  b.n_tokens = m.n_tokens;
+  b.n_embd = m.n_embd;
+  b.dtype = static_cast<uint16_t>(m.dtype);
+  b.flags = m.flags;
+  FrameBuilder fb(MsgType::kHidden, sizeof(b) + m.data.size());
+  fb.Put(b);
+  fb.PutBytes(m.data.data(), m.data.size());
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const TokenMsg& m) {
+  wire::TokenBody b = m.token;
+  b.piece_bytes = static_cast<uint32_t>(m.piece.size());
+  FrameBuilder fb(MsgType::kToken, sizeof(b) + m.piece.size());
+  fb.Put(b);
+  fb.PutBytes(m.piece.data(), m.piece.size());
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const CloseMsg& m) {
+  wire::CloseBody b{m.session, m.reason};
+  FrameBuilder fb(MsgType::kCloseSession, sizeof(b));
+  fb.Put(b);
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const PingMsg& m) {
+  FrameBuilder fb(m.pong ? MsgType::kPong : MsgType::kPing, sizeof(m.body));
+  fb.Put(m.body);
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const StatsMsg& m) {
+  wire::StatsBody b{};
+  b.n_records = static_cast<uint32_t>(m.records.size());
+  const size_t tail = m.records.size() * sizeof(wire::StageStats);
+  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail);
+  fb.Put(b);
+  fb.PutBytes(m.records.data(), tail);
+  return fb.Finish();
+}
+
+// Printable ASCII of a NUL-padded fixed-size name from a peer, for logs.
+std::string PrintableName(const char* name, size_t size) {
+  std::string out;
+  for (size_t i = 0; i < size && name[i] != '\0'; ++i) {
+    const char c = name[i];
+    out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Message> DecodeMessage(const Frame& frame) {
+  switch (frame.type) {
+    case static_cast<uint16_t>(MsgType::kHello):
+      return DecodeHello(frame);
+    case static_cast<uint16_t>(MsgType::kError):
+      return DecodeError(frame);
+    case static_cast<uint16_t>(MsgType::kGenerate):
+      return DecodeGenerate(frame);
+    case static_cast<uint16_t>(MsgType::kOpenSession):
+      return DecodeOpenSession(frame);
+    case static_cast<uint16_t>(MsgType::kHidden):
+      return DecodeHidden(frame);
+    case static_cast<uint16_t>(MsgType::kToken):
+      return DecodeToken(frame);
+    case static_cast<uint16_t>(MsgType::kCloseSession):
+      return DecodeClose(frame);
+    case static_cast<uint16_t>(MsgType::kPing):
+    case static_cast<uint16_t>(MsgType::kPong):
+      return DecodePing(frame);
+    case static_cast<uint16_t>(MsgType::kStats):
+      return DecodeStats(frame);
+    default:
+      return Error("frame type {} is unknown (this build knows 1..{})", frame.type,
+                   wire::kMaxMsgType);
+  }
+}
+
+wire::MsgType MessageType(const Message& m) {
+  static constexpr MsgType kByIndex[] = {
+      MsgType::kHello,        MsgType::kError,  MsgType::kGenerate,
+      MsgType::kOpenSession,  MsgType::kHidden, MsgType::kToken,
+      MsgType::kCloseSession, MsgType::kPing,   MsgType::kStats};
+  static_assert(std::size(kByIndex) == std::variant_size_v<Message>);
+  if (const auto* ping = std::get_if<PingMsg>(&m); ping != nullptr && ping->pong) {
+    return MsgType::kPong;
+  }
+  return kByIndex[m.index()];
+}
+
+Status CheckEncodable(const Message& msg) {
+  const MsgType t = MessageType(msg);
+  if (const auto* m = std::get_if<GenerateMsg>(&msg)) {
+    if (m->prompt.size() > wire::kMaxPromptBytes) {
+      return Error("GENERATE: prompt of {} bytes exceeds the {} MiB limit", m->prompt.size(),
+                   wire::kMaxPromptBytes >> 20);
+    }
+    if (m->stops.size() > wire::kMaxStopStrings) {
+      return Error("GENERATE: {} stop strings exceed the limit of {}", m->stops.size(),
+                   wire::kMaxStopStrings);
+    }
+    for (size_t i = 0; i < m->stops.size(); ++i) {
+      if (m->stops[i].size() > kMaxStopBytes) {
+        return Error("GENERATE: stop string {} of {} bytes exceeds {}", i, m->stops[i].size(),
+                     kMaxStopBytes);
+      }
+    }
+  } else if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckSession(t, m->session));
+    for (size_t i = 0; i < m->prompt.size(); ++i) {
+      if (m->prompt[i] < 0) return Error("OPEN_SESSION: prompt token {} is {}", i, m->prompt[i]);
+    }
+    KV_RETURN_IF_ERROR(CheckPayloadSize(
+        t, sizeof(wire::OpenSessionBody) + uint64_t{m->prompt.size()} * sizeof(int32_t)));
+  } else if (const auto* m = std::get_if<HiddenMsg>(&msg)) {
+    KV_ASSIGN_OR_RETURN(uint64_t bytes, HiddenTailBytes(m->session, m->n_tokens, m->n_embd,
+                                                        static_cast<uint16_t>(m->dtype)));
+    if (bytes != m->data.size()) {
+      return Error("HIDDEN: data is {} bytes, but n_tokens {} x n_embd {} x {} needs {}",
+                   m->data.size(), m->n_tokens, m->n_embd, DtypeName(m->dtype), bytes);
+    }
+    KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::HiddenBody) + bytes));
+  } else if (const auto* m = std::get_if<TokenMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckSession(t, m->token.session));
+    if (m->token.id < 0) return Error("TOKEN: id {} is negative", m->token.id);
+    if (m->token.finished > 1) return Error("TOKEN: finished {} is not 0 or 1", m->token.finished);
+    KV_RETURN_IF_ERROR(CheckReason(t, m->token.reason));
+    KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::TokenBody) + uint64_t{m->piece.size()}));
+  } else if (const auto* m = std::get_if<CloseMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckSession(t, m->session));
+    KV_RETURN_IF_ERROR(CheckReason(t, m->reason));
+  } else if (const auto* m = std::get_if<StatsMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckPayloadSize(
+        t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats)));
+  }
+  return Status::Ok();
+}
+
+std::vector<uint8_t> EncodeMessage(const Message& m) {
+  const Status s = CheckEncodable(m);
+  KV_CHECK(s.ok(), "encoding a message the protocol forbids: {}", s.message());
+  return std::visit([](const auto& v) { return Encode(v); }, m);
+}
+
+HiddenMsg MakeHidden(uint32_t session, uint32_t pos0, uint32_t n_tokens, uint32_t n_embd,
+                     wire::Dtype dtype, uint16_t flags, std::span<const float> rows) {
+  const size_t n = size_t{n_tokens} * n_embd;
+  KV_CHECK(rows.size() == n, "MakeHidden: {} values for [{}, {}]", rows.size(), n_tokens, n_embd);
+  HiddenMsg m{session, pos0, n_tokens, n_embd, dtype, flags, {}};
+  switch (dtype) {
+    case Dtype::kF32:
+      m.data.resize(n * sizeof(float));
+      if (n > 0) std::memcpy(m.data.data(), rows.data(), n * sizeof(float));
+      break;
+    case Dtype::kF16:
+    case Dtype::kBF16: {
+      m.data.resize(n * sizeof(uint16_t));
+      uint8_t* out = m.data.data();
+      const bool f16 = dtype == Dtype::kF16;
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f16 ? F32ToF16(rows[i]) : F32ToBF16(rows[i]);
+        std::memcpy(out + i * sizeof(h), &h, sizeof(h));
+      }
+      break;
+    }
+    default:
+      KV_CHECK(false, "MakeHidden: dtype {}", static_cast<int>(dtype));
+  }
+  return m;
+}
+
+void HiddenToF32(const HiddenMsg& m, std::vector<float>* out) {
+  const size_t n = size_t{m.n_tokens} * m.n_embd;
+  KV_CHECK(m.dtype <= Dtype::kBF16, "HiddenToF32: dtype {}", static_cast<int>(m.dtype));
+  KV_CHECK(m.data.size() == n * wire::DtypeSize(m.dtype), "HiddenToF32: {} bytes for [{}, {}] {}",
+           m.data.size(), m.n_tokens, m.n_embd, DtypeName(m.dtype));
+  out->resize(n);
+  if (m.dtype == Dtype::kF32) {
+    if (n > 0) std::memcpy(out->data(), m.data.data(), n * sizeof(float));
+    return;
+  }
+  const uint8_t* in = m.data.data();
+  const bool f16 = m.dtype == Dtype::kF16;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + i * sizeof(h), sizeof(h));
+    (*out)[i] = f16 ? F16ToF32(h) : BF16ToF32(h);
+  }
+}
+
+std::string MessageName(const Message& msg) {
+  if (const auto* m = std::get_if<HelloMsg>(&msg)) {
+    return fmt::format("HELLO({}, layers [{}, {}))",
+                       PrintableName(m->hello.name, sizeof(m->hello.name)), m->hello.window_first,
+                       m->hello.window_last);
+  }
+  if (const auto* m = std::get_if<ErrorMsg>(&msg)) {
+    return fmt::format("ERROR({}, session {})", ErrorCodeName(m->code), m->session);
+  }
+  if (const auto* m = std::get_if<GenerateMsg>(&msg)) {
+    return fmt::format("GENERATE({} prompt bytes, {} stops)", m->prompt.size(), m->stops.size());
+  }
+  if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
+    return fmt::format("OPEN_SESSION(session {}, {} prompt tokens)", m->session, m->prompt.size());
+  }
+  if (const auto* m = std::get_if<HiddenMsg>(&msg)) {
+    return fmt::format("HIDDEN(session {}, {} rows)", m->session, m->n_tokens);
+  }
+  if (const auto* m = std::get_if<TokenMsg>(&msg)) {
+    std::string s =
+        fmt::format("TOKEN(session {}, pos {}, id {}", m->token.session, m->token.pos, m->token.id);
+    if (m->token.finished != 0) {
+      s += fmt::format(", finished: {}", wire::FinishReasonName(m->token.reason));
+    }
+    return s + ")";
+  }
+  if (const auto* m = std::get_if<CloseMsg>(&msg)) {
+    return fmt::format("CLOSE_SESSION(session {}, {})", m->session,
+                       wire::FinishReasonName(m->reason));
+  }
+  if (const auto* m = std::get_if<PingMsg>(&msg)) {
+    return fmt::format("{}(nonce {})", m->pong ? "PONG" : "PING", m->body.nonce);
+  }
+  const auto& m = std::get<StatsMsg>(msg);
+  return fmt::format("STATS({} records)", m.records.size());
+}
+
+const char* ErrorCodeName(wire::ErrorCode code) {
+  switch (code) {
+    case wire::ErrorCode::kMalformed:
+      return "malformed";
+    case wire::ErrorCode::kVersion:
+      return "version";
+    case wire::ErrorCode::kWrongModel:
+      return "wrong_model";
+    case wire::ErrorCode::kNotAdjacent:
+      return "not_adjacent";
+    case wire::ErrorCode::kUnknownSession:
+      return "unknown_session";
+    case wire::ErrorCode::kBadRequest:
+      return "bad_request";
+    case wire::ErrorCode::kLinkDown:
+      return "link_down";
+    case wire::ErrorCode::kInternal:
+      return "internal";
+    case wire::ErrorCode::kBusy:
+      return "busy";
+  }
+  return "unknown";
+}
+
+const char* DtypeName(wire::Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32:
+      return "f32";
+    case Dtype::kF16:
+      return "f16";
+    case Dtype::kBF16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,111 @@
+// Typed ring messages (docs/PROTOCOL.md, "Messages"): decoding a Frame into a validated Message,
+// and encoding a Message into a whole frame. Every limit the specification sets is enforced here,
+// so code above this layer can trust the sizes and counts of a decoded message. Semantic checks
+// that need the receiver's state (n_embd of this stage, model identity, known sessions, vocabulary
+// size) belong to the receiver.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "ring/frame.h"
+#include "ring/wire.h"
+
+namespace kvasir::ring {
+
+struct HelloMsg {  // HELLO
+  wire::Hello hello{};
+};
+
+struct ErrorMsg {  // ERROR; the encoder cuts `message` to kMaxErrorMessage bytes
+  wire::ErrorCode code = wire::ErrorCode::kInternal;
+  uint32_t session = 0;  // 0: the link / all sessions
+  std::string message;
+};
+
+struct GenerateMsg {  // GENERATE, client -> head
+  wire::SamplingWire sampling{};
+  std::string prompt;              // UTF-8, at most kMaxPromptBytes
+  std::vector<std::string> stops;  // at most kMaxStopStrings, each under 64 KiB
+  bool add_special = true;
+};
+
+struct OpenSessionMsg {  // OPEN_SESSION
+  uint32_t session = 0;  // nonzero
+  wire::SamplingWire sampling{};
+  std::vector<int32_t> prompt;  // token ids, each >= 0
+};
+
+struct HiddenMsg {       // HIDDEN
+  uint32_t session = 0;  // nonzero
+  uint32_t pos0 = 0;     // position of the first row
+  uint32_t n_tokens = 0;
+  uint32_t n_embd = 0;
+  wire::Dtype dtype = wire::Dtype::kF32;
+  uint16_t flags = 0;         // wire::kHiddenSample
+  std::vector<uint8_t> data;  // [n_tokens, n_embd] row-major, raw little-endian values of dtype
+};
+
+struct TokenMsg {           // TOKEN
+  wire::TokenBody token{};  // piece_bytes is ignored when encoding: piece.size() is sent
+  std::string piece;        // head -> client only
+};
+
+struct CloseMsg {        // CLOSE_SESSION
+  uint32_t session = 0;  // nonzero
+  uint8_t reason = 0;    // wire::FinishReason
+};
+
+struct PingMsg {  // PING, or PONG when `pong`
+  bool pong = false;
+  wire::PingBody body{};
+};
+
+struct StatsMsg {  // STATS
+  std::vector<wire::StageStats> records;
+};
+
+using Message = std::variant<HelloMsg, ErrorMsg, GenerateMsg, OpenSessionMsg, HiddenMsg, TokenMsg,
+                             CloseMsg, PingMsg, StatsMsg>;
+
+// Validates the payload of `frame` against its type and builds the typed message: body size, the
+// tail size the body implies (exactly), limits (error message <= kMaxErrorMessage bytes, prompt <=
+// kMaxPromptBytes, n_stop <= kMaxStopStrings, n_tokens * n_embd * dtype size without overflow),
+// known dtype and finish reasons, nonzero sessions where the message names one. Errors name the
+// message type and the field: "HIDDEN: dtype 7 is unknown (0 f32, 1 f16, 2 bf16)".
+Result<Message> DecodeMessage(const Frame& frame);
+
+// The message id `m` travels under.
+wire::MsgType MessageType(const Message& m);
+
+// Whether EncodeMessage accepts `m`: the same limits DecodeMessage enforces, plus a payload within
+// kMaxPayload and a HIDDEN data size matching its shape. Check messages built from outside input
+// (a user's prompt, say) here; EncodeMessage treats a violation as a bug.
+Status CheckEncodable(const Message& m);
+
+// Header + payload of `m`, ready to write. Requires CheckEncodable(m).ok(), except that an ERROR
+// message longer than kMaxErrorMessage is cut at a UTF-8 character boundary.
+std::vector<uint8_t> EncodeMessage(const Message& m);
+
+// Converts rows [n_tokens, n_embd] of f32 (`rows`, exactly n_tokens * n_embd values) to `dtype`,
+// rounding to nearest even for f16 and bf16; f32 is copied bit-exactly.
+HiddenMsg MakeHidden(uint32_t session, uint32_t pos0, uint32_t n_tokens, uint32_t n_embd,
+                     wire::Dtype dtype, uint16_t flags, std::span<const float> rows);
+
+// Widens the rows of a decoded (or MakeHidden-built) message to f32.
+// out: [n_tokens, n_embd] row-major, resized to fit.
+void HiddenToF32(const HiddenMsg& m, std::vector<float>* out);
+
+// A short description for logs: "HELLO(stage-1, layers [0, 16))", "HIDDEN(session 3, 12 rows)".
+std::string MessageName(const Message& m);
+
+// "malformed", "link_down", ...; "unknown" for codes outside the specification.
+const char* ErrorCodeName(wire::ErrorCode code);
+// "f32", "f16", "bf16"; "unknown" otherwise.
+const char* DtypeName(wire::Dtype dtype);
+
+}  // namespace kvasir::ring

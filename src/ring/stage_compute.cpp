@@ -1,0 +1,487 @@
+// Stage runtime, part 2: the compute loop. Only the thread in Run() executes this file, so session
+// state needs no locks. Control messages are handled as they arrive; hidden-state work is batched
+// across sessions (decode steps first, then prompt chunks) into one Forward per loop turn.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "base/log.h"
+#include "ring/stage_impl.h"
+
+namespace kvasir::ring {
+namespace {
+
+SamplingParams ToParams(const wire::SamplingWire& w) {
+  SamplingParams p;
+  p.temperature = w.temperature;
+  p.top_k = w.top_k;
+  p.top_p = w.top_p;
+  p.min_p = w.min_p;
+  p.repeat_penalty = w.repeat_penalty;
+  p.repeat_last_n = w.repeat_last_n;
+  p.seed = w.seed;
+  return p;
+}
+
+uint64_t NsSince(Clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+}  // namespace
+
+void StageImpl::HandleEvent(Event& e) {
+  switch (e.kind) {
+    case Event::Kind::kMessage:
+      HandleMessage(e);
+      break;
+    case Event::Kind::kPredDown:
+    case Event::Kind::kSuccDown:
+      FailAll(e.reason, e.kind == Event::Kind::kPredDown);
+      break;
+    case Event::Kind::kSuccUp:
+      ring_closed_ = false;
+      last_probe_ = {};
+      break;
+    case Event::Kind::kClientGone: {
+      std::vector<uint32_t> ids;
+      for (auto& [id, s] : sessions_) {
+        if (s.originated && s.client == e.client && !s.closing) ids.push_back(id);
+      }
+      for (uint32_t id : ids) EndSession(id, wire::FinishReason::kClientClosed, "");
+      std::erase(stats_waiters_, e.client);
+      std::erase_if(waiting_generates_, [&](const auto& w) { return w.first == e.client; });
+      break;
+    }
+    case Event::Kind::kWake:
+      break;
+  }
+}
+
+void StageImpl::HandleMessage(Event& e) {
+  Message& m = *e.msg;
+  if (!e.from_pred) {
+    // From a client of the head.
+    if (auto* g = std::get_if<GenerateMsg>(&m)) {
+      HandleGenerate(e.client, *g);
+    } else if (auto* c = std::get_if<CloseMsg>(&m)) {
+      auto it = sessions_.find(c->session);
+      if (it != sessions_.end() && it->second.client == e.client && !it->second.closing) {
+        EndSession(c->session, wire::FinishReason::kClientClosed, "");
+      }
+    } else if (auto* st = std::get_if<StatsMsg>(&m)) {
+      st->records.push_back(StatsRecord());
+      if (ring_closed_ && SendNext(*st)) {
+        stats_waiters_.push_back(e.client);
+      } else {
+        SendToClient(e.client, ErrorMsg{wire::ErrorCode::kLinkDown, 0, "the ring is not closed"});
+      }
+    } else if (auto* p = std::get_if<PingMsg>(&m)) {
+      SendToClient(e.client, PingMsg{true, p->body});
+    } else {
+      SendToClient(e.client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                      fmt::format("unexpected {} from a client", MessageName(m))});
+    }
+    return;
+  }
+  if (auto* o = std::get_if<OpenSessionMsg>(&m)) {
+    HandleOpen(*o);
+  } else if (auto* h = std::get_if<HiddenMsg>(&m)) {
+    HandleHidden(*h);
+  } else if (auto* t = std::get_if<TokenMsg>(&m)) {
+    HandleToken(*t);
+  } else if (auto* c = std::get_if<CloseMsg>(&m)) {
+    HandleClose(*c, true);
+  } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
+    HandleError(*err);
+  } else if (auto* p = std::get_if<PingMsg>(&m)) {
+    if (is_head() && !p->pong && p->body.nonce == probe_nonce_) {
+      if (!ring_closed_) KV_LOG_INFO("{}: ring closed", options_.name);
+      ring_closed_ = true;
+      std::deque<std::pair<uint64_t, GenerateMsg>> waiting;
+      waiting.swap(waiting_generates_);
+      for (auto& [client, g] : waiting) StartSession(client, g);
+    } else if (!is_head()) {
+      SendNext(*p);
+    }
+  } else if (auto* st = std::get_if<StatsMsg>(&m)) {
+    if (is_head()) {
+      if (!stats_waiters_.empty()) {
+        SendToClient(stats_waiters_.front(), *st);
+        stats_waiters_.pop_front();
+      }
+    } else {
+      st->records.push_back(StatsRecord());
+      SendNext(*st);
+    }
+  }
+}
+
+void StageImpl::MaybeProbeRing() {
+  if (!is_head() || ring_closed_) return;
+  const auto now = Clock::now();
+  if (now - last_probe_ < std::chrono::milliseconds(300)) return;
+  last_probe_ = now;
+  PingMsg probe{false, {probe_nonce_, 0}};
+  SendNext(probe);
+}
+
+void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g) {
+  if (!ring_closed_) {
+    // Starts once the ring probe has gone all the way around.
+    if (waiting_generates_.size() >= static_cast<size_t>(options_.max_sessions)) {
+      SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0, "the ring is not closed yet"});
+      return;
+    }
+    waiting_generates_.emplace_back(client, std::move(g));
+    return;
+  }
+  StartSession(client, g);
+}
+
+void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
+  std::vector<int32_t> ids = tokenizer_->Encode(g.prompt, g.add_special, /*parse_special=*/true);
+  auto refuse = [&](wire::ErrorCode code, const std::string& why) {
+    KV_LOG_WARN("{}: refused a request: {}", options_.name, why);
+    SendToClient(client, ErrorMsg{code, 0, why});
+  };
+  if (ids.empty()) return refuse(wire::ErrorCode::kBadRequest, "the prompt is empty");
+  if (static_cast<int>(ids.size()) >= window_->n_ctx()) {
+    return refuse(wire::ErrorCode::kBadRequest,
+                  fmt::format("the prompt has {} tokens but the context is {}", ids.size(),
+                              window_->n_ctx()));
+  }
+  uint32_t id = next_session_++;
+  if (id == 0) id = next_session_++;
+  if (Status s = window_->OpenSequence(static_cast<int>(id)); !s.ok()) {
+    return refuse(wire::ErrorCode::kBusy, s.message());
+  }
+  Session& s = sessions_[id];
+  s.id = id;
+  s.sampling = g.sampling;
+  s.history = ids;
+  s.n_prompt = static_cast<int>(ids.size());
+  s.originated = true;
+  s.client = client;
+  s.stops = std::move(g.stops);
+  if (is_last()) s.sampler = std::make_unique<Sampler>(ToParams(g.sampling));
+  KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
+              g.sampling.max_tokens);
+  if (!SendNext(OpenSessionMsg{id, g.sampling, ids})) {
+    EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
+    return;
+  }
+  for (int pos = 0; pos < s.n_prompt; pos += options_.chunk) {
+    Work w;
+    w.session = id;
+    w.pos0 = pos;
+    w.n_tokens = std::min(options_.chunk, s.n_prompt - pos);
+    w.sample = pos + w.n_tokens == s.n_prompt;
+    w.tokens.assign(ids.begin() + pos, ids.begin() + pos + w.n_tokens);
+    prefill_work_.push_back(std::move(w));
+  }
+}
+
+void StageImpl::HandleOpen(OpenSessionMsg& o) {
+  if (is_head()) return;  // our own OPEN came back around the ring
+  if (Status st = window_->OpenSequence(static_cast<int>(o.session)); !st.ok()) {
+    KV_LOG_WARN("{}: session {}: {}", options_.name, o.session, st.message());
+    SendNext(ErrorMsg{wire::ErrorCode::kBusy, o.session, st.message()});
+    return;
+  }
+  Session& s = sessions_[o.session];
+  s.id = o.session;
+  s.sampling = o.sampling;
+  s.n_prompt = static_cast<int>(o.prompt.size());
+  if (is_last()) {
+    s.history = o.prompt;
+    s.sampler = std::make_unique<Sampler>(ToParams(o.sampling));
+  }
+  KV_LOG_INFO("{}: session {} open", options_.name, o.session);
+  SendNext(o);
+}
+
+void StageImpl::HandleHidden(HiddenMsg& h) {
+  if (is_head()) return;  // the head never takes hidden states: its predecessor sends tokens
+  if (sessions_.count(h.session) == 0) {
+    KV_LOG_DEBUG("{}: HIDDEN for unknown session {} dropped", options_.name, h.session);
+    return;
+  }
+  if (h.n_embd != static_cast<uint32_t>(window_->config().n_embd)) {
+    SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, h.session,
+                      fmt::format("HIDDEN: n_embd {} does not match this stage's {}", h.n_embd,
+                                  window_->config().n_embd)});
+    sessions_.erase(h.session);
+    window_->CloseSequence(static_cast<int>(h.session));
+    return;
+  }
+  Work w;
+  w.session = h.session;
+  w.pos0 = static_cast<int>(h.pos0);
+  w.n_tokens = static_cast<int>(h.n_tokens);
+  w.sample = (h.flags & wire::kHiddenSample) != 0;
+  HiddenToF32(h, &w.hidden);
+  if (w.n_tokens == 1 && w.sample) {
+    decode_work_.push_back(std::move(w));
+  } else {
+    prefill_work_.push_back(std::move(w));
+  }
+}
+
+void StageImpl::HandleToken(const TokenMsg& t) {
+  if (!is_head()) {
+    SendNext(t);
+    return;
+  }
+  auto it = sessions_.find(t.token.session);
+  if (it == sessions_.end() || it->second.closing) return;
+  Session& s = it->second;
+  if (!is_last()) {  // a one-stage ring already counted the token when it sampled it
+    s.n_generated++;
+    s.history.push_back(t.token.id);
+  }
+  TokenMsg out = t;
+  out.piece = tokenizer_->TokenToPiece(t.token.id);
+  out.token.n_prompt = static_cast<uint32_t>(s.n_prompt);
+  bool finished = t.token.finished != 0;
+  uint8_t reason = t.token.reason;
+  if (!finished && !s.stops.empty()) {
+    s.text += out.piece;
+    for (const std::string& stop : s.stops) {
+      if (!stop.empty() && s.text.find(stop) != std::string::npos) {
+        finished = true;
+        reason = static_cast<uint8_t>(wire::FinishReason::kStopString);
+        out.piece.clear();
+        break;
+      }
+    }
+    // Only the tail can still complete a stop string.
+    if (s.text.size() > 4096) s.text.erase(0, s.text.size() - 1024);
+  }
+  out.token.finished = finished ? 1 : 0;
+  out.token.reason = reason;
+  out.token.piece_bytes = static_cast<uint32_t>(out.piece.size());
+  SendToClient(s.client, out);
+  if (finished) {
+    EndSession(s.id, static_cast<wire::FinishReason>(reason), "");
+    return;
+  }
+  Work w;
+  w.session = s.id;
+  w.pos0 = static_cast<int>(t.token.pos);
+  w.n_tokens = 1;
+  w.sample = true;
+  w.tokens = {t.token.id};
+  decode_work_.push_back(std::move(w));
+}
+
+void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const std::string& error) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  Session& s = it->second;
+  window_->CloseSequence(static_cast<int>(session));
+  if (s.originated) {
+    if (!error.empty()) {
+      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBadRequest, session, error});
+    }
+    KV_LOG_INFO("{}: session {} closed: {} after {} tokens", options_.name, session,
+                error.empty() ? wire::FinishReasonName(static_cast<uint8_t>(reason)) : error,
+                s.n_generated);
+    if (SendNext(CloseMsg{session, static_cast<uint8_t>(reason)})) {
+      s.closing = true;  // dropped when the CLOSE comes back around
+      return;
+    }
+  }
+  sessions_.erase(it);
+}
+
+void StageImpl::HandleClose(const CloseMsg& c, bool from_pred) {
+  auto it = sessions_.find(c.session);
+  if (is_head()) {
+    if (it != sessions_.end() && it->second.closing) sessions_.erase(it);
+    return;
+  }
+  if (it != sessions_.end()) {
+    window_->CloseSequence(static_cast<int>(c.session));
+    sessions_.erase(it);
+    KV_LOG_INFO("{}: session {} closed", options_.name, c.session);
+  }
+  if (from_pred) SendNext(c);
+}
+
+void StageImpl::HandleError(const ErrorMsg& e) {
+  if (e.session == 0) {
+    if (e.code == wire::ErrorCode::kLinkDown) FailAll(e.message, true);
+    return;
+  }
+  auto it = sessions_.find(e.session);
+  if (is_head()) {
+    if (it != sessions_.end() && it->second.originated) {
+      Session& s = it->second;
+      SendToClient(s.client, ErrorMsg{e.code, e.session, e.message});
+      window_->CloseSequence(static_cast<int>(e.session));
+      sessions_.erase(it);
+      KV_LOG_WARN("{}: session {} failed: {}", options_.name, e.session, e.message);
+    }
+    return;
+  }
+  if (it != sessions_.end()) {
+    window_->CloseSequence(static_cast<int>(e.session));
+    sessions_.erase(it);
+  }
+  SendNext(e);
+}
+
+void StageImpl::FailAll(const std::string& why, bool forward) {
+  if (is_head()) ring_closed_ = false;
+  if (!sessions_.empty()) {
+    KV_LOG_WARN("{}: dropping {} session(s): {}", options_.name, sessions_.size(), why);
+  }
+  for (auto& [id, s] : sessions_) {
+    window_->CloseSequence(static_cast<int>(id));
+    if (s.originated && !s.closing) {
+      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, "session ended: " + why});
+    }
+  }
+  sessions_.clear();
+  decode_work_.clear();
+  prefill_work_.clear();
+  if (forward && !is_head()) SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
+  if (is_head()) {
+    for (uint64_t client : stats_waiters_) {
+      SendToClient(client, ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
+    }
+    stats_waiters_.clear();
+  }
+}
+
+bool StageImpl::RunBatch() {
+  std::vector<Work> batch;
+  std::set<uint32_t> in_batch;
+  int rows = 0;
+  auto take = [&](std::deque<Work>& q) {
+    for (auto it = q.begin(); it != q.end();) {
+      if (sessions_.count(it->session) == 0) {  // session ended meanwhile
+        it = q.erase(it);
+        continue;
+      }
+      if (in_batch.count(it->session) != 0 ||
+          (rows > 0 && rows + it->n_tokens > options_.max_batch_rows)) {
+        ++it;
+        continue;
+      }
+      in_batch.insert(it->session);
+      rows += it->n_tokens;
+      batch.push_back(std::move(*it));
+      it = q.erase(it);
+    }
+  };
+  take(decode_work_);
+  take(prefill_work_);
+  if (batch.empty()) return false;
+
+  ForwardInput in;
+  std::vector<int32_t> tokens;
+  std::vector<float> hidden;
+  bool all_decode = true;
+  for (const Work& w : batch) {
+    SeqChunk ch{static_cast<int>(w.session), w.pos0, w.n_tokens};
+    ch.want_logits = w.sample;
+    in.chunks.push_back(ch);
+    tokens.insert(tokens.end(), w.tokens.begin(), w.tokens.end());
+    hidden.insert(hidden.end(), w.hidden.begin(), w.hidden.end());
+    all_decode = all_decode && w.n_tokens == 1;
+  }
+  in.tokens = tokens;
+  in.hidden = hidden;
+  ForwardOutput out;
+  const auto t0 = Clock::now();
+  Status s = window_->Forward(in, &out);
+  const uint64_t ns = NsSince(t0);
+  if (!s.ok()) {
+    // A refused batch changes nothing; retry each item alone to find and fail the bad one.
+    for (Work& w : batch) {
+      ForwardInput one;
+      SeqChunk ch{static_cast<int>(w.session), w.pos0, w.n_tokens};
+      ch.want_logits = w.sample;
+      one.chunks = {ch};
+      one.tokens = w.tokens;
+      one.hidden = w.hidden;
+      ForwardOutput o;
+      if (Status e = window_->Forward(one, &o); !e.ok()) {
+        KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, e.message());
+        if (is_head()) {
+          EndSession(w.session, wire::FinishReason::kError, e.message());
+        } else {
+          window_->CloseSequence(static_cast<int>(w.session));
+          sessions_.erase(w.session);
+          SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, w.session, e.message()});
+        }
+        continue;
+      }
+      EmitOutputs({w}, o);
+    }
+    return true;
+  }
+  rows_.fetch_add(rows);
+  busy_ns_.fetch_add(ns);
+  if (all_decode) {
+    decode_rows_.fetch_add(rows);
+    decode_busy_ns_.fetch_add(ns);
+  }
+  EmitOutputs(batch, out);
+  return true;
+}
+
+void StageImpl::EmitOutputs(const std::vector<Work>& batch, const ForwardOutput& out) {
+  const int n_embd = window_->config().n_embd;
+  const int n_vocab = window_->config().n_vocab;
+  size_t row = 0, logit_row = 0;
+  for (const Work& w : batch) {
+    if (!is_last()) {
+      HiddenMsg h = MakeHidden(
+          w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
+          static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
+          std::span<const float>(out.hidden).subspan(row * n_embd,
+                                                     static_cast<size_t>(w.n_tokens) * n_embd));
+      SendNext(h);
+      row += w.n_tokens;
+      continue;
+    }
+    if (!w.sample) continue;
+    auto it = sessions_.find(w.session);
+    if (it == sessions_.end()) {
+      ++logit_row;
+      continue;
+    }
+    Session& s = it->second;
+    std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_vocab);
+    ++logit_row;
+    const int32_t id = s.sampler->Sample(logits, s.history);
+    s.history.push_back(id);
+    s.n_generated++;
+    const int pos = w.pos0 + w.n_tokens;  // the position this token takes
+    wire::FinishReason reason = wire::FinishReason::kNone;
+    if (tokenizer_->IsEog(id) && (s.sampling.flags & wire::kSamplingIgnoreEog) == 0) {
+      reason = wire::FinishReason::kEog;
+    } else if (s.n_generated >= static_cast<int>(s.sampling.max_tokens)) {
+      reason = wire::FinishReason::kMaxTokens;
+    } else if (pos >= window_->n_ctx()) {  // the token cannot be fed back
+      reason = wire::FinishReason::kContextFull;
+    }
+    TokenMsg t;
+    t.token.session = w.session;
+    t.token.pos = static_cast<uint32_t>(pos);
+    t.token.id = id;
+    t.token.finished = reason != wire::FinishReason::kNone ? 1 : 0;
+    t.token.reason = static_cast<uint8_t>(reason);
+    if (is_head()) {
+      HandleToken(t);  // a one-stage ring: the head samples for itself
+    } else {
+      SendNext(t);
+    }
+  }
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,157 @@
+// Private to the stage runtime: the StageImpl class shared by stage.cpp (links, threads,
+// handshakes) and stage_compute.cpp (sessions, batching, the forward loop).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/arch/registry.h"
+#include "model/layer_window.h"
+#include "model/model_id.h"
+#include "model/sampler.h"
+#include "ring/link.h"
+#include "ring/messages.h"
+#include "ring/stage.h"
+#include "ring/transport.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::ring {
+
+using Clock = std::chrono::steady_clock;
+
+// Something for the compute loop to handle.
+struct Event {
+  enum class Kind { kMessage, kPredDown, kSuccUp, kSuccDown, kClientGone, kWake };
+  Kind kind = Kind::kWake;
+  bool from_pred = false;  // kMessage: from the predecessor link (else from a client)
+  uint64_t client = 0;     // kMessage/kClientGone: client connection id
+  std::optional<Message> msg;
+  std::string reason;
+};
+
+// A batch item: rows of one session that this stage runs next.
+struct Work {
+  uint32_t session = 0;
+  int pos0 = 0;
+  int n_tokens = 0;
+  bool sample = false;
+  std::vector<int32_t> tokens;  // head: [n_tokens] ids
+  std::vector<float> hidden;    // other stages: [n_tokens, n_embd] f32
+};
+
+struct Session {
+  uint32_t id = 0;
+  wire::SamplingWire sampling{};
+  std::vector<int32_t> history;  // prompt + generated ids (sampling stage, head)
+  int n_prompt = 0;
+  int n_generated = 0;
+  std::unique_ptr<Sampler> sampler;  // on the stage that holds the head
+  // Head only:
+  bool originated = false;   // opened by this stage (it is the head)
+  bool closing = false;      // CLOSE sent around, waiting for it to come back
+  uint64_t client = 0;
+  std::vector<std::string> stops;
+  std::string text;          // generated text so far, for stop strings
+};
+
+class StageImpl final : public Stage {
+ public:
+  StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
+            std::unique_ptr<LayerWindow> window, std::unique_ptr<Tokenizer> tokenizer,
+            ModelId model_id, Listener listener);
+  ~StageImpl() override;
+
+  uint16_t port() const override { return listener_.port(); }
+  Status Run() override;
+  void Stop() override;
+  void LogStats() override;
+
+ private:
+  // stage.cpp: links and threads.
+  void AcceptLoop();
+  void ServeConnection(std::shared_ptr<Link> link);
+  void DialLoop();
+  wire::Hello MyHello() const;
+  Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
+  void Push(Event e);
+  bool SendNext(const Message& m);
+  wire::StageStats StatsRecord() const;
+
+  // stage_compute.cpp: the compute loop.
+  void HandleEvent(Event& e);
+  void HandleMessage(Event& e);
+  void HandleGenerate(uint64_t client, GenerateMsg& g);
+  void StartSession(uint64_t client, GenerateMsg& g);
+  void HandleOpen(OpenSessionMsg& o);
+  void HandleHidden(HiddenMsg& h);
+  void HandleToken(const TokenMsg& t);
+  void HandleClose(const CloseMsg& c, bool from_pred);
+  void HandleError(const ErrorMsg& e);
+  void FailAll(const std::string& why, bool forward);
+  void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
+  void SendToClient(uint64_t client, const Message& m);
+  bool RunBatch();
+  void EmitOutputs(const std::vector<Work>& batch, const ForwardOutput& out);
+  void MaybeProbeRing();
+
+  bool is_head() const { return window_->spec().has_embed; }
+  bool is_last() const { return window_->spec().has_head; }
+
+  StageOptions options_;
+  std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<LayerWindow> window_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelId model_id_;
+  Listener listener_;
+  std::string succ_host_;
+  uint16_t succ_port_ = 0;
+
+  std::atomic<bool> running_{true};
+  std::mutex stop_mu_;
+  std::thread accept_thread_, dial_thread_;
+  std::mutex threads_mu_;
+  struct ConnThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<ConnThread> conn_threads_;
+  std::vector<std::shared_ptr<Link>> all_links_;
+
+  // Links, guarded by links_mu_.
+  mutable std::mutex links_mu_;
+  std::shared_ptr<Link> pred_, succ_;
+  std::map<uint64_t, std::shared_ptr<Link>> clients_;
+  uint64_t next_client_ = 1;
+  std::condition_variable succ_cv_;  // wakes the dialer when the successor link drops
+
+  // Event queue.
+  std::mutex events_mu_;
+  std::condition_variable events_cv_;
+  std::deque<Event> events_;
+
+  // Compute-thread state (no lock: only the compute loop touches it).
+  std::map<uint32_t, Session> sessions_;
+  std::deque<Work> decode_work_, prefill_work_;
+  std::deque<std::pair<uint64_t, GenerateMsg>> waiting_generates_;
+  std::deque<uint64_t> stats_waiters_;
+  uint32_t next_session_ = 1;
+  bool ring_closed_ = false;
+  uint64_t probe_nonce_ = 0;
+  Clock::time_point last_probe_{};
+
+  // Statistics.
+  std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};
+  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+};
+
+}  // namespace kvasir::ring

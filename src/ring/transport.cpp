@@ -1,0 +1,221 @@
+#include "ring/transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace kvasir::ring {
+namespace {
+
+void SetSocketOptions(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+std::string AddrToString(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = {0};
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return fmt::format("{}:{}", host, port);
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+  port = ntohs(a->sin6_port);
+  return fmt::format("[{}]:{}", host, port);
+}
+
+class TcpStream final : public Stream {
+ public:
+  TcpStream(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) { SetSocketOptions(fd); }
+  ~TcpStream() override { ::close(fd_); }
+
+  Status WriteAll(std::span<const uint8_t> bytes) override {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Error("{}: send failed: {}", peer_, std::strerror(errno));
+      }
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  Result<size_t> ReadSome(std::span<uint8_t> buffer) override {
+    while (true) {
+      ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      return Error("{}: receive failed: {}", peer_, std::strerror(errno));
+    }
+  }
+
+  void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  std::string peer() const override { return peer_; }
+
+ private:
+  int fd_;
+  std::string peer_;
+};
+
+Result<addrinfo*> Resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string port_str = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &res);
+  if (rc != 0) return Error("cannot resolve '{}': {}", host, gai_strerror(rc));
+  return res;
+}
+
+}  // namespace
+
+Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) {
+    return Error("'{}' is not HOST:PORT", text);
+  }
+  std::string h = text.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const std::string p = text.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(p.c_str(), &end, 10);
+  if (errno != 0 || end == p.c_str() || *end != '\0' || v < 0 || v > 65535) {
+    return Error("'{}': port '{}' is not a number from 0 to 65535", text, p);
+  }
+  *host = h.empty() ? "0.0.0.0" : h;
+  *port = static_cast<uint16_t>(v);
+  return Status::Ok();
+}
+
+Listener::~Listener() {
+  Close();
+  if (wake_[0] >= 0) ::close(wake_[0]);
+  if (wake_[1] >= 0) ::close(wake_[1]);
+}
+
+Listener::Listener(Listener&& other) noexcept { *this = std::move(other); }
+
+Listener& Listener::operator=(Listener&& other) noexcept {
+  std::swap(fd_, other.fd_);
+  std::swap(wake_[0], other.wake_[0]);
+  std::swap(wake_[1], other.wake_[1]);
+  std::swap(port_, other.port_);
+  return *this;
+}
+
+Result<Listener> Listener::Bind(const std::string& host, uint16_t port) {
+  KV_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, true));
+  Listener l;
+  std::string last_error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      l.fd_ = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  if (l.fd_ < 0) return Error("cannot listen on {}:{}: {}", host, port, last_error);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(l.fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  l.port_ = ss.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port)
+                                    : ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  if (::pipe2(l.wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Error("cannot create a pipe: {}", std::strerror(errno));
+  }
+  return l;
+}
+
+Result<std::unique_ptr<Stream>> Listener::Accept() {
+  while (true) {
+    if (fd_ < 0) return Error("listener closed");
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int rc = ::poll(fds, 2, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return Error("poll failed: {}", std::strerror(errno));
+    }
+    if (fds[1].revents != 0) return Error("listener closed");
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      return Error("accept failed: {}", std::strerror(errno));
+    }
+    return std::unique_ptr<Stream>(std::make_unique<TcpStream>(c, AddrToString(ss)));
+  }
+}
+
+void Listener::Close() {
+  if (wake_[1] >= 0) {
+    const char b = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+  }
+  if (fd_ >= 0) {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms) {
+  KV_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, false));
+  std::string last_error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                      ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, timeout_ms);
+      if (ready == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        rc = -1;
+        if (ready == 0) errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      freeaddrinfo(res);
+      return std::unique_ptr<Stream>(
+          std::make_unique<TcpStream>(fd, fmt::format("{}:{}", host, port)));
+    }
+    last_error = std::strerror(errno == 0 ? ETIMEDOUT : errno);
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return Error("cannot connect to {}:{}: {}", host, port, last_error);
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,58 @@
+// Byte-stream transports for ring links. A transport moves bytes and knows nothing about frames or
+// messages; src/ring/link.h puts the framing on top. TCP now; the relay's WebSocket bridge later
+// implements the same Stream interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+
+namespace kvasir::ring {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Writes every byte or fails (peer gone, shut down). One writer at a time.
+  virtual Status WriteAll(std::span<const uint8_t> bytes) = 0;
+  // Reads at least one byte, returning how many; 0 means the peer closed the stream in order.
+  // One reader at a time.
+  virtual Result<size_t> ReadSome(std::span<uint8_t> buffer) = 0;
+  // Ends the stream both ways and wakes a blocked reader or writer. Safe from any thread, repeatable.
+  virtual void Shutdown() = 0;
+  // "127.0.0.1:5001", for messages.
+  virtual std::string peer() const = 0;
+};
+
+// Splits "host:port" ("127.0.0.1:5000", "[::1]:5000", "localhost:5000"). Errors name the text.
+Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+class Listener {
+ public:
+  ~Listener();
+  Listener(Listener&& other) noexcept;
+  Listener& operator=(Listener&& other) noexcept;
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // Binds and listens on host:port (port 0 picks a free port; see port()).
+  static Result<Listener> Bind(const std::string& host, uint16_t port);
+  uint16_t port() const { return port_; }
+  // Blocks until a connection arrives or Close() is called (then returns an error).
+  Result<std::unique_ptr<Stream>> Accept();
+  // Stops accepting; wakes a blocked Accept(). Safe from another thread.
+  void Close();
+
+ private:
+  Listener() = default;
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};  // self-pipe to interrupt poll() in Accept()
+  uint16_t port_ = 0;
+};
+
+// Connects to host:port within `timeout_ms`. TCP_NODELAY is set: frames are small and latency-bound.
+Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms);
+
+}  // namespace kvasir::ring

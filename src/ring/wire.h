@@ -1,0 +1,193 @@
+// Ring protocol version 1: frozen message ids and fixed-width little-endian bodies. The
+// specification is docs/PROTOCOL.md; this header is its code. Every struct is packed and its size
+// asserted, so a layout change fails to compile instead of silently changing the wire.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvasir::wire {
+
+inline constexpr uint32_t kMagic = 0x3152564B;  // "KVR1"
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxPayload = 64u << 20;
+inline constexpr uint32_t kMaxErrorMessage = 1024;
+inline constexpr uint32_t kMaxPromptBytes = 1u << 20;
+inline constexpr uint32_t kMaxStopStrings = 16;
+
+enum class MsgType : uint16_t {
+  kHello = 1,
+  kError = 2,
+  kGenerate = 3,
+  kOpenSession = 4,
+  kHidden = 5,
+  kToken = 6,
+  kCloseSession = 7,
+  kPing = 8,
+  kPong = 9,
+  kStats = 10,
+};
+inline constexpr uint16_t kMaxMsgType = 10;
+const char* MsgTypeName(uint16_t type);
+
+enum class ErrorCode : uint32_t {
+  kMalformed = 1,
+  kVersion = 2,
+  kWrongModel = 3,
+  kNotAdjacent = 4,
+  kUnknownSession = 5,
+  kBadRequest = 6,
+  kLinkDown = 7,
+  kInternal = 8,
+  kBusy = 9,
+};
+
+enum class FinishReason : uint8_t {
+  kNone = 0,
+  kEog = 1,
+  kMaxTokens = 2,
+  kStopString = 3,
+  kContextFull = 4,
+  kError = 5,
+  kClientClosed = 6,
+};
+const char* FinishReasonName(uint8_t reason);
+
+enum class Dtype : uint16_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+inline constexpr size_t DtypeSize(Dtype d) { return d == Dtype::kF32 ? 4 : 2; }
+
+enum class Role : uint32_t { kStage = 0, kClient = 1 };
+
+#pragma pack(push, 1)
+
+struct FrameHeader {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t flags;
+  uint32_t length;  // payload bytes after this header
+  uint32_t reserved;
+};
+static_assert(sizeof(FrameHeader) == 16);
+
+inline constexpr uint32_t kHelloHasEmbed = 1;
+inline constexpr uint32_t kHelloHasHead = 2;
+
+struct Hello {
+  uint32_t protocol_version;
+  uint32_t role;          // Role
+  uint8_t model_id[16];
+  uint32_t n_layer;
+  uint32_t n_embd;
+  int32_t window_first;
+  int32_t window_last;
+  uint32_t flags;         // kHelloHasEmbed | kHelloHasHead
+  uint32_t reserved;
+  char name[32];          // NUL-padded
+  uint8_t pad[16];
+};
+static_assert(sizeof(Hello) == 96);
+
+struct ErrorBody {
+  uint32_t code;           // ErrorCode
+  uint32_t session;        // 0: the link / all sessions
+  uint32_t message_bytes;  // tail: UTF-8, at most kMaxErrorMessage
+  uint32_t reserved;
+};
+static_assert(sizeof(ErrorBody) == 16);
+
+// Sampling and limits shared by GENERATE and OPEN_SESSION.
+struct SamplingWire {
+  float temperature;
+  float top_p;
+  float min_p;
+  float repeat_penalty;
+  int32_t top_k;
+  int32_t repeat_last_n;
+  uint64_t seed;
+  uint32_t max_tokens;
+  uint32_t flags;  // bit 0: ignore end-of-generation tokens
+};
+static_assert(sizeof(SamplingWire) == 40);
+inline constexpr uint32_t kSamplingIgnoreEog = 1;
+
+struct GenerateBody {
+  SamplingWire sampling;
+  uint32_t prompt_bytes;   // tail: prompt UTF-8
+  uint32_t n_stop;         // tail: then n_stop × (u16 length + bytes)
+  uint32_t add_special;    // 1: add BOS/EOS as the vocabulary asks
+  uint8_t pad[12];
+};
+static_assert(sizeof(GenerateBody) == 64);
+
+struct OpenSessionBody {
+  uint32_t session;
+  uint32_t n_prompt;       // tail: n_prompt × i32 ids
+  SamplingWire sampling;
+  uint8_t pad[16];
+};
+static_assert(sizeof(OpenSessionBody) == 64);
+
+inline constexpr uint16_t kHiddenSample = 1;
+
+struct HiddenBody {
+  uint32_t session;
+  uint32_t pos0;
+  uint32_t n_tokens;
+  uint32_t n_embd;
+  uint16_t dtype;          // Dtype
+  uint16_t flags;          // kHiddenSample
+  uint8_t pad[12];
+};
+static_assert(sizeof(HiddenBody) == 32);
+
+struct TokenBody {
+  uint32_t session;
+  uint32_t pos;            // position the token takes in the sequence
+  int32_t id;
+  uint8_t finished;        // 1 on the last token of the session
+  uint8_t reason;          // FinishReason
+  uint16_t reserved;
+  uint32_t piece_bytes;    // tail: the token's text (head -> client only)
+  uint32_t n_prompt;       // prompt tokens (head -> client; 0 elsewhere)
+};
+static_assert(sizeof(TokenBody) == 24);
+
+struct CloseBody {
+  uint32_t session;
+  uint32_t reason;         // FinishReason
+};
+static_assert(sizeof(CloseBody) == 8);
+
+struct PingBody {
+  uint64_t nonce;
+  uint64_t sent_ns;
+};
+static_assert(sizeof(PingBody) == 16);
+
+struct StatsBody {
+  uint32_t n_records;      // tail: n_records × StageStats
+  uint32_t reserved;
+};
+static_assert(sizeof(StatsBody) == 8);
+
+struct StageStats {
+  char name[32];
+  int32_t window_first;
+  int32_t window_last;
+  uint64_t weight_bytes;
+  uint64_t rss_bytes;
+  uint64_t bytes_in;       // payload bytes received from the predecessor
+  uint64_t bytes_out;      // payload bytes sent to the successor
+  uint64_t rows;           // hidden-state rows (tokens) processed
+  uint64_t decode_rows;    // rows that were single-token decode steps
+  uint64_t busy_ns;        // time spent in Forward
+  uint64_t decode_busy_ns; // time spent in Forward on batches of decode rows only
+  uint32_t sessions_open;
+  uint32_t reserved;
+  uint8_t pad[16];
+};
+static_assert(sizeof(StageStats) == 128);
+
+#pragma pack(pop)
+
+}  // namespace kvasir::wire

@@ -1,0 +1,153 @@
+// Rings of real `kvasir stage` processes: a stage that dies mid-session ends that session with a
+// clear error, the ring serves again once the stage is back, and each stage's memory covers its
+// window rather than the model.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/arch/registry.h"
+#include "ring_test_util.h"
+#include "test_assets.h"
+#include "tiny_model.h"
+
+namespace kvasir {
+namespace {
+
+using testing::AssetPath;
+
+class StageProcess {
+ public:
+  StageProcess(const std::string& model, const std::string& layers, uint16_t listen,
+               uint16_t next, const std::string& name) {
+    args_ = {KVASIR_BINARY, "stage", "-m", model, "--layers", layers, "--listen",
+             fmt::format("127.0.0.1:{}", listen), "--next", fmt::format("127.0.0.1:{}", next),
+             "--name", name, "-t", "1", "--log-level", "warn"};
+    Start();
+  }
+  ~StageProcess() { Kill(SIGTERM); }
+
+  void Start() {
+    std::vector<char*> argv;
+    for (auto& a : args_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  // Exit status if the process has ended on its own, else -1.
+  int Ended() {
+    int status = 0;
+    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    return -1;
+  }
+
+ private:
+  std::vector<std::string> args_;
+  pid_t pid_ = -1;
+};
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  const auto ports = testing::ReservePorts(3);
+  std::vector<std::unique_ptr<StageProcess>> stages;
+  const char* layers[] = {"0:1", "1:3", "3:5"};
+  for (int i = 0; i < 3; ++i) {
+    stages.push_back(std::make_unique<StageProcess>(model, layers[i], ports[i], ports[(i + 1) % 3],
+                                                    fmt::format("p{}", i)));
+  }
+  const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
+  auto client = ring::RingClient::Connect(head, 20000);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  ASSERT_TRUE((*client)->WaitReady(20000).ok());
+
+  // Kill the middle stage after the fifth token of a long generation.
+  ring::GenerateMsg req;
+  req.prompt = "Once upon a time";
+  req.sampling.max_tokens = 1500;
+  req.sampling.flags = wire::kSamplingIgnoreEog;
+  int seen = 0;
+  auto r = (*client)->Generate(req, [&](const ring::TokenMsg&) {
+    if (++seen == 5) stages[1]->Kill(SIGKILL);
+  });
+  ASSERT_FALSE(r.ok()) << "the session should have ended with an error";
+  EXPECT_NE(r.status().message().find("down"), std::string::npos) << r.status().message();
+  EXPECT_LT(seen, 1500);
+
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(stages[i]->Ended(), -1) << "stage " << i << " died";
+  // Restart it: the ring closes again and answers exactly as one process would.
+  stages[1]->Start();
+  ASSERT_TRUE((*client)->WaitReady(20000).ok());
+  EXPECT_EQ(testing::GenerateOnRing(head, "Once upon a time", Greedy(), 16).ids,
+            testing::GenerateLocally(model, "Once upon a time", Greedy(), 16).ids);
+  // Every stage has freed the broken session's KV cache (and the finished one's).
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_EQ(stats->size(), 3u);
+  for (const auto& s : *stats) EXPECT_EQ(s.sessions_open, 0u) << s.name;
+}
+
+// Each stage of a 4-stage ring over an 8-layer model keeps about its window resident.
+TEST(RingProcessTest, StageMemoryCoversItsWindowNotTheModel) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  testing::TempDir dir;
+  testing::TinyModelShape shape;
+  shape.n_layer = 8;
+  shape.n_embd = 512;
+  shape.n_head = 8;
+  shape.n_head_kv = 8;
+  shape.n_ff = 1536;
+  shape.n_ctx = 256;
+  shape.vocab_from = AssetPath("models/stories260K.gguf");
+  const std::string model = dir.File("m.gguf");
+  ASSERT_TRUE(testing::WriteTinyModel(model, shape).ok());
+  const uint64_t file_size = std::filesystem::file_size(model);
+  const auto ports = testing::ReservePorts(4);
+  std::vector<std::unique_ptr<StageProcess>> stages;
+  for (int i = 0; i < 4; ++i) {
+    stages.push_back(std::make_unique<StageProcess>(model, fmt::format("{}:{}", 2 * i, 2 * i + 2),
+                                                    ports[i], ports[(i + 1) % 4],
+                                                    fmt::format("m{}", i)));
+  }
+  const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
+  const auto got = testing::GenerateOnRing(head, "Once upon a time", Greedy(), 8);
+  EXPECT_EQ(got.ids.size(), 8u);
+  auto client = ring::RingClient::Connect(head, 20000);
+  ASSERT_TRUE(client.ok());
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_EQ(stats->size(), 4u);
+  for (const auto& s : *stats) {
+    std::printf("%s: layers %d:%d, weights %.1f MiB, RSS %.1f MiB (model file %.1f MiB)\n", s.name,
+                s.window_first, s.window_last, s.weight_bytes / 1048576.0,
+                s.rss_bytes / 1048576.0, file_size / 1048576.0);
+    // Bound: the window's weights plus 24 MiB for the process, its code, KV caches and buffers.
+    EXPECT_LT(s.rss_bytes, s.weight_bytes + (24u << 20)) << s.name;
+    EXPECT_LT(s.rss_bytes, file_size / 2) << s.name;
+  }
+}
+
+}  // namespace
+}  // namespace kvasir

@@ -1,0 +1,229 @@
+// Rings of stages in one process over loopback TCP: the ring's output equals the single-process
+// output, sessions run concurrently, and bad peers are refused without harming the ring.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+
+#include "model/arch/registry.h"
+#include "model/layer_window.h"
+#include "model/model_id.h"
+#include "ring/frame.h"
+#include "ring/link.h"
+#include "ring/messages.h"
+#include "ring/transport.h"
+#include "ring_test_util.h"
+#include "test_assets.h"
+
+namespace kvasir {
+namespace {
+
+using testing::AssetPath;
+using testing::GenerateLocally;
+using testing::GenerateOnRing;
+using testing::LocalRing;
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+struct RingCase {
+  std::string model;
+  int n_stages;
+};
+
+class RingEqualsLocalTest : public ::testing::TestWithParam<RingCase> {};
+
+// Greedy tokens of a ring with an f32 boundary are exactly those of one process.
+TEST_P(RingEqualsLocalTest, GreedyTokensMatchSingleProcess) {
+  const RingCase c = GetParam();
+  KV_REQUIRE_ASSET("models/" + c.model);
+  const std::string model = AssetPath("models/" + c.model);
+  for (const char* prompt : {"Once upon a time", "Lily wanted to see the big red ball."}) {
+    const auto local = GenerateLocally(model, prompt, Greedy(), 24);
+    auto ring = LocalRing::Start(model, c.n_stages);
+    ASSERT_NE(ring, nullptr);
+    const auto got = GenerateOnRing(ring->head(), prompt, Greedy(), 24);
+    EXPECT_EQ(got.ids, local.ids) << c.model << " on " << c.n_stages << " stages: " << prompt;
+    EXPECT_EQ(got.text, local.text);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, RingEqualsLocalTest,
+    ::testing::Values(RingCase{"stories260K.gguf", 1}, RingCase{"stories260K.gguf", 2},
+                      RingCase{"stories260K.gguf", 3}, RingCase{"stories260K.gguf", 5},
+                      RingCase{"stories260K-q8_0.gguf", 2}, RingCase{"stories260K-q8_0.gguf", 5},
+                      RingCase{"stories260K-q4_0.gguf", 3}, RingCase{"llama-2-tiny-random.gguf", 1},
+                      RingCase{"synth-qwen2-q8_0.gguf", 1}, RingCase{"synth-qwen2-q8_0.gguf", 2}),
+    [](const auto& info) {
+      std::string s = info.param.model.substr(0, info.param.model.size() - 5);
+      for (char& ch : s) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return s + "_" + std::to_string(info.param.n_stages) + "_stages";
+    });
+
+// Small prefill chunks (prompt split over several HIDDEN frames) change nothing.
+TEST(RingTest, ChunkedPrefillMatchesSingleProcess) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  const char* prompt = "Lily wanted to see the big red ball in the park. She asked her mom.";
+  const auto local = GenerateLocally(model, prompt, Greedy(), 16);
+  auto ring = LocalRing::Start(model, 3, wire::Dtype::kF32, 256, /*chunk=*/3);
+  ASSERT_NE(ring, nullptr);
+  EXPECT_EQ(GenerateOnRing(ring->head(), prompt, Greedy(), 16).ids, local.ids);
+}
+
+// An f16 boundary rounds each hop's hidden state. Tolerance: after one rounding per hop (relative
+// 2^-11 on each element), the logits of stories260K move by less than 0.02 (measured 1e-3..5e-3),
+// far below its smallest top-1 margin of 0.13 on these prompts, so greedy tokens are unchanged.
+TEST(RingTest, F16BoundaryStaysWithinTolerance) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  auto file = GgufFile::Open(model);
+  ASSERT_TRUE(file.ok());
+  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+  WindowOptions opt;
+  opt.n_ctx = 64;
+  auto whole = LayerWindow::Load(shared, {0, 5, true, true}, opt);
+  auto a = LayerWindow::Load(shared, {0, 2, true, false}, opt);
+  auto b = LayerWindow::Load(shared, {2, 5, false, true}, opt);
+  ASSERT_TRUE(whole.ok() && a.ok() && b.ok());
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  const int n = static_cast<int>(ids.size());
+  for (auto* w : {whole->get(), a->get(), b->get()}) ASSERT_TRUE(w->OpenSequence(0).ok());
+  ForwardOutput ref, mid, out;
+  ASSERT_TRUE((*whole)->Forward({{{0, 0, n}}, ids, {}, true}, &ref).ok());
+  ASSERT_TRUE((*a)->Forward({{{0, 0, n}}, ids, {}, false}, &mid).ok());
+  for (auto dtype : {wire::Dtype::kF16, wire::Dtype::kBF16}) {
+    auto h = ring::MakeHidden(1, 0, n, 64, dtype, 0, mid.hidden);
+    std::vector<float> rounded;
+    ring::HiddenToF32(h, &rounded);
+    (*b)->CloseSequence(0);
+    ASSERT_TRUE((*b)->OpenSequence(0).ok());
+    ASSERT_TRUE((*b)->Forward({{{0, 0, n}}, {}, rounded, true}, &out).ok());
+    double max_abs = 0;
+    for (size_t i = 0; i < ref.logits.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(ref.logits[i]) - out.logits[i]));
+    }
+    const double tolerance = dtype == wire::Dtype::kF16 ? 0.02 : 0.2;
+    std::printf("boundary %s: max |logit difference| %.3g\n",
+                dtype == wire::Dtype::kF16 ? "f16" : "bf16", max_abs);
+    EXPECT_LT(max_abs, tolerance);
+    EXPECT_GT(max_abs, 0.0);  // the rounding really happened
+  }
+  auto ring = LocalRing::Start(model, 3, wire::Dtype::kF16);
+  ASSERT_NE(ring, nullptr);
+  EXPECT_EQ(GenerateOnRing(ring->head(), "Once upon a time", Greedy(), 24).ids,
+            GenerateLocally(model, "Once upon a time", Greedy(), 24).ids);
+}
+
+// Eight clients at once, each with its own prompt and seed, each get exactly their own
+// single-process output.
+TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  const std::vector<std::string> prompts = {
+      "Once upon a time", "The cat sat", "Tom had a red ball", "One day, a bird",
+      "Lily and Ben went to the park", "The sun was hot", "A little dog", "Mom said"};
+  auto ring = LocalRing::Start(model, 3);
+  ASSERT_NE(ring, nullptr);
+  std::vector<std::future<testing::Generation>> futures;
+  std::vector<SamplingParams> params(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    params[i].temperature = 0.8f;
+    params[i].seed = 1000 + i;
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      return GenerateOnRing(ring->head(), prompts[i], params[i], 32);
+    }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto got = futures[i].get();
+    const auto local = GenerateLocally(model, prompts[i], params[i], 32);
+    EXPECT_EQ(got.ids, local.ids) << "session " << i << ": " << prompts[i];
+  }
+}
+
+// A raw TCP peer that speaks badly: each gets an ERROR frame and a closed link, and the ring
+// keeps serving.
+TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  auto ring = LocalRing::Start(model, 2);
+  ASSERT_NE(ring, nullptr);
+  std::string host;
+  uint16_t port = 0;
+  ASSERT_TRUE(ring::ParseHostPort(ring->head(), &host, &port).ok());
+
+  auto expect_refused = [&](const std::vector<uint8_t>& bytes, wire::ErrorCode code,
+                            const std::string& needle) {
+    auto stream = ring::DialTcp(host, port, 2000);
+    ASSERT_TRUE(stream.ok());
+    ring::Link link(std::move(stream).value(), "test peer");
+    ASSERT_TRUE(link.SendFrame(bytes).ok());
+    auto reply = link.Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status().message();
+    auto* err = std::get_if<ring::ErrorMsg>(&*reply);
+    ASSERT_NE(err, nullptr) << ring::MessageName(*reply);
+    EXPECT_EQ(err->code, code) << err->message;
+    EXPECT_NE(err->message.find(needle), std::string::npos) << err->message;
+    EXPECT_FALSE(link.Receive().ok());  // then the stage closes the link
+  };
+
+  // Garbage instead of a frame.
+  expect_refused(std::vector<uint8_t>(64, 0xAB), wire::ErrorCode::kMalformed, "magic");
+  // A frame header announcing more than the limit.
+  wire::FrameHeader big{wire::kMagic, static_cast<uint16_t>(wire::MsgType::kHidden), 0,
+                        wire::kMaxPayload + 1, 0};
+  std::vector<uint8_t> big_bytes(sizeof(big));
+  std::memcpy(big_bytes.data(), &big, sizeof(big));
+  expect_refused(big_bytes, wire::ErrorCode::kMalformed, "limit");
+  // Out of order: HIDDEN before HELLO.
+  std::vector<float> rows(64, 0.5f);
+  expect_refused(ring::EncodeMessage(ring::MakeHidden(1, 0, 1, 64, wire::Dtype::kF32, 0, rows)),
+                 wire::ErrorCode::kMalformed, "HELLO");
+  // Wrong protocol version.
+  wire::Hello hello{};
+  hello.protocol_version = 99;
+  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kVersion, "99");
+  // A stage of another model, and a stage whose window is not adjacent.
+  hello.protocol_version = wire::kProtocolVersion;
+  hello.window_first = 0;
+  hello.window_last = 5;
+  hello.n_layer = 5;
+  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kWrongModel,
+                 "model");
+  auto file = GgufFile::Open(model);
+  ASSERT_TRUE(file.ok());
+  auto id = ComputeModelId(file->header(), model);
+  ASSERT_TRUE(id.ok());
+  std::memcpy(hello.model_id, id->data(), 16);
+  hello.window_first = 1;
+  hello.window_last = 3;  // the head starts at 0; a predecessor must end at 5
+  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kNotAdjacent,
+                 "not adjacent");
+
+  // The ring still produces the single-process answer.
+  EXPECT_EQ(GenerateOnRing(ring->head(), "Once upon a time", Greedy(), 12).ids,
+            GenerateLocally(model, "Once upon a time", Greedy(), 12).ids);
+}
+
+TEST(RingTest, WindowOutsideTheModelIsRefusedAtStart) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  ring::StageOptions o;
+  o.model_path = AssetPath("models/stories260K.gguf");
+  o.listen = "127.0.0.1:0";
+  o.next = "127.0.0.1:1";
+  o.first = 3;
+  o.last = 9;
+  auto s = ring::Stage::Create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("3:9"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("5 layers"), std::string::npos) << s.status().message();
+}
+
+}  // namespace
+}  // namespace kvasir

@@ -1,0 +1,123 @@
+#include "ring_test_util.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "model/arch/registry.h"
+#include "model/layer_window.h"
+#include "ring/transport.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::testing {
+
+std::vector<uint16_t> ReservePorts(int n) {
+  std::vector<ring::Listener> held;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; ++i) {
+    auto l = ring::Listener::Bind("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    ports.push_back(l->port());
+    held.push_back(std::move(l).value());
+  }
+  return ports;
+}
+
+std::unique_ptr<LocalRing> LocalRing::Start(const std::string& model, int n_stages,
+                                            wire::Dtype boundary, int n_ctx, int chunk) {
+  auto file = GgufFile::Open(model);
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  auto cfg = LoadModelConfig(*file);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  const int n_layer = cfg->n_layer;
+  auto ring = std::unique_ptr<LocalRing>(new LocalRing());
+  const std::vector<uint16_t> ports = ReservePorts(n_stages);
+  for (int i = 0; i < n_stages; ++i) {
+    ring::StageOptions o;
+    o.model_path = model;
+    o.first = i * n_layer / n_stages;
+    o.last = (i + 1) * n_layer / n_stages;
+    o.listen = fmt::format("127.0.0.1:{}", ports[i]);
+    o.next = fmt::format("127.0.0.1:{}", ports[(i + 1) % n_stages]);
+    o.name = fmt::format("s{}", i);
+    o.boundary = boundary;
+    o.n_ctx = n_ctx;
+    o.chunk = chunk;
+    auto stage = ring::Stage::Create(o);
+    EXPECT_TRUE(stage.ok()) << stage.status().message();
+    if (!stage.ok()) return nullptr;
+    ring->stages_.push_back(std::move(stage).value());
+  }
+  for (auto& s : ring->stages_) {
+    ring->threads_.emplace_back([st = s.get()] { (void)st->Run(); });
+  }
+  ring->head_ = fmt::format("127.0.0.1:{}", ports[0]);
+  return ring;
+}
+
+LocalRing::~LocalRing() {
+  for (auto& s : stages_) s->Stop();
+  for (auto& t : threads_) t.join();
+}
+
+Generation GenerateLocally(const std::string& model, const std::string& prompt,
+                           const SamplingParams& params, int n_predict, int n_ctx) {
+  Generation g;
+  auto file = GgufFile::Open(model);
+  EXPECT_TRUE(file.ok());
+  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+  auto cfg = LoadModelConfig(*shared);
+  WindowOptions opt;
+  opt.n_ctx = n_ctx;
+  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, opt);
+  EXPECT_TRUE(w.ok()) << w.status().message();
+  auto tok = Tokenizer::FromGguf(shared->header(), model);
+  EXPECT_TRUE(tok.ok());
+  std::vector<int32_t> history = (*tok)->Encode(prompt, true, true);
+  EXPECT_TRUE((*w)->OpenSequence(0).ok());
+  ForwardInput in;
+  in.chunks = {{0, 0, static_cast<int>(history.size())}};
+  in.tokens = history;
+  ForwardOutput out;
+  Sampler sampler(params);
+  for (int i = 0; i < n_predict; ++i) {
+    EXPECT_TRUE((*w)->Forward(in, &out).ok());
+    const int32_t id = sampler.Sample(out.logits, history);
+    if ((*tok)->IsEog(id)) break;
+    history.push_back(id);
+    g.ids.push_back(id);
+    g.text += (*tok)->TokenToPiece(id);
+    if ((*w)->SequenceLength(0) >= (*w)->n_ctx()) break;
+    in.chunks = {{0, (*w)->SequenceLength(0), 1}};
+    in.tokens = std::span<const int32_t>(&history.back(), 1);
+  }
+  return g;
+}
+
+Generation GenerateOnRing(const std::string& head, const std::string& prompt,
+                          const SamplingParams& params, int n_predict) {
+  Generation g;
+  auto client = ring::RingClient::Connect(head, 20000);
+  EXPECT_TRUE(client.ok()) << client.status().message();
+  if (!client.ok()) return g;
+  ring::GenerateMsg req;
+  req.prompt = prompt;
+  req.sampling.temperature = params.temperature;
+  req.sampling.top_k = params.top_k;
+  req.sampling.top_p = params.top_p;
+  req.sampling.min_p = params.min_p;
+  req.sampling.repeat_penalty = params.repeat_penalty;
+  req.sampling.repeat_last_n = params.repeat_last_n;
+  req.sampling.seed = params.seed;
+  req.sampling.max_tokens = static_cast<uint32_t>(n_predict);
+  auto r = (*client)->Generate(req, [&](const ring::TokenMsg& t) {
+    if (t.token.finished && t.token.reason == static_cast<uint8_t>(wire::FinishReason::kEog)) {
+      return;
+    }
+    g.ids.push_back(t.token.id);
+    g.text += t.piece;
+  });
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return g;
+}
+
+}  // namespace kvasir::testing

@@ -1,0 +1,48 @@
+// Helpers for ring tests: an in-process ring of Stage objects on loopback, and the single-process
+// generation it must reproduce.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/sampler.h"
+#include "ring/client.h"
+#include "ring/stage.h"
+
+namespace kvasir::testing {
+
+// Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread.
+class LocalRing {
+ public:
+  static std::unique_ptr<LocalRing> Start(const std::string& model, int n_stages,
+                                          wire::Dtype boundary = wire::Dtype::kF32,
+                                          int n_ctx = 256, int chunk = 64);
+  ~LocalRing();
+  const std::string& head() const { return head_; }
+  ring::Stage& stage(int i) { return *stages_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<ring::Stage>> stages_;
+  std::vector<std::thread> threads_;
+  std::string head_;
+};
+
+// Reserves n free loopback ports.
+std::vector<uint16_t> ReservePorts(int n);
+
+struct Generation {
+  std::vector<int32_t> ids;  // generated ids, without a final end-of-generation token
+  std::string text;
+};
+
+// Greedy or sampled generation in one process with the whole model, as `kvasir generate` does.
+Generation GenerateLocally(const std::string& model, const std::string& prompt,
+                           const SamplingParams& params, int n_predict, int n_ctx = 256);
+
+// The same request through a ring's head.
+Generation GenerateOnRing(const std::string& head, const std::string& prompt,
+                          const SamplingParams& params, int n_predict);
+
+}  // namespace kvasir::testing
