@@ -25,11 +25,20 @@ trap 'rm -rf "$work"' EXIT
 artifacts=build-fuzz/artifacts/$fuzzer
 mkdir -p "$artifacts"
 
-echo "run-fuzz: $bin for ${seconds}s"
+log="$artifacts/log.txt"
+echo "run-fuzz: $fuzzer for ${seconds}s (log: $log)"
+status=0
 "$bin" "$work/corpus" \
   -max_total_time="$seconds" \
   -max_len="${KVASIR_FUZZ_MAX_LEN:-65536}" \
   -timeout=10 \
   -rss_limit_mb=2048 \
   -print_final_stats=1 \
-  -artifact_prefix="$artifacts/"
+  -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  tail -n 60 "$log" >&2
+  echo "run-fuzz: $fuzzer FAILED (exit $status); inputs under $artifacts/" >&2
+  exit "$status"
+fi
+runs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log")
+echo "run-fuzz: $fuzzer ok: ${runs:-?} runs in ${seconds}s, no crash"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test: the GoogleTest suites through CTest, then each
-# libFuzzer target for a bounded time. Exit status is non-zero if anything fails.
+# Installs dependencies, builds, and runs every test: each libFuzzer target for a bounded time, then
+# the GoogleTest suites through CTest. Exit status is non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
 cmake --preset release
 cmake --build --preset release -j "$(nproc)"
-ctest --preset release -j "$(nproc)"
 
 # Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 30).
 for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz; do
   ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-30}"
 done
+
+ctest --preset release -j "$(nproc)"

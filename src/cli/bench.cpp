@@ -11,6 +11,7 @@
 #include "base/mapped_file.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/ring_bench.h"
 #include "kernels/kernels.h"
 #include "model/sampler.h"
 
@@ -173,13 +174,27 @@ int BenchMain(int argc, char** argv) {
     CLI::App app{"Measure prefill and decode tokens/s of a model.", "kvasir bench"};
     BenchOptions o;
     o.n_threads = DefaultThreads();
-    app.add_option("-m,--model", o.model_path, "GGUF model file")->required();
+    RingBenchOptions ring;
+    app.add_option("-m,--model", o.model_path, "GGUF model file");
+    app.add_option("--ring", ring.head, "benchmark a running ring instead: HOST:PORT of its head");
+    app.add_option("--streams", ring.streams, "(with --ring) concurrent streams to measure")
+        ->delimiter(',')
+        ->capture_default_str();
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
     app.add_option("-p,--n-prompt", o.n_prompt, "prompt tokens per prefill")->capture_default_str();
     app.add_option("-n,--n-gen", o.n_gen, "decode steps")->capture_default_str();
     app.add_option("-r,--repetitions", o.repetitions, "counted repetitions")->capture_default_str();
     app.add_flag("--json", o.json, "print one JSON object instead of a table");
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (!ring.head.empty()) {
+      if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
+      ring.n_prompt = o.n_prompt;
+      ring.n_gen = o.n_gen;
+      ring.repetitions = o.repetitions;
+      ring.json = o.json;
+      return RunRingBench(ring);
+    }
+    if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL (or --ring)");
     return RunBench(o);
   });
 }

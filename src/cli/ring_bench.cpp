@@ -1,0 +1,154 @@
+#include "cli/ring_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_util.h"
+#include "ring/client.h"
+
+namespace kvasir::cli {
+namespace {
+
+constexpr const char* kCmd = "bench";
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A prompt of roughly n tokens for SentencePiece vocabularies (about one token per short word).
+std::string BenchPrompt(int n) {
+  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "red", "mat", "and",
+                                 "saw", "big", "dog", "in", "sun", "by", "tree", "."};
+  std::string s = "Once upon a time";
+  for (int i = 4; i < n; ++i) {
+    s += ' ';
+    s += kWords[(i * 7) % 16];
+  }
+  return s;
+}
+
+struct Round {
+  double wall_ms = 0;
+  int tokens = 0;
+  std::vector<double> ttft_ms, decode_tps;
+};
+
+Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
+  std::vector<std::future<Result<ring::GenerateResult>>> futures;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < streams; ++s) {
+    futures.push_back(std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
+      KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, 10000));
+      ring::GenerateMsg g;
+      // Different text per stream and round, so no two requests are the same work.
+      g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
+      g.sampling.temperature = 0;
+      g.sampling.max_tokens = static_cast<uint32_t>(o.n_gen);
+      g.sampling.flags = wire::kSamplingIgnoreEog;
+      return client->Generate(g, [](const ring::TokenMsg&) {});
+    }));
+  }
+  Round r;
+  Status first_error = Status::Ok();
+  for (auto& f : futures) {
+    auto res = f.get();
+    if (!res.ok()) {
+      if (first_error.ok()) first_error = res.status();
+      continue;
+    }
+    r.tokens += res->n_generated;
+    r.ttft_ms.push_back(res->ttft_ms);
+    if (res->n_generated > 1) {
+      r.decode_tps.push_back((res->n_generated - 1) * 1e3 / (res->total_ms - res->ttft_ms));
+    }
+  }
+  if (!first_error.ok()) return first_error;
+  r.wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+int RunRingBench(const RingBenchOptions& o) {
+  if (o.streams.empty()) return UsageError(kCmd, "--streams needs at least one count");
+  for (int s : o.streams) {
+    if (s < 1 || s > 256) return UsageError(kCmd, fmt::format("--streams {} is not in 1..256", s));
+  }
+  if (o.n_gen < 2 || o.n_prompt < 4 || o.repetitions < 1) {
+    return UsageError(kCmd, "--ring needs -n >= 2, -p >= 4 and -r >= 1");
+  }
+  auto probe = ring::RingClient::Connect(o.head, 30000);
+  if (!probe.ok()) return Fail(kCmd, probe.status());
+  if (Status s = (*probe)->WaitReady(30000); !s.ok()) return Fail(kCmd, s);
+  auto before = (*probe)->Stats();
+  if (!before.ok()) return Fail(kCmd, before.status());
+  const size_t n_stages = before->size();
+
+  if (auto warm = RunRound(o, 1, -1); !warm.ok()) return Fail(kCmd, warm.status());
+  Table table({"streams", "aggregate t/s", "per-stream decode t/s", "TTFT ms", "tokens"},
+              {Table::Align::kRight, Table::Align::kRight, Table::Align::kRight,
+               Table::Align::kRight, Table::Align::kRight});
+  nlohmann::json rows = nlohmann::json::array();
+  for (int streams : o.streams) {
+    std::vector<double> aggregate, decode, ttft;
+    int tokens = 0;
+    for (int rep = 0; rep < o.repetitions; ++rep) {
+      auto r = RunRound(o, streams, rep);
+      if (!r.ok()) return Fail(kCmd, r.status());
+      aggregate.push_back(r->tokens * 1e3 / r->wall_ms);
+      decode.push_back(Median(r->decode_tps));
+      ttft.push_back(Median(r->ttft_ms));
+      tokens = r->tokens;
+    }
+    table.AddRow({std::to_string(streams), fmt::format("{:.1f}", Median(aggregate)),
+                  fmt::format("{:.1f}", Median(decode)), fmt::format("{:.1f}", Median(ttft)),
+                  std::to_string(tokens)});
+    rows.push_back({{"streams", streams},
+                    {"aggregate_tokens_per_s", Median(aggregate)},
+                    {"per_stream_decode_tokens_per_s", Median(decode)},
+                    {"ttft_ms", Median(ttft)},
+                    {"samples_aggregate", aggregate}});
+  }
+  auto after = (*probe)->Stats();
+  if (!after.ok()) return Fail(kCmd, after.status());
+  nlohmann::json hops = nlohmann::json::array();
+  Table hop_table({"stage", "layers", "out B/token", "ms/decode token"},
+                  {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight,
+                   Table::Align::kRight});
+  for (size_t i = 0; i < after->size() && i < n_stages; ++i) {
+    const auto& a = (*after)[i];
+    const auto& b = (*before)[i];
+    const double rows_done = static_cast<double>(a.rows - b.rows);
+    const double out_per_row = rows_done > 0 ? (a.bytes_out - b.bytes_out) / rows_done : 0.0;
+    const double dec_rows = static_cast<double>(a.decode_rows - b.decode_rows);
+    const double ms_per = dec_rows > 0 ? (a.decode_busy_ns - b.decode_busy_ns) / 1e6 / dec_rows : 0;
+    const std::string name(a.name, strnlen(a.name, sizeof(a.name)));
+    hop_table.AddRow({name, fmt::format("{}:{}", a.window_first, a.window_last),
+                      fmt::format("{:.0f}", out_per_row), fmt::format("{:.3f}", ms_per)});
+    hops.push_back({{"stage", name},
+                    {"first", a.window_first},
+                    {"last", a.window_last},
+                    {"bytes_out_per_token", out_per_row},
+                    {"ms_per_decode_token", ms_per}});
+  }
+  if (o.json) {
+    nlohmann::json j = {{"ring", o.head},     {"stages", n_stages}, {"n_prompt", o.n_prompt},
+                        {"n_gen", o.n_gen},   {"rows", rows},       {"hops", hops}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("ring %s: %zu stages, prompt ~%d tokens, %d generated per stream, median of %d\n",
+                o.head.c_str(), n_stages, o.n_prompt, o.n_gen, o.repetitions);
+    std::fputs(table.Render().c_str(), stdout);
+    std::fputs(hop_table.Render().c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace kvasir::cli

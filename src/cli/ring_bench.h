@@ -1,0 +1,22 @@
+// `kvasir bench --ring`: throughput of a running ring with several concurrent streams.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvasir::cli {
+
+struct RingBenchOptions {
+  std::string head;                  // HOST:PORT of the head stage
+  std::vector<int> streams = {1, 4, 16};
+  int n_prompt = 128;                // approximate prompt tokens per stream
+  int n_gen = 64;                    // tokens generated per stream
+  int repetitions = 3;
+  bool json = false;
+};
+
+// Runs every stream count `repetitions` times (after one warm-up) and prints a table (or JSON):
+// aggregate tokens/s, per-stream decode tokens/s, time to first token, and bytes per hop.
+int RunRingBench(const RingBenchOptions& options);
+
+}  // namespace kvasir::cli
