@@ -222,7 +222,8 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
   w.n_tokens = static_cast<int>(h.n_tokens);
   w.sample = (h.flags & wire::kHiddenSample) != 0;
   HiddenToF32(h, &w.hidden);
-  if (w.n_tokens == 1 && w.sample) {
+  // Prompt chunks keep their order in the prefill queue; only steps past the prompt are decode.
+  if (w.pos0 >= sessions_[h.session].n_prompt) {
     decode_work_.push_back(std::move(w));
   } else {
     prefill_work_.push_back(std::move(w));
@@ -358,7 +359,7 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
 
 bool StageImpl::RunBatch() {
   std::vector<Work> batch;
-  std::set<uint32_t> in_batch;
+  std::set<uint32_t> in_batch;  // sessions in this batch, or held back for the next one
   int rows = 0;
   auto take = [&](std::deque<Work>& q) {
     for (auto it = q.begin(); it != q.end();) {
@@ -366,8 +367,13 @@ bool StageImpl::RunBatch() {
         it = q.erase(it);
         continue;
       }
-      if (in_batch.count(it->session) != 0 ||
-          (rows > 0 && rows + it->n_tokens > options_.max_batch_rows)) {
+      if (in_batch.count(it->session) != 0) {
+        ++it;
+        continue;
+      }
+      if (rows > 0 && rows + it->n_tokens > options_.max_batch_rows) {
+        // The session waits for the next batch; none of its later items may overtake this one.
+        in_batch.insert(it->session);
         ++it;
         continue;
       }

@@ -147,6 +147,30 @@ TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
   }
 }
 
+// Tight batches: prompt chunks of 4 rows, at most 6 rows per Forward, and prompts whose last chunk
+// is a single row. A session's chunks must run in order even when a small later chunk would fit a
+// batch that its larger earlier chunk did not.
+TEST(RingTest, ChunksOfASessionNeverOvertakeEachOther) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  auto ring = LocalRing::Start(model, 2, wire::Dtype::kF32, 256, /*chunk=*/4,
+                               /*max_batch_rows=*/6);
+  ASSERT_NE(ring, nullptr);
+  const std::vector<std::string> prompts = {"The cat sat on the mat and the dog",
+                                            "Once upon a time there was a big red ball",
+                                            "Tom and Lily went to the park to play",
+                                            "A little bird sang in the tall green tree"};
+  std::vector<std::future<testing::Generation>> futures;
+  for (const auto& p : prompts) {
+    futures.push_back(std::async(std::launch::async,
+                                 [&, p] { return GenerateOnRing(ring->head(), p, Greedy(), 12); }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(futures[i].get().ids, GenerateLocally(model, prompts[i], Greedy(), 12).ids)
+        << prompts[i];
+  }
+}
+
 // A raw TCP peer that speaks badly: each gets an ERROR frame and a closed link, and the ring
 // keeps serving.
 TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {

@@ -23,7 +23,8 @@ std::vector<uint16_t> ReservePorts(int n) {
 }
 
 std::unique_ptr<LocalRing> LocalRing::Start(const std::string& model, int n_stages,
-                                            wire::Dtype boundary, int n_ctx, int chunk) {
+                                            wire::Dtype boundary, int n_ctx, int chunk,
+                                            int max_batch_rows) {
   auto file = GgufFile::Open(model);
   EXPECT_TRUE(file.ok()) << file.status().message();
   auto cfg = LoadModelConfig(*file);
@@ -42,6 +43,7 @@ std::unique_ptr<LocalRing> LocalRing::Start(const std::string& model, int n_stag
     o.boundary = boundary;
     o.n_ctx = n_ctx;
     o.chunk = chunk;
+    o.max_batch_rows = max_batch_rows;
     auto stage = ring::Stage::Create(o);
     EXPECT_TRUE(stage.ok()) << stage.status().message();
     if (!stage.ok()) return nullptr;

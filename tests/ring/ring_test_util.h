@@ -18,7 +18,8 @@ class LocalRing {
  public:
   static std::unique_ptr<LocalRing> Start(const std::string& model, int n_stages,
                                           wire::Dtype boundary = wire::Dtype::kF32,
-                                          int n_ctx = 256, int chunk = 64);
+                                          int n_ctx = 256, int chunk = 64,
+                                          int max_batch_rows = 256);
   ~LocalRing();
   const std::string& head() const { return head_; }
   ring::Stage& stage(int i) { return *stages_[i]; }
