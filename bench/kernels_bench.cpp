@@ -7,7 +7,9 @@
 //   KVASIR_SIMD_TARGET=AVX2 build-kernels/bin/kernels_bench ...   (force a lower SIMD target)
 //
 // Decode cycles through enough copies of the matrix (>= 256 MiB) that the weights come from DRAM,
-// as they do in a real model, rather than from the last-level cache.
+// as they do in a real model, rather than from the last-level cache. DecodeBatch does the same for
+// the small batches (1, 2, 4, 8 tokens) of continuous batching, which should cost little more than
+// one token since the weights are read once.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@ namespace kvasir {
 namespace {
 
 constexpr size_t kDecodeBytes = size_t{256} << 20;
+constexpr int64_t kMaxDecodeBatch = 8;  // larger batches are timed as prefill (cache-resident)
 
 struct BenchMatrix {
   std::vector<uint8_t> bytes;  // `copies` copies of one [rows, cols] matrix, back to back
@@ -61,7 +64,7 @@ void BM_MatMul(benchmark::State& state) {
   const int64_t cols = state.range(2);
   const int64_t n_tokens = state.range(3);
   const int threads = static_cast<int>(state.range(4));
-  const bool decode = n_tokens == 1;
+  const bool decode = n_tokens <= kMaxDecodeBatch;
   const bool cached = state.range(5) != 0;
   const BenchMatrix m = MakeBenchMatrix(type, rows, cols, decode && !cached ? kDecodeBytes : 0);
   std::vector<float> x(static_cast<size_t>(n_tokens * cols));
@@ -107,6 +110,17 @@ void MatMulArgs(benchmark::internal::Benchmark* b, int64_t n_tokens) {
 
 BENCHMARK(BM_MatMul)->Name("Decode")->Apply([](auto* b) { MatMulArgs(b, 1); });
 BENCHMARK(BM_MatMul)->Name("Prefill")->Apply([](auto* b) { MatMulArgs(b, 128); });
+BENCHMARK(BM_MatMul)->Name("DecodeBatch")->Apply([](auto* b) {
+  for (int64_t cached : {0, 1}) {
+    for (int64_t n_tokens : {1, 2, 4, 8}) {
+      b->Args({static_cast<int64_t>(TensorType::kQ4_0), 5632, 2048, n_tokens, 2, cached});
+    }
+  }
+  b->ArgNames({"type", "rows", "cols", "tokens", "threads", "cached"});
+  b->Unit(benchmark::kMicrosecond);
+  b->UseRealTime();
+  b->ComputeStatistics("min", MinOf);
+});
 // Kernel speed without DRAM: 256 rows stay in L2, one thread.
 BENCHMARK(BM_MatMul)->Name("DecodeCached")->Apply([](auto* b) {
   for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kF16}) {

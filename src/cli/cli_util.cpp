@@ -42,6 +42,31 @@ int UsageError(std::string_view cmd, std::string_view message) {
   return Fail(cmd, fmt::format("{}; run 'kvasir {} --help'", message, cmd), kExitUsage);
 }
 
+void AddSamplingOptions(CLI::App& app, SamplingParams* s, std::optional<uint64_t>* seed) {
+  app.add_option("--temp", s->temperature, "temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", s->top_k, "top-k cut; 0 = off")->capture_default_str();
+  app.add_option("--top-p", s->top_p, "top-p (nucleus) cut; 1 = off")->capture_default_str();
+  app.add_option("--min-p", s->min_p, "min-p cut; 0 = off")->capture_default_str();
+  app.add_option("--repeat-penalty", s->repeat_penalty, "repetition penalty; 1 = off")
+      ->capture_default_str();
+  app.add_option("--seed", *seed, "sampling seed (default: random)");
+}
+
+std::optional<std::string> CheckSampling(const SamplingParams& s) {
+  if (!(s.temperature >= 0.0f)) return fmt::format("--temp must be >= 0 (got {})", s.temperature);
+  if (s.top_k < 0) return fmt::format("--top-k must be >= 0 (got {})", s.top_k);
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return fmt::format("--top-p must be in (0, 1] (got {})", s.top_p);
+  }
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+    return fmt::format("--min-p must be in [0, 1] (got {})", s.min_p);
+  }
+  if (!(s.repeat_penalty > 0.0f)) {
+    return fmt::format("--repeat-penalty must be > 0 (got {})", s.repeat_penalty);
+  }
+  return std::nullopt;
+}
+
 int DefaultThreads() {
   cpu_set_t set;
   CPU_ZERO(&set);

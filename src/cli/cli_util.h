@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "model/layer_window.h"
+#include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::cli {
@@ -48,6 +49,12 @@ int Guarded(std::string_view cmd, Fn&& body) {
     return Fail(cmd, "unexpected error");
   }
 }
+
+// Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty and --seed (shared by every command that
+// samples).
+void AddSamplingOptions(CLI::App& app, SamplingParams* params, std::optional<uint64_t>* seed);
+// The first out-of-range sampling flag, as a message, or nullopt.
+std::optional<std::string> CheckSampling(const SamplingParams& params);
 
 // Number of threads to use by default: the cores this process may run on (at least 1).
 int DefaultThreads();

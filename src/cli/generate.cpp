@@ -51,22 +51,10 @@ struct GenerateStats {
 double PerSecond(int n, double ms) { return ms > 0 ? n * 1e3 / ms : 0.0; }
 
 std::optional<std::string> CheckOptions(const GenerateOptions& o) {
-  const SamplingParams& s = o.sampling;
   if (o.n_predict < 0) return fmt::format("-n must be >= 0 (got {})", o.n_predict);
   if (o.n_threads < 1) return fmt::format("-t must be >= 1 (got {})", o.n_threads);
   if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
-  if (!(s.temperature >= 0.0f)) return fmt::format("--temp must be >= 0 (got {})", s.temperature);
-  if (s.top_k < 0) return fmt::format("--top-k must be >= 0 (got {})", s.top_k);
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
-    return fmt::format("--top-p must be in (0, 1] (got {})", s.top_p);
-  }
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
-    return fmt::format("--min-p must be in [0, 1] (got {})", s.min_p);
-  }
-  if (!(s.repeat_penalty > 0.0f)) {
-    return fmt::format("--repeat-penalty must be > 0 (got {})", s.repeat_penalty);
-  }
-  return std::nullopt;
+  return CheckSampling(o.sampling);
 }
 
 void WriteOut(const std::string& text) {
@@ -231,19 +219,12 @@ int GenerateMain(int argc, char** argv) {
     GenerateOptions o;
     o.n_threads = DefaultThreads();
     o.sampling.temperature = 0.8f;
-    SamplingParams& s = o.sampling;
     app.add_option("-m,--model", o.model_path, "GGUF model file");
     app.add_option("--ring", o.ring, "generate on a running ring: HOST:PORT of its head stage");
     app.add_option("--stop", o.stops, "(with --ring) stop when the text contains this");
     app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
     app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
-    app.add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
-    app.add_option("--top-k", s.top_k, "top-k cut; 0 = off")->capture_default_str();
-    app.add_option("--top-p", s.top_p, "top-p (nucleus) cut; 1 = off")->capture_default_str();
-    app.add_option("--min-p", s.min_p, "min-p cut; 0 = off")->capture_default_str();
-    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty; 1 = off")
-        ->capture_default_str();
-    app.add_option("--seed", o.seed, "sampling seed (default: random)");
+    AddSamplingOptions(app, &o.sampling, &o.seed);
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
     app.add_option("-c,--ctx-size", o.n_ctx, "context size; 0 = the model's, at most 4096")
         ->capture_default_str();

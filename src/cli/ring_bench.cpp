@@ -8,6 +8,7 @@
 
 #include "cli/cli_util.h"
 #include "ring/client.h"
+#include "ring/sampling_wire.h"
 
 namespace kvasir::cli {
 namespace {
@@ -48,9 +49,9 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
       ring::GenerateMsg g;
       // Different text per stream and round, so no two requests are the same work.
       g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
-      g.sampling.temperature = 0;
-      g.sampling.max_tokens = static_cast<uint32_t>(o.n_gen);
-      g.sampling.flags = wire::kSamplingIgnoreEog;
+      SamplingParams greedy;
+      greedy.temperature = 0;
+      g.sampling = ring::SamplingToWire(greedy, static_cast<uint32_t>(o.n_gen), true);
       return client->Generate(g, [](const ring::TokenMsg&) {});
     }));
   }

@@ -7,6 +7,7 @@
 #include "base/mapped_file.h"
 #include "cli/cli_util.h"
 #include "kernels/kernels.h"
+#include "ring/sampling_wire.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::cli {
@@ -29,15 +30,8 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
   // Time to first token should measure the request, not the ring's start-up.
   KV_RETURN_IF_ERROR(client->WaitReady(req.connect_timeout_ms));
   ring::GenerateMsg g;
-  g.sampling.temperature = req.sampling.temperature;
-  g.sampling.top_p = req.sampling.top_p;
-  g.sampling.min_p = req.sampling.min_p;
-  g.sampling.repeat_penalty = req.sampling.repeat_penalty;
-  g.sampling.top_k = req.sampling.top_k;
-  g.sampling.repeat_last_n = req.sampling.repeat_last_n;
-  g.sampling.seed = req.sampling.seed;
-  g.sampling.max_tokens = static_cast<uint32_t>(req.n_predict);
-  g.sampling.flags = req.ignore_eos ? wire::kSamplingIgnoreEog : 0;
+  g.sampling = ring::SamplingToWire(req.sampling, static_cast<uint32_t>(req.n_predict),
+                                    req.ignore_eos);
   g.prompt = req.prompt;
   g.stops = req.stops;
   g.add_special = true;

@@ -188,13 +188,7 @@ int RunMain(int argc, char** argv) {
     app.add_option("-p,--prompt", o.request.prompt, "prompt text")->required();
     app.add_option("-n,--n-predict", o.request.n_predict, "tokens to generate")
         ->capture_default_str();
-    app.add_option("--temp", s.temperature, "temperature; 0 = greedy")->capture_default_str();
-    app.add_option("--top-k", s.top_k, "top-k cut; 0 = off")->capture_default_str();
-    app.add_option("--top-p", s.top_p, "top-p cut; 1 = off")->capture_default_str();
-    app.add_option("--min-p", s.min_p, "min-p cut; 0 = off")->capture_default_str();
-    app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty; 1 = off")
-        ->capture_default_str();
-    app.add_option("--seed", o.seed, "sampling seed (default: random)");
+    AddSamplingOptions(app, &s, &o.seed);
     app.add_option("--stop", o.request.stops, "stop when the text contains this (repeatable)");
     app.add_flag("--ignore-eos", o.request.ignore_eos, "keep generating after end tokens");
     o.threads_per_stage = std::max(1, DefaultThreads() / 2);
@@ -209,6 +203,7 @@ int RunMain(int argc, char** argv) {
         ->capture_default_str();
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
+    if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);
     if (o.threads_per_stage < 1) return UsageError(kCmd, "-t must be >= 1");
     return RunRing(std::move(o));
   });

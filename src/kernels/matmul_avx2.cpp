@@ -214,10 +214,11 @@ KV_AVX2_ATTR void PanelTile(const PanelBlock2* panel, int64_t nb, const int8_t* 
 
 struct Avx2Kernel {
   static constexpr int kGroup = kLanes;
+  static constexpr int kMaxDecodeTokens = 1;
   using Panel = PanelBlock2;
   template <bool kQ4>
   static void Decode(const GroupSource& src, int64_t nb, const QuantActs& acts,
-                     const GroupPrefetcher& prefetch, float* y, int64_t nr) {
+                     const GroupPrefetcher& prefetch, float* y, int64_t /*ld*/, int64_t nr) {
     DecodeGroup<kQ4>(src, nb, acts, prefetch, y, nr);
   }
   template <bool kQ4>

@@ -1,6 +1,7 @@
 // Shared driver of the x86 integer kernels (matmul_vnni.cpp, matmul_avx2.cpp): rows are taken in
-// groups of Kernel::kGroup, one row per 32-bit lane. Decode streams each group once; prefill
-// transposes a group into a thread-local panel and runs every activation tile against it.
+// groups of Kernel::kGroup, one row per 32-bit lane. Decode (small batches) streams each group
+// once; prefill transposes a group into a thread-local panel and runs every activation tile
+// against it.
 #pragma once
 
 #include <algorithm>
@@ -75,16 +76,20 @@ class GroupPrefetcher {
 
 // Kernel provides:
 //   static constexpr int kGroup;
+//   static constexpr int kMaxDecodeTokens;  at most kActTile
 //   struct Panel;  one transposed block of a group
 //   template <bool kQ4> static void Decode(const GroupSource&, int64_t nb, const QuantActs&,
-//                                          const GroupPrefetcher&, float* y, int64_t nr);
+//                                          const GroupPrefetcher&, float* y, int64_t ld,
+//                                          int64_t nr);
 //   template <bool kQ4> static void Pack(const GroupSource&, int64_t nb, const GroupPrefetcher&,
 //                                        Panel* panel);
 //   template <bool kQ4> static void Tile(const Panel* panel, int64_t nb, const int8_t* qs,
 //                                        const float* d, const int32_t* corr, int64_t nt,
 //                                        float* y, int64_t ld, int64_t nr);
-// Decode writes y[0, nr); Tile writes y[t * ld + i] for t < nt, i < nr. The activation pointers
-// are those of one QuantActs tile of nt tokens.
+// Decode handles batches of up to kMaxDecodeTokens tokens (one activation tile) straight from the
+// weights, which it reads once, and writes y[t * ld + i] for t < acts.n_tokens, i < nr; Tile
+// writes y[t * ld + i] for t < nt, i < nr. The activation pointers of Tile are those of one
+// QuantActs tile of nt tokens.
 template <class Kernel, bool kQ4>
 void RunPanelRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
                   int64_t row_end) {
@@ -112,8 +117,8 @@ void RunPanelRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t 
     const GroupPrefetcher prefetch(
         next_rows > 0 ? data + static_cast<size_t>(g0 + kGroup) * w.row_bytes : nullptr,
         static_cast<size_t>(std::max<int64_t>(next_rows, 0)) * w.row_bytes, nb);
-    if (acts.n_tokens == 1) {
-      Kernel::template Decode<kQ4>(src, nb, acts, prefetch, y + g0, nr);
+    if (acts.n_tokens <= Kernel::kMaxDecodeTokens) {
+      Kernel::template Decode<kQ4>(src, nb, acts, prefetch, y + g0, w.rows, nr);
       continue;
     }
     using Panel = typename Kernel::Panel;

@@ -8,9 +8,11 @@
 // applies the scales: the same operations, in the same order, as ref::MatMul and the generic
 // kernels.
 //
-// Decode (one token) transposes each block in registers as it streams the rows. Prefill transposes
-// a 16-row panel once into a thread-local buffer and reuses every loaded block for a tile of up to
-// kActTile tokens, accumulating in registers.
+// Decode (one token, or a small batch of up to kMaxDecodeTokens from continuous batching)
+// transposes each block in registers as it streams the rows and applies it to every token of the
+// batch, so the weights are read once. Prefill transposes a 16-row panel once into a thread-local
+// buffer and reuses every loaded block for a tile of up to kActTile tokens, accumulating in
+// registers.
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -148,22 +150,57 @@ __mmask16 RowMask(int64_t n_rows) {
   return static_cast<__mmask16>(n_rows >= kLanes ? 0xFFFF : (1u << n_rows) - 1);
 }
 
-template <bool kQ4>
+constexpr int kMaxBatch = 8;  // w[8] plus one accumulator per token stay in registers
+
+// NT tokens (one activation tile: qs [nb, NT, 32], d and corr [nb, NT]) against a 16-row group
+// streamed from the weights; y: row 0 of the group for token 0, token stride `ld`.
+template <bool kQ4, int NT>
 KV_VNNI_ATTR void DecodeGroup(const GroupSource& src, int64_t nb, const QuantActs& acts,
-                              const GroupPrefetcher& prefetch, float* y, int64_t nr) {
+                              const GroupPrefetcher& prefetch, float* y, int64_t ld,
+                              __mmask16 mask) {
   const __m512i idx =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(static_cast<int32_t>(src.row_bytes)));
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   __m512i w[8];
   __m512 dw;
   for (int64_t b = 0; b < nb; ++b) {
     prefetch.Block(b);
     Pack<kQ4>(src.base + b * src.block_bytes, src.row_bytes, idx, w, &dw);
-    acc = BlockStep(w, dw, acts.qs + b * kQBlock, acts.d[b], acts.corr[b], acc);
+    const int8_t* xb = acts.qs + b * NT * kQBlock;
+    const float* db = acts.d + b * NT;
+    const int32_t* cb = acts.corr + b * NT;
+    if constexpr (NT == 1) {
+      acc[0] = BlockStep(w, dw, xb, db[0], cb[0], acc[0]);
+    } else {
+      // The tokens' chains are independent, so one chain per token keeps the units busy.
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const auto* xd = reinterpret_cast<const AliasedI32*>(xb + t * kQBlock);
+        __m512i s = _mm512_set1_epi32(cb[t]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(xd[k]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(db[t])),
+                                 acc[t]);
+      }
+    }
   }
-  _mm512_mask_storeu_ps(y, RowMask(nr), acc);
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ld, mask, acc[t]);
 }
+
+template <bool kQ4>
+using DecodeGroupFn = void (*)(const GroupSource&, int64_t, const QuantActs&,
+                               const GroupPrefetcher&, float*, int64_t, __mmask16);
+
+template <bool kQ4, int... I>
+constexpr auto MakeDecodeTable(std::integer_sequence<int, I...>) {
+  return std::array<DecodeGroupFn<kQ4>, sizeof...(I)>{{&DecodeGroup<kQ4, I + 1>...}};
+}
+
+template <bool kQ4>
+constexpr auto kDecodeGroups =
+    MakeDecodeTable<kQ4>(std::make_integer_sequence<int, kMaxBatch>());
 
 template <bool kQ4>
 KV_VNNI_ATTR void PackPanel(const GroupSource& src, int64_t nb, const GroupPrefetcher& prefetch,
@@ -220,11 +257,12 @@ constexpr auto kPanelTiles = MakeTileTable(std::make_integer_sequence<int, kActT
 
 struct VnniKernel {
   static constexpr int kGroup = kLanes;
+  static constexpr int kMaxDecodeTokens = kMaxBatch;
   using Panel = PanelBlock;
   template <bool kQ4>
   static void Decode(const GroupSource& src, int64_t nb, const QuantActs& acts,
-                     const GroupPrefetcher& prefetch, float* y, int64_t nr) {
-    DecodeGroup<kQ4>(src, nb, acts, prefetch, y, nr);
+                     const GroupPrefetcher& prefetch, float* y, int64_t ld, int64_t nr) {
+    kDecodeGroups<kQ4>[acts.n_tokens - 1](src, nb, acts, prefetch, y, ld, RowMask(nr));
   }
   template <bool kQ4>
   static void Pack(const GroupSource& src, int64_t nb, const GroupPrefetcher& prefetch,

@@ -7,22 +7,11 @@
 #include <set>
 
 #include "base/log.h"
+#include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
 
 namespace kvasir::ring {
 namespace {
-
-SamplingParams ToParams(const wire::SamplingWire& w) {
-  SamplingParams p;
-  p.temperature = w.temperature;
-  p.top_k = w.top_k;
-  p.top_p = w.top_p;
-  p.min_p = w.min_p;
-  p.repeat_penalty = w.repeat_penalty;
-  p.repeat_last_n = w.repeat_last_n;
-  p.seed = w.seed;
-  return p;
-}
 
 uint64_t NsSince(Clock::time_point t) {
   return static_cast<uint64_t>(
@@ -165,7 +154,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   s.originated = true;
   s.client = client;
   s.stops = std::move(g.stops);
-  if (is_last()) s.sampler = std::make_unique<Sampler>(ToParams(g.sampling));
+  if (is_last()) s.sampler = std::make_unique<Sampler>(SamplingFromWire(g.sampling));
   KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
               g.sampling.max_tokens);
   if (!SendNext(OpenSessionMsg{id, g.sampling, ids})) {
@@ -196,7 +185,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.n_prompt = static_cast<int>(o.prompt.size());
   if (is_last()) {
     s.history = o.prompt;
-    s.sampler = std::make_unique<Sampler>(ToParams(o.sampling));
+    s.sampler = std::make_unique<Sampler>(SamplingFromWire(o.sampling));
   }
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);

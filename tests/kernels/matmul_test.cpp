@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -166,10 +167,12 @@ TEST(MatMulTest, BatchEqualsTokenByToken) {
             std::copy(yt.begin(), yt.end(), single.begin() + t * rows);
           }
           EXPECT_TRUE(BitEqual(batch, single));
-          // And split into uneven batches.
+          // And split into uneven batches: the small ones of continuous batching take the
+          // decode path, the larger ones the panel path.
+          constexpr int64_t kSplits[] = {5, 12, 8, 2, 7, 1};
           std::vector<float> split(batch.size());
-          for (int64_t t0 = 0; t0 < n;) {
-            const int64_t nt = std::min<int64_t>(t0 % 2 == 0 ? 5 : 12, n - t0);
+          for (int64_t t0 = 0, i = 0; t0 < n; ++i) {
+            const int64_t nt = std::min<int64_t>(kSplits[i % std::size(kSplits)], n - t0);
             const std::vector<float> xs(x.begin() + t0 * cols, x.begin() + (t0 + nt) * cols);
             const std::vector<float> ys = RunMatMul(m.view, xs, nt, pool);
             std::copy(ys.begin(), ys.end(), split.begin() + t0 * rows);

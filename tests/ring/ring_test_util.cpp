@@ -5,6 +5,7 @@
 
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
+#include "ring/sampling_wire.h"
 #include "ring/transport.h"
 #include "tokenizer/tokenizer.h"
 
@@ -103,14 +104,7 @@ Generation GenerateOnRing(const std::string& head, const std::string& prompt,
   if (!client.ok()) return g;
   ring::GenerateMsg req;
   req.prompt = prompt;
-  req.sampling.temperature = params.temperature;
-  req.sampling.top_k = params.top_k;
-  req.sampling.top_p = params.top_p;
-  req.sampling.min_p = params.min_p;
-  req.sampling.repeat_penalty = params.repeat_penalty;
-  req.sampling.repeat_last_n = params.repeat_last_n;
-  req.sampling.seed = params.seed;
-  req.sampling.max_tokens = static_cast<uint32_t>(n_predict);
+  req.sampling = ring::SamplingToWire(params, static_cast<uint32_t>(n_predict), false);
   auto r = (*client)->Generate(req, [&](const ring::TokenMsg& t) {
     if (t.token.finished && t.token.reason == static_cast<uint8_t>(wire::FinishReason::kEog)) {
       return;
