@@ -112,8 +112,10 @@ BENCHMARK(BM_MatMul)->Name("Decode")->Apply([](auto* b) { MatMulArgs(b, 1); });
 BENCHMARK(BM_MatMul)->Name("Prefill")->Apply([](auto* b) { MatMulArgs(b, 128); });
 BENCHMARK(BM_MatMul)->Name("DecodeBatch")->Apply([](auto* b) {
   for (int64_t cached : {0, 1}) {
-    for (int64_t n_tokens : {1, 2, 4, 8}) {
-      b->Args({static_cast<int64_t>(TensorType::kQ4_0), 5632, 2048, n_tokens, 2, cached});
+    for (int64_t threads : {1, 2}) {
+      for (int64_t n_tokens : {1, 2, 4, 8}) {
+        b->Args({static_cast<int64_t>(TensorType::kQ4_0), 5632, 2048, n_tokens, threads, cached});
+      }
     }
   }
   b->ArgNames({"type", "rows", "cols", "tokens", "threads", "cached"});

@@ -18,8 +18,10 @@ constexpr Subcommand kSubcommands[] = {
     {"stage", kvasir::cli::StageMain, "run one window of layers as a stage of a ring"},
     {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
     {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
+    {"plan", kvasir::cli::PlanMain, "choose devices and layer windows; write a rank manifest"},
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
     {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},
+    {"slice", kvasir::cli::SliceMain, "write a stage mini-GGUF holding one window of layers"},
     {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
 };
 

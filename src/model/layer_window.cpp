@@ -399,6 +399,16 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
     return Error("{}: layers {}:{} are not a window of the model's {} layers", file->path(),
                  spec.first, spec.last, cfg.n_layer);
   }
+  // A stage slice holds only its own window (kvasir.window.first/last).
+  if (file->Find("kvasir.window.first") != nullptr || file->Find("kvasir.window.last") != nullptr) {
+    KV_ASSIGN_OR_RETURN(uint64_t held_first, file->GetUint("kvasir.window.first"));
+    KV_ASSIGN_OR_RETURN(uint64_t held_last, file->GetUint("kvasir.window.last"));
+    if (static_cast<uint64_t>(spec.first) < held_first ||
+        static_cast<uint64_t>(spec.last) > held_last) {
+      return Error("{}: holds layers {}:{} (a stage slice); layers {}:{} are not in it",
+                   file->path(), held_first, held_last, spec.first, spec.last);
+    }
+  }
   if (spec.first == spec.last && !spec.has_embed && !spec.has_head) {
     return Error("{}: empty window {}:{} holds nothing", file->path(), spec.first, spec.last);
   }

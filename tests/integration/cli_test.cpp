@@ -545,5 +545,45 @@ TEST(CliTest, SynthValidatesShape) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// ---- plan ------------------------------------------------------------------------------------
+
+TEST(CliTest, PlanWritesAManifestForTheExampleCluster) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string devices = std::string(KVASIR_SOURCE_DIR) + "/docs/examples/devices.json";
+  const std::string manifest = dir.File("manifest.json");
+  RunResult r = Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices, "-o", manifest});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("estimated per-token time"));
+  EXPECT_THAT(r.out, HasSubstr("left out: adding it would raise the per-token time"));
+  nlohmann::json m = ParseJson(ReadFileToString(manifest));
+  ASSERT_TRUE(m.is_object());
+  EXPECT_EQ(m["n_layer"], 5);
+  EXPECT_EQ(m["ctx"], 4096);
+  EXPECT_EQ(m["model_id"].get<std::string>().size(), 32u);
+  ASSERT_FALSE(m["ranks"].empty());
+  EXPECT_EQ(m["ranks"][0]["layers"][0], 0);
+  EXPECT_EQ(m["ranks"].back()["layers"][1], 5);
+
+  // Without -o the manifest is stdout's only content.
+  RunResult s = Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices});
+  ASSERT_EQ(s.code, 0) << Describe(s);
+  EXPECT_EQ(ParseJson(s.out), m);
+}
+
+TEST(CliTest, PlanRefusesWhatDoesNotFit) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string devices = dir.File("devices.json");
+  std::ofstream(devices) << R"({"devices": [{"name": "tiny", "memory_bytes": 1000000,
+                                             "ms_per_gib": 10}]})";
+  ExpectRuntimeError(Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices}), "plan",
+                     "devices hold 976.6 KiB, the model needs");
+  std::ofstream(devices) << R"({"devices": [{"name": "p", "memory_gib": 1, "ms_per_gib": 0}]})";
+  ExpectRuntimeError(Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices}), "plan",
+                     "device 'p': ms_per_gib must be > 0");
+  ExpectUsageError(Kvasir({"plan", "-m", AssetPath(kStories)}), "plan", "--devices");
+}
+
 }  // namespace
 }  // namespace kvasir

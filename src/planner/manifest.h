@@ -1,0 +1,65 @@
+// The rank manifest: the plan a ring is started from. It names the model (identity, where to get
+// it), the context the KV caches were sized for, and for each rank its device, its window of layers
+// and the tensors that window needs. Written by `kvasir plan`; read by whoever starts or fetches a
+// rank, which validates it before use. JSON schema in docs/MANIFEST.md.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "planner/model_cost.h"
+#include "planner/solver.h"
+
+namespace kvasir {
+
+inline constexpr int kManifestVersion = 1;
+
+struct ManifestTensor {
+  std::string name;
+  std::optional<std::string> sha256;  // 64 hex digits of the tensor's bytes, once fetched
+};
+
+struct ManifestRank {
+  int rank = 0;
+  std::string device;
+  int first = 0, last = 0;  // layers [first, last)
+  bool has_embed = false, has_head = false;
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes = 0;  // at the manifest's ctx
+  double ms_per_token = 0;
+  std::vector<ManifestTensor> tensors;
+};
+
+struct Manifest {
+  int version = kManifestVersion;
+  std::string model_id;  // 32 hex digits (ComputeModelId)
+  std::string model;     // path or URL of the GGUF file
+  int n_layer = 0;
+  int ctx = 0;
+  std::vector<std::string> ring;  // device names in ring order (== ranks[i].device)
+  std::vector<ManifestRank> ranks;
+  double ms_per_token = 0;  // estimated, whole ring
+};
+
+// A manifest for `plan` of the model whose cost is `cost`.
+Manifest BuildManifest(const ModelCost &cost, const Plan &plan, std::string model_id_hex,
+                       std::string model);
+
+// Checks every constraint a ring relies on: version, 32-hex model id, n_layer and ctx positive,
+// ranks numbered 0..n-1 in order, windows non-empty, contiguous and covering [0, n_layer),
+// has_embed exactly on the rank with layer 0 and has_head on the one ending at n_layer, ring
+// matching the ranks' devices, device names unique, sha256 (when present) 64 hex digits.
+Status ValidateManifest(const Manifest &m);
+
+nlohmann::json ManifestToJson(const Manifest &m);
+// Parses and validates. Errors start with `name`: "manifest.json: rank 2: layers [5, 9) overlap
+// rank 1's [3, 6)".
+Result<Manifest> ManifestFromJson(const nlohmann::json &j, const std::string &name);
+Result<Manifest> ParseManifest(std::string_view text, const std::string &name);
+
+}  // namespace kvasir

@@ -1,0 +1,110 @@
+#include "shard/slice.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "gguf/gguf_writer.h"
+#include "model/arch/registry.h"
+#include "model/model_id.h"
+
+namespace kvasir {
+namespace {
+
+// Bytes handed to the stream writer per Append, so a huge tensor is copied in bounded pieces.
+constexpr uint64_t kCopyChunk = uint64_t{8} << 20;
+
+// Layer index of "blk.N.something", or nullopt for a non-layer tensor.
+std::optional<int> LayerOf(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos || dot == 4 || dot > 12) return std::nullopt;
+  int layer = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    layer = layer * 10 + (name[i] - '0');
+  }
+  return layer;
+}
+
+// Whether the slice [first, last) of a model with n_layer layers keeps tensor `name`.
+bool KeepTensor(const std::string& name, int first, int last, int n_layer, bool tied) {
+  if (std::optional<int> layer = LayerOf(name)) return *layer >= first && *layer < last;
+  const bool head = last == n_layer;
+  if (name == "token_embd.weight") return first == 0 || (head && tied);
+  if (name == "output_norm.weight" || name == "output.weight") return head;
+  return true;  // e.g. rope_freqs.weight: small, and any stage may need it
+}
+
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
+}  // namespace
+
+Status WriteSlice(const GgufFile& parent, int first, int last, const std::string& out_path,
+                  SliceSummary* summary) {
+  KV_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(parent));
+  const int n_layer = cfg.n_layer;
+  if (first < 0 || last > n_layer || first >= last) {
+    return Error(
+        "{}: layers {}:{} are not a window of the model's {} layers (need 0 <= A < B <= {})",
+        parent.path(), first, last, n_layer, n_layer);
+  }
+  // A parent that is itself a slice only holds its own window.
+  if (parent.Find("kvasir.window.first") != nullptr ||
+      parent.Find("kvasir.window.last") != nullptr) {
+    KV_ASSIGN_OR_RETURN(uint64_t pf, parent.GetUint("kvasir.window.first"));
+    KV_ASSIGN_OR_RETURN(uint64_t pl, parent.GetUint("kvasir.window.last"));
+    if (static_cast<uint64_t>(first) < pf || static_cast<uint64_t>(last) > pl) {
+      return Error("{}: holds layers {}:{} (a stage slice); layers {}:{} are not in it",
+                   parent.path(), pf, pl, first, last);
+    }
+  }
+  if (out_path.empty()) return Error("empty output path");
+  const std::filesystem::path dir = std::filesystem::path(out_path).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+    return Error("{}: directory {} does not exist", out_path, dir.string());
+  }
+  if (SamePath(out_path, parent.path())) {
+    return Error("{}: is the model being sliced; choose another output path", out_path);
+  }
+  KV_ASSIGN_OR_RETURN(ModelId parent_id, ComputeModelId(parent.header(), parent.path()));
+
+  GgufWriter layout;
+  layout.CopyKvs(parent.header());
+  layout.SetKv("kvasir.window.first", GgufValue::Uint32(static_cast<uint32_t>(first)));
+  layout.SetKv("kvasir.window.last", GgufValue::Uint32(static_cast<uint32_t>(last)));
+  layout.SetKv("kvasir.window.tied_output", GgufValue::Bool(cfg.tied_output));
+  layout.SetKv("kvasir.model_id", GgufValue::String(ModelIdHex(parent_id)));
+
+  SliceSummary s;
+  std::vector<const GgufTensorInfo*> kept;
+  for (const GgufTensorInfo& t : parent.tensors()) {
+    s.parent_bytes += t.n_bytes;
+    if (!KeepTensor(t.name, first, last, n_layer, cfg.tied_output)) continue;
+    KV_RETURN_IF_ERROR(layout.DeclareTensor(t.name, static_cast<TensorType>(t.type),
+                                            std::span<const uint64_t>(t.ne.data(), t.n_dims)));
+    kept.push_back(&t);
+    s.bytes += t.n_bytes;
+  }
+  s.n_tensors = static_cast<int>(kept.size());
+
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<GgufStreamWriter> out,
+                      GgufStreamWriter::Create(layout, out_path));
+  for (const GgufTensorInfo* t : kept) {
+    std::span<const uint8_t> data = parent.TensorData(*t);
+    for (uint64_t off = 0; off < data.size(); off += kCopyChunk) {
+      const uint64_t n = std::min<uint64_t>(kCopyChunk, data.size() - off);
+      KV_RETURN_IF_ERROR(out->Append(data.subspan(off, n)));
+    }
+  }
+  KV_RETURN_IF_ERROR(out->Finish());
+  if (summary != nullptr) *summary = s;
+  return Status::Ok();
+}
+
+}  // namespace kvasir
