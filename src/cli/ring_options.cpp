@@ -3,6 +3,8 @@
 #include <cstdlib>
 
 #include "base/log.h"
+#include "gguf/gguf_file.h"
+#include "model/model_id.h"
 
 namespace kvasir::cli {
 
@@ -35,6 +37,18 @@ Status ParseBoundary(const std::string& text, wire::Dtype* dtype) {
     return Error("--boundary '{}' is not one of f32, f16, bf16", text);
   }
   return Status::Ok();
+}
+
+Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* model_path) {
+  KV_ASSIGN_OR_RETURN(Manifest m, LoadManifest(manifest_path));
+  if (model_path->empty()) *model_path = m.model;
+  KV_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(*model_path));
+  KV_ASSIGN_OR_RETURN(ModelId id, ComputeModelId(file.header(), *model_path));
+  if (ModelIdHex(id) != m.model_id) {
+    return Error("{}: model {} is not the model {} was planned for ({})", *model_path,
+                 ModelIdHex(id), manifest_path, m.model_id);
+  }
+  return m;
 }
 
 Status ApplyLogLevel(const std::string& text) {

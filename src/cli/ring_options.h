@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "planner/manifest.h"
 #include "ring/wire.h"
 
 namespace kvasir::cli {
@@ -12,6 +13,10 @@ namespace kvasir::cli {
 Status ParseLayers(const std::string& text, int* first, int* last);
 // "f32", "f16" or "bf16".
 Status ParseBoundary(const std::string& text, wire::Dtype* dtype);
+// Loads a rank manifest and checks that `model_path` (or, when empty, the manifest's own model) is
+// the model it was planned for. Sets *model_path to the file to use.
+Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* model_path);
+
 // "debug", "info", "warn" or "error".
 Status ApplyLogLevel(const std::string& text);
 

@@ -18,6 +18,7 @@
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "model/arch/registry.h"
+#include "planner/manifest.h"
 #include "ring/transport.h"
 
 namespace kvasir::cli {
@@ -28,6 +29,7 @@ constexpr const char* kCmd = "run";
 struct RunOptions {
   std::string model_path;
   int n_stages = 2;
+  std::string manifest_path;  // windows and stage names from a rank manifest
   int threads_per_stage = 1;
   std::string boundary = "f32";
   int n_ctx = 0;
@@ -94,33 +96,53 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
+// One stage to spawn: its name and window.
+struct StagePlan {
+  std::string name;
+  int first = 0, last = 0;
+};
+
 int RunRing(RunOptions o) {
-  auto file = OpenGguf(o.model_path);
-  if (!file.ok()) return Fail(kCmd, file.status());
-  auto cfg = LoadModelConfig(**file);
-  if (!cfg.ok()) return Fail(kCmd, cfg.status());
-  const int n_layer = cfg->n_layer;
-  if (o.n_stages < 1 || o.n_stages > n_layer) {
-    return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
-                                        o.n_stages, n_layer));
+  std::vector<StagePlan> plan;
+  if (!o.manifest_path.empty()) {
+    auto m = LoadManifestFor(o.manifest_path, &o.model_path);
+    if (!m.ok()) return Fail(kCmd, m.status());
+    for (const ManifestRank& r : m->ranks) plan.push_back({r.device, r.first, r.last});
+    if (o.n_ctx == 0) o.n_ctx = m->ctx;
+  } else {
+    if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
+    auto file = OpenGguf(o.model_path);
+    if (!file.ok()) return Fail(kCmd, file.status());
+    auto cfg = LoadModelConfig(**file);
+    if (!cfg.ok()) return Fail(kCmd, cfg.status());
+    const int n_layer = cfg->n_layer;
+    if (o.n_stages < 1 || o.n_stages > n_layer) {
+      return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
+                                          o.n_stages, n_layer));
+    }
+    for (int i = 0; i < o.n_stages; ++i) {
+      plan.push_back({fmt::format("stage{}", i), i * n_layer / o.n_stages,
+                      (i + 1) * n_layer / o.n_stages});
+    }
   }
+  const int n_stages = static_cast<int>(plan.size());
   wire::Dtype dtype;
   if (Status s = ParseBoundary(o.boundary, &dtype); !s.ok()) return UsageError(kCmd, s.message());
   if (Status s = ApplyLogLevel(o.stage_log_level); !s.ok()) return UsageError(kCmd, s.message());
   SetLogLevel(LogLevel::kInfo);
   o.request.sampling.seed = o.seed ? *o.seed : std::random_device{}();
 
-  auto ports = FreePorts(o.n_stages);
+  auto ports = FreePorts(n_stages);
   if (!ports.ok()) return Fail(kCmd, ports.status());
   std::vector<Child> children;
-  for (int i = 0; i < o.n_stages; ++i) {
-    const int first = i * n_layer / o.n_stages, last = (i + 1) * n_layer / o.n_stages;
+  for (int i = 0; i < n_stages; ++i) {
     Child c;
-    c.name = fmt::format("stage{}", i);
+    c.name = plan[i].name;
     std::vector<std::string> args = {
-        "kvasir", "stage", "-m", o.model_path, "--layers", fmt::format("{}:{}", first, last),
+        "kvasir", "stage", "-m", o.model_path, "--layers",
+        fmt::format("{}:{}", plan[i].first, plan[i].last),
         "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
-        "--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % o.n_stages]),
+        "--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages]),
         "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
         "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level};
     auto pid = Spawn(args);
@@ -131,8 +153,8 @@ int RunRing(RunOptions o) {
     c.pid = *pid;
     children.push_back(c);
   }
-  KV_LOG_INFO("ring of {} stages started ({} threads each); waiting for it to close",
-              o.n_stages, o.threads_per_stage);
+  KV_LOG_INFO("ring of {} stages started ({} threads each); waiting for it to close", n_stages,
+              o.threads_per_stage);
 
   // A stage that dies ends the run: the watcher stops the others, which ends the client's wait.
   std::atomic<bool> done{false};
@@ -182,9 +204,9 @@ int RunMain(int argc, char** argv) {
     RunOptions o;
     SamplingParams& s = o.request.sampling;
     s.temperature = 0.8f;
-    app.add_option("-m,--model", o.model_path, "GGUF model file")->required();
-    app.add_option("--stages", o.n_stages, "number of stages (even split of the layers)")
-        ->capture_default_str();
+    app.add_option("-m,--model", o.model_path, "GGUF model file (with --manifest: default its model)");
+    app.add_option("--manifest", o.manifest_path, "rank manifest from `kvasir plan`: its windows")
+        ->excludes(app.add_option("--stages", o.n_stages, "number of stages (even split)"));
     app.add_option("-p,--prompt", o.request.prompt, "prompt text")->required();
     app.add_option("-n,--n-predict", o.request.n_predict, "tokens to generate")
         ->capture_default_str();

@@ -58,10 +58,15 @@ int StageMain(int argc, char** argv) {
     ring::StageOptions opt;
     opt.n_threads = DefaultThreads();
     std::string layers, boundary = "f32", log_level = "info";
-    app.add_option("-m,--model", opt.model_path, "GGUF model file (full model or stage slice)")
-        ->required();
-    app.add_option("--layers", layers, "window of layers A:B (A included, B excluded)")
-        ->required();
+    std::string manifest_path;
+    int rank = -1;
+    app.add_option("-m,--model", opt.model_path, "GGUF model file (full model or stage slice)");
+    auto* layers_opt =
+        app.add_option("--layers", layers, "window of layers A:B (A included, B excluded)");
+    auto* manifest_opt = app.add_option("--manifest", manifest_path,
+                                        "rank manifest from `kvasir plan` (with --rank)");
+    app.add_option("--rank", rank, "this stage's rank in the manifest")->needs(manifest_opt);
+    manifest_opt->excludes(layers_opt);
     app.add_option("--listen", opt.listen, "HOST:PORT to accept the predecessor and clients")
         ->required();
     app.add_option("--next", opt.next, "HOST:PORT of the successor stage")->required();
@@ -76,8 +81,24 @@ int StageMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
-    if (Status s = ParseLayers(layers, &opt.first, &opt.last); !s.ok()) {
-      return UsageError(kCmd, s.message());
+    if (!manifest_path.empty()) {
+      auto m = LoadManifestFor(manifest_path, &opt.model_path);
+      if (!m.ok()) return Fail(kCmd, m.status());
+      if (rank < 0 || rank >= static_cast<int>(m->ranks.size())) {
+        return UsageError(kCmd, fmt::format("--rank {} is not a rank of {} (0..{})", rank,
+                                            manifest_path, m->ranks.size() - 1));
+      }
+      const ManifestRank& r = m->ranks[rank];
+      opt.first = r.first;
+      opt.last = r.last;
+      if (opt.name.empty()) opt.name = r.device;
+      if (opt.n_ctx == 0) opt.n_ctx = m->ctx;
+    } else {
+      if (opt.model_path.empty()) return UsageError(kCmd, "-m MODEL (or --manifest) is required");
+      if (layers.empty()) return UsageError(kCmd, "--layers A:B (or --manifest) is required");
+      if (Status s = ParseLayers(layers, &opt.first, &opt.last); !s.ok()) {
+        return UsageError(kCmd, s.message());
+      }
     }
     if (Status s = ParseBoundary(boundary, &opt.boundary); !s.ok()) {
       return UsageError(kCmd, s.message());

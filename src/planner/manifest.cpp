@@ -1,5 +1,8 @@
 #include "planner/manifest.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -230,6 +233,14 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string &name) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Error("{}: not valid JSON", name);
   return ManifestFromJson(j, name);
+}
+
+Result<Manifest> LoadManifest(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("{}: cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ParseManifest(ss.str(), path);
 }
 
 }  // namespace kvasir

@@ -61,5 +61,7 @@ nlohmann::json ManifestToJson(const Manifest &m);
 // rank 1's [3, 6)".
 Result<Manifest> ManifestFromJson(const nlohmann::json &j, const std::string &name);
 Result<Manifest> ParseManifest(std::string_view text, const std::string &name);
+// Reads and validates a manifest file; errors name the path.
+Result<Manifest> LoadManifest(const std::string &path);
 
 }  // namespace kvasir

@@ -585,5 +585,31 @@ TEST(CliTest, PlanRefusesWhatDoesNotFit) {
   ExpectUsageError(Kvasir({"plan", "-m", AssetPath(kStories)}), "plan", "--devices");
 }
 
+// The README's manifest flow: plan a cluster, run the ring from the manifest, and the text is the
+// reference text; a manifest planned for another model is refused.
+TEST(CliTest, RunFromAManifestMatchesTheReference) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_REQUIRE_ASSET("reference/stories260K.p1.json");
+  TempDir dir;
+  const std::string devices = std::string(KVASIR_SOURCE_DIR) + "/docs/examples/devices.json";
+  const std::string manifest = dir.File("manifest.json");
+  ASSERT_EQ(Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices, "-o", manifest}).code,
+            0);
+  RunResult r = Kvasir({"run", "--manifest", manifest, "-p", "Once upon a time", "-n", "24",
+                        "--temp", "0", "-t", "1", "-c", "256"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  const nlohmann::json ref =
+      ParseJson(ReadFileToString(AssetPath("reference/stories260K.p1.json")));
+  EXPECT_EQ(r.out, ref["text"].get<std::string>());
+  EXPECT_THAT(r.err, HasSubstr("gpu-box"));  // stages are named after the manifest's devices
+
+  ExpectRuntimeError(Kvasir({"run", "--manifest", manifest, "-m",
+                             AssetPath("models/stories260K-q8_0.gguf"), "-p", "hi"}),
+                     "run", "is not the model");
+  ExpectUsageError(Kvasir({"stage", "--manifest", manifest, "--rank", "9", "--listen",
+                           "127.0.0.1:0", "--next", "127.0.0.1:1"}),
+                   "stage", "--rank 9");
+}
+
 }  // namespace
 }  // namespace kvasir
