@@ -18,6 +18,7 @@ constexpr Subcommand kSubcommands[] = {
     {"stage", kvasir::cli::StageMain, "run one window of layers as a stage of a ring"},
     {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
     {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
+    {"profile", kvasir::cli::ProfileMain, "time this device on a model and print a devices.json entry"},
     {"plan", kvasir::cli::PlanMain, "choose devices and layer windows; write a rank manifest"},
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
     {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},

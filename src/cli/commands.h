@@ -12,6 +12,7 @@ int SynthMain(int argc, char** argv);
 int BenchMain(int argc, char** argv);
 int StageMain(int argc, char** argv);
 int RunMain(int argc, char** argv);
+int ProfileMain(int argc, char** argv);
 int PlanMain(int argc, char** argv);
 int SliceMain(int argc, char** argv);
 

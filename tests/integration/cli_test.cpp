@@ -611,5 +611,24 @@ TEST(CliTest, RunFromAManifestMatchesTheReference) {
                    "stage", "--rank 9");
 }
 
+// `kvasir profile` prints a devices.json entry that `kvasir plan` takes as it is.
+TEST(CliTest, ProfileEntryFeedsThePlanner) {
+  KV_REQUIRE_ASSET(kStories);
+  RunResult r = Kvasir({"profile", "-m", AssetPath(kStories), "-n", "4", "-t", "1", "--name", "me"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  nlohmann::json entry = ParseJson(r.out);
+  ASSERT_TRUE(entry.is_object()) << r.out;
+  EXPECT_EQ(entry["name"], "me");
+  EXPECT_GT(entry["ms_per_gib"].get<double>(), 0.0);
+  EXPECT_GT(entry["memory_bytes"].get<uint64_t>(), 0u);
+  TempDir dir;
+  const std::string devices = dir.File("devices.json");
+  std::ofstream(devices) << nlohmann::json{{"devices", {entry}}}.dump();
+  RunResult plan = Kvasir({"plan", "-m", AssetPath(kStories), "--devices", devices});
+  ASSERT_EQ(plan.code, 0) << Describe(plan);
+  EXPECT_EQ(ParseJson(plan.out)["ranks"][0]["device"], "me");
+  ExpectUsageError(Kvasir({"profile", "-m", AssetPath(kStories), "-n", "0"}), "profile", "-n");
+}
+
 }  // namespace
 }  // namespace kvasir
