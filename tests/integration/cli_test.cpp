@@ -456,26 +456,11 @@ TEST(CliTest, SynthQwenArchitectures) {
   for (const std::string arch : {"qwen2", "qwen3"}) {
     SCOPED_TRACE(arch);
     const std::string path = dir.File(arch + ".gguf");
-    RunResult s = Kvasir({"synth",
-                          "--arch",
-                          arch,
-                          "--layers",
-                          "1",
-                          "--embd",
-                          "64",
-                          "--heads",
-                          "4",
-                          "--kv-heads",
-                          "2",
-                          "--ff",
-                          "128",
-                          "--vocab-from",
-                          AssetPath(kStories),
-                          "--type",
-                          "q8_0",
-                          "--tied",
-                          "-o",
-                          path});
+    std::vector<std::string> args = SynthArgs(path, "q8_0");
+    args[2] = arch;  // --arch
+    args[4] = "1";   // --layers
+    args.push_back("--tied");
+    RunResult s = Kvasir(args);
     ASSERT_EQ(s.code, 0) << Describe(s);
     auto f = GgufFile::Open(path);
     ASSERT_TRUE(f.ok()) << f.status().message();
