@@ -23,6 +23,7 @@ constexpr Subcommand kSubcommands[] = {
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
     {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},
     {"slice", kvasir::cli::SliceMain, "write a stage mini-GGUF holding one window of layers"},
+    {"fetch", kvasir::cli::FetchMain, "download one window of a model over HTTP(S) range requests"},
     {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
 };
 

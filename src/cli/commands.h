@@ -15,5 +15,6 @@ int RunMain(int argc, char** argv);
 int ProfileMain(int argc, char** argv);
 int PlanMain(int argc, char** argv);
 int SliceMain(int argc, char** argv);
+int FetchMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -15,6 +15,15 @@ Result<GgufFile> GgufFile::Open(const std::string& path) {
   return file;
 }
 
+GgufFile GgufFile::HeaderOnly(GgufHeader header, std::string name, uint64_t file_size) {
+  GgufFile file;
+  file.header_ = std::move(header);
+  file.header_only_ = true;
+  file.name_ = std::move(name);
+  file.size_ = file_size;
+  return file;
+}
+
 namespace {
 
 Status Missing(const std::string& path, std::string_view key) {
@@ -78,6 +87,7 @@ Result<double> GgufFile::GetFloatOr(std::string_view key, double fallback) const
 
 std::span<const uint8_t> GgufFile::TensorData(const GgufTensorInfo& t) const {
   const uint64_t start = header_.data_offset + t.offset;
+  KV_CHECK(!header_only_, "{}: TensorData() on a header-only GgufFile", path());
   KV_CHECK(start <= map_.size() && t.n_bytes <= map_.size() - start,
            "{}: tensor {} [{}, +{}) outside the mapping; not from this file?", path(), t.name,
            start, t.n_bytes);

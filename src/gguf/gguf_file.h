@@ -67,13 +67,17 @@ Result<GgufHeader> ParseGgufHeader(std::span<const uint8_t> bytes, uint64_t file
 class GgufFile {
  public:
   static Result<GgufFile> Open(const std::string& path);
+  // A header without the file's bytes (e.g. read over HTTP): metadata, tensor index and the typed
+  // lookups work; TensorData() must not be called. `name` (a URL, say) stands in for the path.
+  static GgufFile HeaderOnly(GgufHeader header, std::string name, uint64_t file_size);
 
-  const std::string& path() const { return map_.path(); }
+  const std::string& path() const { return header_only_ ? name_ : map_.path(); }
+  bool header_only() const { return header_only_; }
   const GgufHeader& header() const { return header_; }
   uint32_t version() const { return header_.version; }
   const std::vector<GgufKv>& kvs() const { return header_.kvs; }
   const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
-  uint64_t file_size() const { return map_.size(); }
+  uint64_t file_size() const { return header_only_ ? size_ : map_.size(); }
   const MappedFile& mapping() const { return map_; }
 
   const GgufValue* Find(std::string_view key) const { return header_.Find(key); }
@@ -95,6 +99,9 @@ class GgufFile {
  private:
   MappedFile map_;
   GgufHeader header_;
+  bool header_only_ = false;
+  std::string name_;   // header_only_: stands in for the path
+  uint64_t size_ = 0;  // header_only_: the whole file's size
 };
 
 }  // namespace kvasir

@@ -45,8 +45,7 @@ bool SamePath(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-Status WriteSlice(const GgufFile& parent, int first, int last, const std::string& out_path,
-                  SliceSummary* summary) {
+Result<SlicePlan> PlanSlice(const GgufFile& parent, int first, int last) {
   KV_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(parent));
   const int n_layer = cfg.n_layer;
   if (first < 0 || last > n_layer || first >= last) {
@@ -64,7 +63,34 @@ Status WriteSlice(const GgufFile& parent, int first, int last, const std::string
                    parent.path(), pf, pl, first, last);
     }
   }
+  KV_ASSIGN_OR_RETURN(ModelId parent_id, ComputeModelId(parent.header(), parent.path()));
+
+  SlicePlan plan;
+  plan.parent_model_id = ModelIdHex(parent_id);
+  GgufWriter& layout = plan.layout;
+  layout.CopyKvs(parent.header());
+  layout.SetKv("kvasir.window.first", GgufValue::Uint32(static_cast<uint32_t>(first)));
+  layout.SetKv("kvasir.window.last", GgufValue::Uint32(static_cast<uint32_t>(last)));
+  layout.SetKv("kvasir.window.tied_output", GgufValue::Bool(cfg.tied_output));
+  layout.SetKv("kvasir.model_id", GgufValue::String(plan.parent_model_id));
+
+  SliceSummary& s = plan.summary;
+  for (const GgufTensorInfo& t : parent.tensors()) {
+    s.parent_bytes += t.n_bytes;
+    if (!KeepTensor(t.name, first, last, n_layer, cfg.tied_output)) continue;
+    KV_RETURN_IF_ERROR(layout.DeclareTensor(t.name, static_cast<TensorType>(t.type),
+                                            std::span<const uint64_t>(t.ne.data(), t.n_dims)));
+    plan.source.push_back(t);
+    s.bytes += t.n_bytes;
+  }
+  s.n_tensors = static_cast<int>(plan.source.size());
+  return plan;
+}
+
+Status WriteSlice(const GgufFile& parent, int first, int last, const std::string& out_path,
+                  SliceSummary* summary) {
   if (out_path.empty()) return Error("empty output path");
+  KV_ASSIGN_OR_RETURN(SlicePlan plan, PlanSlice(parent, first, last));
   const std::filesystem::path dir = std::filesystem::path(out_path).parent_path();
   if (!dir.empty() && !std::filesystem::is_directory(dir)) {
     return Error("{}: directory {} does not exist", out_path, dir.string());
@@ -72,26 +98,10 @@ Status WriteSlice(const GgufFile& parent, int first, int last, const std::string
   if (SamePath(out_path, parent.path())) {
     return Error("{}: is the model being sliced; choose another output path", out_path);
   }
-  KV_ASSIGN_OR_RETURN(ModelId parent_id, ComputeModelId(parent.header(), parent.path()));
-
-  GgufWriter layout;
-  layout.CopyKvs(parent.header());
-  layout.SetKv("kvasir.window.first", GgufValue::Uint32(static_cast<uint32_t>(first)));
-  layout.SetKv("kvasir.window.last", GgufValue::Uint32(static_cast<uint32_t>(last)));
-  layout.SetKv("kvasir.window.tied_output", GgufValue::Bool(cfg.tied_output));
-  layout.SetKv("kvasir.model_id", GgufValue::String(ModelIdHex(parent_id)));
-
-  SliceSummary s;
+  const GgufWriter& layout = plan.layout;
+  const SliceSummary& s = plan.summary;
   std::vector<const GgufTensorInfo*> kept;
-  for (const GgufTensorInfo& t : parent.tensors()) {
-    s.parent_bytes += t.n_bytes;
-    if (!KeepTensor(t.name, first, last, n_layer, cfg.tied_output)) continue;
-    KV_RETURN_IF_ERROR(layout.DeclareTensor(t.name, static_cast<TensorType>(t.type),
-                                            std::span<const uint64_t>(t.ne.data(), t.n_dims)));
-    kept.push_back(&t);
-    s.bytes += t.n_bytes;
-  }
-  s.n_tensors = static_cast<int>(kept.size());
+  for (const GgufTensorInfo& t : plan.source) kept.push_back(&t);
 
   KV_ASSIGN_OR_RETURN(std::unique_ptr<GgufStreamWriter> out,
                       GgufStreamWriter::Create(layout, out_path));

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
 
 namespace kvasir {
 
@@ -19,6 +21,21 @@ struct SliceSummary {
   uint64_t bytes = 0;         // tensor bytes written
   uint64_t parent_bytes = 0;  // tensor bytes of the parent
 };
+
+// What a slice of a parent holds, before any tensor byte is read: its metadata and tensor index
+// (`layout`, tensors declared in the order their bytes follow) and, for each of those tensors, its
+// entry in the parent (name, type, shape, offset in the parent's data section, size).
+struct SlicePlan {
+  GgufWriter layout;
+  std::vector<GgufTensorInfo> source;
+  SliceSummary summary;
+  std::string parent_model_id;  // 32 hex digits
+};
+
+// Plans the slice of `parent` holding layers [first, last) (see WriteSlice for which tensors it
+// keeps). `parent` may be header-only (read over HTTP). Refuses an empty window, one outside the
+// model or outside the parent's own slice.
+Result<SlicePlan> PlanSlice(const GgufFile& parent, int first, int last);
 
 // Writes the slice of `parent` holding layers [first, last) to `out_path`: blk.first .. blk.last-1,
 // token_embd.weight when first == 0, output_norm.weight and the head (output.weight, or

@@ -1,0 +1,84 @@
+#include "cli/fetch_cli.h"
+
+#include <fmt/format.h>
+
+#include "cli/cli_util.h"
+#include "cli/progress.h"
+
+namespace kvasir::cli {
+
+void AddFetchFlags(CLI::App& app, FetchFlags* f) {
+  app.add_option("--ca", f->ca_file, "PEM file of CA certificates to trust for https://")
+      ->check(CLI::ExistingFile);
+  app.add_option("-j,--connections", f->connections, "parallel connections")
+      ->capture_default_str();
+  app.add_option("--timeout", f->timeout_s, "seconds before a stalled connection is retried")
+      ->capture_default_str();
+  app.add_option("--retries", f->retries, "attempts per request before giving up")
+      ->capture_default_str();
+  app.add_option("--request-size", f->request_mib,
+                 "MiB per range request (also the unit an interrupted fetch resumes from)")
+      ->capture_default_str();
+}
+
+Status ApplyFetchFlags(const FetchFlags& f, FetchOptions* o) {
+  if (f.connections < 1 || f.connections > 64) {
+    return Error("-j/--connections must be in 1..64 (got {})", f.connections);
+  }
+  if (f.timeout_s < 1 || f.timeout_s > 3600) {
+    return Error("--timeout must be in 1..3600 seconds (got {})", f.timeout_s);
+  }
+  if (f.retries < 1 || f.retries > 100) {
+    return Error("--retries must be in 1..100 (got {})", f.retries);
+  }
+  if (!(f.request_mib >= 1.0 / 16 && f.request_mib <= 1024)) {
+    return Error("--request-size must be in 0.0625..1024 MiB (got {})", f.request_mib);
+  }
+  o->max_request_bytes = static_cast<uint64_t>(f.request_mib * 1024 * 1024);
+  o->connections = f.connections;
+  o->max_attempts = f.retries;
+  o->http.ca_file = f.ca_file;
+  o->http.io_timeout_ms = f.timeout_s * 1000;
+  o->http.connect_timeout_ms = std::min(f.timeout_s, 15) * 1000;
+  return Status::Ok();
+}
+
+void ApplyManifestRank(const Manifest& m, const ManifestRank& rank, FetchOptions* o) {
+  o->expected_model_id = m.model_id;
+  o->first = rank.first;
+  o->last = rank.last;
+  o->sha256.clear();
+  for (const ManifestTensor& t : rank.tensors) {
+    if (t.sha256) o->sha256[t.name] = *t.sha256;
+  }
+}
+
+Status FetchWithProgress(FetchOptions o, FetchSummary* summary) {
+  ProgressBar bar(fmt::format("fetch layers {}:{}", o.first, o.last), StderrIsTty());
+  o.progress = [&bar](const FetchProgress& p) {
+    bar.Update(p.done_bytes, p.total_bytes, p.done_bytes - p.resumed_bytes, p.seconds);
+  };
+  Status s = FetchSlice(o, summary);
+  bar.Finish();
+  return s;
+}
+
+std::string DescribeFetch(const FetchOptions& o, const FetchSummary& s) {
+  const double pct = s.file_bytes > 0 ? 100.0 * static_cast<double>(s.window_bytes) /
+                                            static_cast<double>(s.file_bytes)
+                                      : 0.0;
+  const double rate = s.seconds > 0 ? static_cast<double>(s.downloaded_bytes) / s.seconds : 0.0;
+  std::string out = fmt::format(
+      "layers {}:{} of {}: {} tensors, {} of {} ({:.2f}% of the file); downloaded {} in {:.1f} s "
+      "({}/s, {} requests, {} connections)",
+      o.first, o.last, s.url, s.n_tensors, HumanBytes(s.window_bytes), HumanBytes(s.file_bytes),
+      pct, HumanBytes(s.downloaded_bytes), s.seconds, HumanBytes(static_cast<uint64_t>(rate)),
+      s.requests, o.connections);
+  if (s.resumed_bytes > 0) out += fmt::format("; {} resumed from an earlier run", HumanBytes(s.resumed_bytes));
+  if (s.verified_tensors > 0) {
+    out += fmt::format("; SHA-256 verified for {} of {} tensors", s.verified_tensors, s.n_tensors);
+  }
+  return out;
+}
+
+}  // namespace kvasir::cli

@@ -1,0 +1,33 @@
+// The fetch flags and the progress-reporting fetch shared by `kvasir fetch` and `kvasir stage
+// --fetch`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "planner/manifest.h"
+#include "shard/fetch.h"
+
+namespace kvasir::cli {
+
+struct FetchFlags {
+  std::string ca_file;
+  int connections = 4;
+  int timeout_s = 30;
+  int retries = 5;
+  double request_mib = 16;
+};
+
+// --ca, -j/--connections, --timeout, --retries, --request-size.
+void AddFetchFlags(CLI::App& app, FetchFlags* flags);
+// Range checks (a usage error names the flag) and copies the flags into `o`.
+Status ApplyFetchFlags(const FetchFlags& flags, FetchOptions* o);
+// The manifest's identity for the model and the SHA-256 of each tensor of `rank`, where given.
+void ApplyManifestRank(const Manifest& m, const ManifestRank& rank, FetchOptions* o);
+// Fetches with a progress bar (terminal) or progress log lines on stderr.
+Status FetchWithProgress(FetchOptions o, FetchSummary* summary);
+// "layers 3:4 of URL: 26 tensors, 254.0 MiB of 77.6 GiB (0.3% of the file) ..."
+std::string DescribeFetch(const FetchOptions& o, const FetchSummary& s);
+
+}  // namespace kvasir::cli

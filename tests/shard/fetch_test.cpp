@@ -1,0 +1,355 @@
+// kvasir fetch against a real nginx on loopback: a fetched window is byte for byte the slice cut
+// locally, a one-layer window costs about that layer's bytes, an interrupted fetch (the process
+// killed, or the server killed and restarted) resumes, and a server that ignores Range, a
+// truncated body, a checksum mismatch or the wrong model each fail with a clear message and leave
+// no file behind.
+#include "shard/fetch.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/sha256.h"
+#include "fake_http_server.h"
+#include "gguf/gguf_file.h"
+#include "model/model_id.h"
+#include "nginx_fixture.h"
+#include "shard/slice.h"
+#include "test_assets.h"
+#include "tiny_model.h"
+
+namespace kvasir {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::AssetPath;
+using testing::Nginx;
+using testing::ReadFileToString;
+using testing::TempDir;
+
+constexpr const char* kStories = "models/stories260K.gguf";
+
+// What a test directory holds besides `keep`: a failed fetch must leave nothing (no output, no
+// .part, no .part.state).
+std::vector<std::string> Leftovers(const TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
+  auto parent = GgufFile::Open(model);
+  EXPECT_TRUE(parent.ok()) << parent.status().message();
+  const std::string path = dir.File(fmt::format("ref-{}-{}.gguf", first, last));
+  Status s = WriteSlice(*parent, first, last, path, nullptr);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::string bytes = ReadFileToString(path);
+  std::filesystem::remove(path);
+  return bytes;
+}
+
+FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
+  FetchOptions o;
+  o.url = url;
+  o.first = first;
+  o.last = last;
+  o.out_path = out;
+  o.http.connect_timeout_ms = 3000;
+  o.http.io_timeout_ms = 3000;
+  o.retry_delay_ms = 20;
+  o.max_attempts = 3;
+  return o;
+}
+
+std::string Ratio(const FetchSummary& s) {
+  return fmt::format("{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests",
+                     s.n_tensors, s.window_bytes, s.file_bytes,
+                     100.0 * static_cast<double>(s.window_bytes) / static_cast<double>(s.file_bytes),
+                     s.downloaded_bytes, s.requests);
+}
+
+class FetchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    served_ = new TempDir();
+    // 4 layers of 512-wide f32 matrices: about 10 MiB a layer, enough for transfers to take time.
+    testing::TinyModelShape shape;
+    shape.n_layer = 4;
+    shape.n_embd = 512;
+    shape.n_head = 8;
+    shape.n_head_kv = 4;
+    shape.n_ff = 1024;
+    shape.n_vocab = 256;
+    Status s = testing::WriteTinyModel(served_->File("synth.gguf"), shape);
+    ASSERT_TRUE(s.ok()) << s.message();
+    if (std::filesystem::exists(AssetPath(kStories))) {
+      std::filesystem::create_symlink(std::filesystem::absolute(AssetPath(kStories)),
+                                      served_->File("stories260K.gguf"));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete served_;
+    served_ = nullptr;
+  }
+  static std::string Served(const std::string& name) { return served_->File(name); }
+  static Nginx::Options NginxOptions() {
+    Nginx::Options o;
+    o.root = served_->path();
+    o.slow_rate = "2m";
+    return o;
+  }
+
+  static TempDir* served_;
+  TempDir out_;
+};
+TempDir* FetchTest::served_ = nullptr;
+
+TEST_F(FetchTest, EveryOneLayerWindowOfStoriesIsTheLocalSlice) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_START_NGINX(nginx, NginxOptions());
+  for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {0, 5}}) {
+    SCOPED_TRACE(fmt::format("layers {}:{}", first, last));
+    const std::string out = out_.File("stage.gguf");
+    FetchSummary sum;
+    Status s = FetchSlice(Options(nginx->Url("/stories260K.gguf"), first, last, out), &sum);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(ReadFileToString(out), SliceBytes(AssetPath(kStories), first, last, out_));
+    EXPECT_EQ(sum.file_bytes, std::filesystem::file_size(AssetPath(kStories)));
+    EXPECT_EQ(sum.resumed_bytes, 0u);
+    std::printf("stories260K layers %d:%d: %s\n", first, last, Ratio(sum).c_str());
+    std::filesystem::remove(out);
+  }
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+TEST_F(FetchTest, OneLayerWindowDownloadsAboutThatLayer) {
+  KV_START_NGINX(nginx, NginxOptions());
+  const std::string out = out_.File("stage.gguf");
+  FetchSummary sum;
+  FetchOptions o = Options(nginx->Url("/synth.gguf"), 2, 3, out);
+  o.max_request_bytes = 1 << 20;  // many requests over 4 connections
+  Status s = FetchSlice(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 2, 3, out_));
+  std::printf("synth 4-layer layers 2:3: %s\n", Ratio(sum).c_str());
+  // The header read and the alignment gaps are all that is transferred beyond the window.
+  EXPECT_LE(sum.downloaded_bytes, sum.header_bytes + sum.window_bytes + 64 * 1024);
+  EXPECT_LT(sum.window_bytes * 3, sum.file_bytes);
+  EXPECT_GT(sum.requests, 5u);
+}
+
+TEST_F(FetchTest, HttpsWithAPrivateCa) {
+  KV_START_NGINX(nginx, NginxOptions());
+  if (nginx->TlsUrl("/").empty()) GTEST_SKIP() << "openssl could not make a test certificate";
+  const std::string out = out_.File("stage.gguf");
+  FetchOptions o = Options(nginx->TlsUrl("/synth.gguf"), 3, 4, out);
+  o.http.ca_file = nginx->ca_file();
+  FetchSummary sum;
+  Status s = FetchSlice(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 3, 4, out_));
+
+  // Without --ca: refused at once (no retries), nothing left.
+  std::filesystem::remove(out);
+  o.http.ca_file.clear();
+  s = FetchSlice(o, &sum);
+  EXPECT_THAT(s.message(), HasSubstr("TLS handshake failed"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+TEST_F(FetchTest, ServerIgnoringRangeIsRefusedAndLeavesNothing) {
+  KV_START_NGINX(nginx, NginxOptions());
+  Status s = FetchSlice(Options(nginx->Url("/norange/synth.gguf"), 0, 1, out_.File("stage.gguf")),
+                        nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("ignored the Range request"));
+  EXPECT_THAT(s.message(), HasSubstr("/norange/synth.gguf"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+TEST_F(FetchTest, TruncatedBodiesAreRetriedThenRefusedAndLeaveNothing) {
+  const std::string file = ReadFileToString(Served("synth.gguf"));
+  // Honest about the header, then every tensor range stops after 1000 bytes.
+  testing::FakeHttpServer server([&](const testing::FakeRequest& r) {
+    return testing::FakeHttpServer::Partial(r, file, r.first == 0 ? -1 : 1000);
+  });
+  FetchOptions o = Options(server.Url("/synth.gguf"), 1, 2, out_.File("stage.gguf"));
+  Status s = FetchSlice(o, nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("ended after 1000 of"));
+  EXPECT_THAT(s.message(), HasSubstr("gave up after 3 attempts"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+TEST_F(FetchTest, ChecksumsFromTheManifestAreVerified) {
+  KV_START_NGINX(nginx, NginxOptions());
+  auto parent = GgufFile::Open(Served("synth.gguf"));
+  ASSERT_TRUE(parent.ok());
+  FetchOptions o = Options(nginx->Url("/synth.gguf"), 1, 2, out_.File("stage.gguf"));
+  for (const auto& t : parent->tensors()) {
+    if (t.name.rfind("blk.1.", 0) == 0) o.sha256[t.name] = Sha256Hex(Sha256Of(parent->TensorData(t)));
+  }
+  ASSERT_EQ(o.sha256.size(), 9u);
+  o.expected_model_id = ModelIdHex(ComputeModelId(parent->header(), "synth").value());
+  FetchSummary sum;
+  Status s = FetchSlice(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(sum.verified_tensors, 9);
+  std::filesystem::remove(o.out_path);
+
+  // One wrong digest: the tensor is named, nothing is left.
+  o.sha256["blk.1.ffn_up.weight"] = std::string(64, 'a');
+  s = FetchSlice(o, &sum);
+  EXPECT_THAT(s.message(), HasSubstr("tensor blk.1.ffn_up.weight: SHA-256"));
+  EXPECT_THAT(s.message(), HasSubstr("does not match the manifest's aaaa"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+
+  // A manifest for another model, or another window.
+  o.sha256.clear();
+  o.expected_model_id = std::string(32, '0');
+  s = FetchSlice(o, &sum);
+  EXPECT_THAT(s.message(), HasSubstr("the manifest names model 0000"));
+  o.expected_model_id.reset();
+  o.sha256["blk.3.ffn_up.weight"] = std::string(64, 'a');
+  s = FetchSlice(o, &sum);
+  EXPECT_THAT(s.message(), HasSubstr("lists tensor blk.3.ffn_up.weight for layers 1:2"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+TEST_F(FetchTest, BadRequestsAreRefused) {
+  KV_START_NGINX(nginx, NginxOptions());
+  Status s = FetchSlice(Options(nginx->Url("/synth.gguf"), 2, 9, out_.File("s.gguf")), nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("are not a window of the model's 4 layers"));
+  s = FetchSlice(Options(nginx->Url("/missing.gguf"), 0, 1, out_.File("s.gguf")), nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("404"));
+  s = FetchSlice(Options(nginx->Url("/synth.gguf"), 0, 1, out_.File("no/such/dir/s.gguf")), nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("does not exist"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+// Starts `kvasir fetch ARGS` in the background with output to files in `dir`.
+pid_t Spawn(const std::vector<std::string>& args, const TempDir& dir) {
+  std::vector<std::string> argv_s = {KVASIR_BINARY, "fetch"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string out = dir.File("fetch.stdout"), err = dir.File("fetch.stderr");
+    freopen(out.c_str(), "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int DonePieces(const std::string& state) {
+  std::ifstream in(state);
+  if (!in) return 0;
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  return j.is_discarded() || !j.contains("done") ? 0 : static_cast<int>(j["done"].size());
+}
+
+TEST_F(FetchTest, AKilledFetchResumesWhereItStopped) {
+  KV_START_NGINX(nginx, NginxOptions());
+  TempDir logs;
+  const std::string out = out_.File("stage.gguf");
+  // 2 MiB/s per connection, 256 KiB per request: a piece lands every ~0.1 s.
+  const pid_t pid = Spawn({"--url", nginx->Url("/slow/synth.gguf"), "--layers", "1:3", "-o", out,
+                           "-j", "2", "--request-size", "0.25"},
+                          logs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (DonePieces(out + ".part.state") < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the fetch finished before it could be killed:\n"
+                                   << ReadFileToString(logs.File("fetch.stderr"));
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a killed fetch left a file under the final name";
+  ASSERT_TRUE(std::filesystem::exists(out + ".part"));
+
+  FetchSummary sum;
+  FetchOptions o = Options(nginx->Url("/synth.gguf"), 1, 3, out);
+  o.max_request_bytes = 256 << 10;  // the same pieces as the killed run
+  Status s = FetchSlice(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_GE(sum.resumed_bytes, 4u * (256 << 10) - 4096);
+  EXPECT_LT(sum.downloaded_bytes, sum.header_bytes + sum.window_bytes - sum.resumed_bytes + 65536);
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 1, 3, out_));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{"stage.gguf"});
+  std::printf("resumed %llu of %llu window bytes; downloaded %llu\n",
+              static_cast<unsigned long long>(sum.resumed_bytes),
+              static_cast<unsigned long long>(sum.window_bytes),
+              static_cast<unsigned long long>(sum.downloaded_bytes));
+}
+
+TEST_F(FetchTest, SurvivesTheServerBeingKilledAndRestarted) {
+  KV_START_NGINX(nginx, NginxOptions());
+  const std::string out = out_.File("stage.gguf");
+  FetchOptions o = Options(nginx->Url("/slow/synth.gguf"), 0, 2, out);
+  o.max_attempts = 8;
+  o.retry_delay_ms = 100;
+  o.max_request_bytes = 512 << 10;
+  std::atomic<uint64_t> done{0};
+  o.progress = [&](const FetchProgress& p) { done = p.done_bytes; };
+  FetchSummary sum;
+  Status s;
+  std::thread fetch([&] { s = FetchSlice(o, &sum); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done.load() < (2u << 20) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  nginx->Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::string why;
+  ASSERT_TRUE(nginx->Restart(&why)) << why;
+  fetch.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 0, 2, out_));
+}
+
+TEST_F(FetchTest, LeftoversOfAnotherDownloadAreNotResumed) {
+  KV_START_NGINX(nginx, NginxOptions());
+  const std::string out = out_.File("stage.gguf");
+  std::ofstream(out + ".part") << std::string(1000, 'x');
+  std::ofstream(out + ".part.state")
+      << R"({"version":1,"url":"http://elsewhere/m.gguf","done":[[0,1000]]})";
+  FetchSummary sum;
+  Status s = FetchSlice(Options(nginx->Url("/synth.gguf"), 3, 4, out), &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(sum.resumed_bytes, 0u);
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 3, 4, out_));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{"stage.gguf"});
+}
+
+TEST_F(FetchTest, VerifySliceChecksIdentityWindowAndDigests) {
+  KV_START_NGINX(nginx, NginxOptions());
+  const std::string out = out_.File("stage.gguf");
+  ASSERT_TRUE(FetchSlice(Options(nginx->Url("/synth.gguf"), 3, 4, out), nullptr).ok());
+  auto parent = GgufFile::Open(Served("synth.gguf"));
+  const std::string id = ModelIdHex(ComputeModelId(parent->header(), "synth").value());
+  EXPECT_TRUE(VerifySlice(out, id, 3, 4, {}).ok());
+  EXPECT_THAT(VerifySlice(out, id, 2, 4, {}).message(), HasSubstr("holds layers 3:4, not 2:4"));
+  EXPECT_THAT(VerifySlice(out, std::string(32, 'f'), 3, 4, {}).message(), HasSubstr("a slice of model"));
+  EXPECT_THAT(VerifySlice(out, id, 3, 4, {{"blk.3.attn_q.weight", std::string(64, '0')}}).message(),
+              HasSubstr("does not match"));
+}
+
+}  // namespace
+}  // namespace kvasir
