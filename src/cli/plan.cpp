@@ -1,7 +1,8 @@
-// kvasir plan -m MODEL --devices devices.json [--ctx 4096] [-o manifest.json]: chooses devices,
-// ring order and layer windows for a model (src/planner) and writes the rank manifest. The plan
-// table goes to stdout when the manifest goes to a file, to stderr when the manifest goes to
-// stdout.
+// kvasir plan -m MODEL --devices devices.json [--ctx 4096] [-o manifest.json] [--no-hash]:
+// chooses devices, ring order and layer windows for a model (src/planner) and writes the rank
+// manifest, with the SHA-256 of every tensor unless --no-hash. The plan table goes to stdout when
+// the manifest goes to a file, to stderr when the manifest goes to stdout; hashing progress goes to
+// stderr.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "planner/manifest.h"
 #include "planner/model_cost.h"
 #include "planner/solver.h"
+#include "planner/tensor_hash.h"
 
 namespace kvasir::cli {
 namespace {
@@ -43,6 +45,35 @@ std::string RenderPlan(const Plan &plan, const std::string &model) {
   return out;
 }
 
+// Progress of HashTensors on stderr: quiet for the first second (small models hash in less), then
+// a line every 10% or every 3 seconds, whichever comes first, and a closing line.
+class HashProgress {
+ public:
+  void Update(uint64_t done, uint64_t total) {
+    const double now = clock_.Seconds();
+    if (now < 1.0 && !printed_) return;
+    const bool last = done == total;
+    if (!last && done < next_bytes_ && now < next_seconds_) return;
+    if (last && !printed_) return;
+    if (last) {
+      std::fprintf(stderr, "plan: hashed %s in %.1f s (%.0f MiB/s)\n", HumanBytes(total).c_str(),
+                   now, now > 0 ? double(total) / (1 << 20) / now : 0.0);
+      return;
+    }
+    std::fprintf(stderr, "plan: hashing tensors %s / %s\n", HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str());
+    printed_ = true;
+    next_bytes_ = done + total / 10;
+    next_seconds_ = now + 3.0;
+  }
+
+ private:
+  Stopwatch clock_;
+  bool printed_ = false;
+  uint64_t next_bytes_ = 0;
+  double next_seconds_ = 0;
+};
+
 }  // namespace
 
 int PlanMain(int argc, char **argv) {
@@ -53,10 +84,13 @@ int PlanMain(int argc, char **argv) {
         "kvasir plan"};
     std::string model_path, devices_path, out_path;
     int ctx = 4096;
+    bool no_hash = false;
     app.add_option("-m,--model", model_path, "GGUF file")->required();
     app.add_option("--devices", devices_path, "devices.json (see docs/MANIFEST.md)")->required();
     app.add_option("--ctx", ctx, "context each stage reserves KV cache for")->capture_default_str();
     app.add_option("-o,--output", out_path, "manifest file (default: stdout)");
+    app.add_flag("--no-hash", no_hash,
+                 "leave out the tensors' sha256 (hashing reads every byte of the model)");
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (ctx <= 0) return UsageError(kCmd, fmt::format("--ctx must be > 0 (got {})", ctx));
     if (!out_path.empty()) {
@@ -80,6 +114,17 @@ int PlanMain(int argc, char **argv) {
     Manifest manifest = BuildManifest(*cost, *plan, ModelIdHex(*id), model_path);
     if (Status s = ValidateManifest(manifest); !s.ok()) {
       return Fail(kCmd, "internal: the plan's manifest is invalid: " + s.message());
+    }
+    if (!no_hash) {
+      // A tensor held by two ranks (a tied embedding) is hashed once.
+      HashProgress progress;
+      auto hashes =
+          HashTensors(**file, ManifestTensorNames(manifest),
+                      [&](uint64_t done, uint64_t total) { progress.Update(done, total); });
+      if (!hashes.ok()) return Fail(kCmd, hashes.status());
+      if (Status s = SetManifestHashes(&manifest, *hashes); !s.ok()) {
+        return Fail(kCmd, "internal: " + s.message());
+      }
     }
     std::string table = RenderPlan(*plan, model_path);
     if (out_path.empty()) {

@@ -8,7 +8,9 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/fetch_cli.h"
 #include "cli/ring_options.h"
+#include "net/url.h"
 #include "ring/stage.h"
 
 namespace kvasir::cli {
@@ -58,9 +60,20 @@ int StageMain(int argc, char** argv) {
     ring::StageOptions opt;
     opt.n_threads = DefaultThreads();
     std::string layers, boundary = "f32", log_level = "info";
-    std::string manifest_path;
+    std::string manifest_path, fetch_url, slice_dir;
     int rank = -1;
-    app.add_option("-m,--model", opt.model_path, "GGUF model file (full model or stage slice)");
+    FetchFlags fetch_flags;
+    app.add_option("-m,--model", opt.model_path,
+                   "GGUF model file (full model or stage slice); with --fetch, where the slice "
+                   "is kept");
+    auto* fetch_opt = app.add_option(
+        "--fetch", fetch_url,
+        "URL of the model: fetch this stage's window over HTTP(S) range requests (or reuse a "
+        "verified slice fetched before), then run it");
+    app.add_option("--slice-dir", slice_dir,
+                   "directory for fetched slices when -m is not given (default: "
+                   "$KVASIR_CACHE_DIR, $XDG_CACHE_HOME/kvasir or ~/.cache/kvasir)")
+        ->needs(fetch_opt);
     auto* layers_opt =
         app.add_option("--layers", layers, "window of layers A:B (A included, B excluded)");
     auto* manifest_opt = app.add_option("--manifest", manifest_path,
@@ -80,30 +93,60 @@ int StageMain(int argc, char** argv) {
     app.add_option("--max-sessions", opt.max_sessions, "concurrent sessions")
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+    FetchOptions fetch;
+    if (Status s = ApplyFetchFlags(fetch_flags, &fetch); !s.ok()) {
+      return UsageError(kCmd, s.message());
+    }
+    if (!fetch_url.empty()) {
+      if (auto u = net::ParseUrl(fetch_url); !u.ok()) return UsageError(kCmd, u.status().message());
+    }
     if (!manifest_path.empty()) {
-      auto m = LoadManifestFor(manifest_path, &opt.model_path);
+      auto m = LoadManifest(manifest_path);
       if (!m.ok()) return Fail(kCmd, m.status());
       if (rank < 0 || rank >= static_cast<int>(m->ranks.size())) {
         return UsageError(kCmd, fmt::format("--rank {} is not a rank of {} (0..{})", rank,
                                             manifest_path, m->ranks.size() - 1));
       }
+      // A manifest whose model is a URL means: fetch this rank's window unless -m names a file.
+      if (fetch_url.empty() && opt.model_path.empty() && net::LooksLikeUrl(m->model)) {
+        fetch_url = m->model;
+      }
+      if (fetch_url.empty()) {
+        auto checked = LoadManifestFor(manifest_path, &opt.model_path);
+        if (!checked.ok()) return Fail(kCmd, checked.status());
+      }
       const ManifestRank& r = m->ranks[rank];
+      ApplyManifestRank(*m, r, &fetch);
       opt.first = r.first;
       opt.last = r.last;
       if (opt.name.empty()) opt.name = r.device;
       if (opt.n_ctx == 0) opt.n_ctx = m->ctx;
     } else {
-      if (opt.model_path.empty()) return UsageError(kCmd, "-m MODEL (or --manifest) is required");
+      if (opt.model_path.empty() && fetch_url.empty()) {
+        return UsageError(kCmd, "-m MODEL, --fetch URL or --manifest is required");
+      }
       if (layers.empty()) return UsageError(kCmd, "--layers A:B (or --manifest) is required");
       if (Status s = ParseLayers(layers, &opt.first, &opt.last); !s.ok()) {
         return UsageError(kCmd, s.message());
       }
     }
+    if (!fetch_url.empty()) {
+      fetch.url = fetch_url;
+      fetch.first = opt.first;
+      fetch.last = opt.last;
+      if (opt.model_path.empty()) {
+        opt.model_path = SlicePathFor(slice_dir.empty() ? DefaultSliceDir() : slice_dir,
+                                      fetch_url, opt.first, opt.last);
+      }
+      fetch.out_path = opt.model_path;
+      if (Status s = EnsureSlice(fetch); !s.ok()) return Fail(kCmd, s);
+    }
     if (Status s = ParseBoundary(boundary, &opt.boundary); !s.ok()) {
       return UsageError(kCmd, s.message());
     }
-    if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
     if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     return RunStage(opt);
   });

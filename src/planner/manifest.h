@@ -21,7 +21,9 @@ inline constexpr int kManifestVersion = 1;
 
 struct ManifestTensor {
   std::string name;
-  std::optional<std::string> sha256;  // 64 hex digits of the tensor's bytes, once fetched
+  // SHA-256 of the tensor's bytes, 64 hex digits (kvasir plan writes lower case; absent with
+  // --no-hash). See planner/tensor_hash.h.
+  std::optional<std::string> sha256;
 };
 
 struct ManifestRank {

@@ -107,6 +107,7 @@ Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port)
 
 Listener::~Listener() {
   Close();
+  if (fd_ >= 0) ::close(fd_);
   if (wake_[0] >= 0) ::close(wake_[0]);
   if (wake_[1] >= 0) ::close(wake_[1]);
 }
@@ -115,6 +116,9 @@ Listener::Listener(Listener&& other) noexcept { *this = std::move(other); }
 
 Listener& Listener::operator=(Listener&& other) noexcept {
   std::swap(fd_, other.fd_);
+  const bool closed = closed_.load();
+  closed_ = other.closed_.load();
+  other.closed_ = closed;
   std::swap(wake_[0], other.wake_[0]);
   std::swap(wake_[1], other.wake_[1]);
   std::swap(port_, other.port_);
@@ -152,7 +156,7 @@ Result<Listener> Listener::Bind(const std::string& host, uint16_t port) {
 
 Result<std::unique_ptr<Stream>> Listener::Accept() {
   while (true) {
-    if (fd_ < 0) return Error("listener closed");
+    if (fd_ < 0 || closed_.load()) return Error("listener closed");
     pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     int rc = ::poll(fds, 2, -1);
     if (rc < 0) {
@@ -172,15 +176,14 @@ Result<std::unique_ptr<Stream>> Listener::Accept() {
 }
 
 void Listener::Close() {
+  if (closed_.exchange(true)) return;
   if (wake_[1] >= 0) {
     const char b = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
   }
-  if (fd_ >= 0) {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // Stop accepting now (new connections are refused); the descriptor itself is closed by the
+  // destructor, once no Accept() can be using it.
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
 Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms) {

@@ -3,6 +3,7 @@
 // implements the same Stream interface.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -47,7 +48,8 @@ class Listener {
 
  private:
   Listener() = default;
-  int fd_ = -1;
+  int fd_ = -1;               // closed only by the destructor, so Accept() never races a close
+  std::atomic<bool> closed_{false};
   int wake_[2] = {-1, -1};  // self-pipe to interrupt poll() in Accept()
   uint16_t port_ = 0;
 };

@@ -25,6 +25,7 @@
 #include "gguf/gguf_file.h"
 #include "model/model_id.h"
 #include "nginx_fixture.h"
+#include "ring_test_util.h"
 #include "shard/slice.h"
 #include "test_assets.h"
 #include "tiny_model.h"
@@ -349,6 +350,69 @@ TEST_F(FetchTest, VerifySliceChecksIdentityWindowAndDigests) {
   EXPECT_THAT(VerifySlice(out, std::string(32, 'f'), 3, 4, {}).message(), HasSubstr("a slice of model"));
   EXPECT_THAT(VerifySlice(out, id, 3, 4, {{"blk.3.attn_q.weight", std::string(64, '0')}}).message(),
               HasSubstr("does not match"));
+}
+
+// `kvasir stage --fetch` processes: each fetches its window from nginx, the ring generates the
+// full model's tokens; started again, they reuse the verified slices instead of downloading.
+class FetchingStage {
+ public:
+  FetchingStage(const std::string& url, const std::string& layers, uint16_t listen, uint16_t next,
+                const std::string& slice_dir, const std::string& log)
+      : log_(log) {
+    args_ = {KVASIR_BINARY, "stage", "--fetch", url, "--layers", layers, "--slice-dir", slice_dir,
+             "--listen", fmt::format("127.0.0.1:{}", listen), "--next",
+             fmt::format("127.0.0.1:{}", next), "-t", "1"};
+    std::vector<char*> argv;
+    for (auto& a : args_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      freopen(log_.c_str(), "w", stderr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~FetchingStage() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+  std::string log() const { return ReadFileToString(log_); }
+
+ private:
+  std::vector<std::string> args_;
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_START_NGINX(nginx, NginxOptions());
+  TempDir slices, logs;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::string prompt = "Once upon a time";
+  const testing::Generation local = testing::GenerateLocally(AssetPath(kStories), prompt, greedy, 24);
+  const std::vector<std::string> windows = {"0:2", "2:4", "4:5"};
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "fetching" : "reusing");
+    const std::vector<uint16_t> ports = testing::ReservePorts(3);
+    std::vector<std::unique_ptr<FetchingStage>> stages;
+    for (int i = 0; i < 3; ++i) {
+      stages.push_back(std::make_unique<FetchingStage>(
+          nginx->Url("/stories260K.gguf"), windows[i], ports[i], ports[(i + 1) % 3], slices.path(),
+          logs.File(fmt::format("stage{}-{}.log", i, round))));
+    }
+    const testing::Generation ring =
+        testing::GenerateOnRing(fmt::format("127.0.0.1:{}", ports[0]), prompt, greedy, 24);
+    EXPECT_EQ(ring.ids, local.ids);
+    EXPECT_EQ(ring.text, local.text);
+    for (int i = 0; i < 3; ++i) {
+      const std::string log = stages[i]->log();
+      EXPECT_THAT(log, HasSubstr(round == 0 ? "fetched layers" : "not downloading")) << log;
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(slices.File("stories260K.layers-2-4.gguf")));
 }
 
 }  // namespace
