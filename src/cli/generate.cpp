@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "cli/cli_util.h"
+#include "cli/progress.h"
 #include "cli/commands.h"
 #include "cli/ring_cli.h"
 #include "kernels/kernels.h"
@@ -110,7 +111,7 @@ Status Generate(const GenerateOptions& o, LoadedModel& m, const std::vector<int3
     stats->n_decode_steps++;
   }
   WriteOut(utf8.Flush());
-  if (stats->n_generated > 0 && isatty(STDOUT_FILENO)) WriteOut("\n");
+  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) WriteOut("\n");
   stats->total_ms = clock.Millis();
   stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
   window.CloseSequence(0);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "model/model_id.h"
@@ -16,6 +17,8 @@
 #include "planner/model_cost.h"
 #include "planner/solver.h"
 #include "planner/tensor_hash.h"
+#include "net/url.h"
+#include "shard/fetch.h"
 
 namespace kvasir::cli {
 namespace {
@@ -82,10 +85,17 @@ int PlanMain(int argc, char **argv) {
         "Choose devices, ring order and layer windows for a model; "
         "write the manifest.",
         "kvasir plan"};
-    std::string model_path, devices_path, out_path;
+    std::string model_path, devices_path, out_path, url, ca_file;
     int ctx = 4096;
     bool no_hash = false;
-    app.add_option("-m,--model", model_path, "GGUF file")->required();
+    app.add_option("-m,--model", model_path,
+                   "GGUF file, or its http(s):// URL (only the header is read; no hashes)")
+        ->required();
+    app.add_option("--url", url,
+                   "URL the stages fetch the model from, recorded in the manifest (with a local "
+                   "-m: hashes come from the file)");
+    app.add_option("--ca", ca_file, "PEM file of CA certificates to trust for https://")
+        ->check(CLI::ExistingFile);
     app.add_option("--devices", devices_path, "devices.json (see docs/MANIFEST.md)")->required();
     app.add_option("--ctx", ctx, "context each stage reserves KV cache for")->capture_default_str();
     app.add_option("-o,--output", out_path, "manifest file (default: stdout)");
@@ -97,9 +107,43 @@ int PlanMain(int argc, char **argv) {
       if (Status s = CheckWritable(out_path); !s.ok()) return Fail(kCmd, s);
     }
 
+    if (!url.empty()) {
+      if (auto u = net::ParseUrl(url); !u.ok()) return UsageError(kCmd, u.status().message());
+    }
+    const bool remote = net::LooksLikeUrl(model_path);
+    if (remote) {
+      if (auto u = net::ParseUrl(model_path); !u.ok()) {
+        return UsageError(kCmd, u.status().message());
+      }
+      if (!url.empty() && url != model_path) {
+        return UsageError(kCmd, "-m is a URL already; --url is for a local -m");
+      }
+      url = model_path;
+    }
+
     auto devices = LoadDevices(devices_path);
     if (!devices.ok()) return Fail(kCmd, devices.status());
-    auto file = OpenGguf(model_path);
+    Result<std::shared_ptr<const GgufFile>> file = Status::Error("unset");
+    if (remote) {
+      // Only the header and tensor index cross the network.
+      net::HttpOptions http;
+      http.ca_file = ca_file;
+      auto rh = ReadRemoteHeader(model_path, http);
+      if (!rh.ok()) return Fail(kCmd, rh.status());
+      auto header = ParseGgufHeader(rh->bytes, rh->file_size, rh->url);
+      if (!header.ok()) return Fail(kCmd, header.status());
+      file = std::make_shared<const GgufFile>(
+          GgufFile::HeaderOnly(std::move(header).value(), model_path, rh->file_size));
+      KV_LOG_INFO("plan: read the header of {} ({} of {})", model_path, HumanBytes(rh->bytes_read),
+                  HumanBytes(rh->file_size));
+      if (!no_hash) {
+        KV_LOG_INFO("plan: tensor hashes left out: the model is only known by URL (plan from a "
+                    "local copy with -m FILE --url URL to include them)");
+        no_hash = true;
+      }
+    } else {
+      file = OpenGguf(model_path);
+    }
     if (!file.ok()) return Fail(kCmd, file.status());
     auto cost = ComputeModelCost(**file);
     if (!cost.ok()) return Fail(kCmd, WithPath(cost.status(), model_path));
@@ -111,7 +155,7 @@ int PlanMain(int argc, char **argv) {
     auto plan = SolvePlan(*cost, *devices, options);
     if (!plan.ok()) return Fail(kCmd, WithPath(plan.status(), devices_path));
 
-    Manifest manifest = BuildManifest(*cost, *plan, ModelIdHex(*id), model_path);
+    Manifest manifest = BuildManifest(*cost, *plan, ModelIdHex(*id), url.empty() ? model_path : url);
     if (Status s = ValidateManifest(manifest); !s.ok()) {
       return Fail(kCmd, "internal: the plan's manifest is invalid: " + s.message());
     }

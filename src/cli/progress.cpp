@@ -1,6 +1,7 @@
 #include "cli/progress.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -12,6 +13,12 @@
 namespace kvasir::cli {
 
 bool StderrIsTty() { return ::isatty(STDERR_FILENO) == 1; }
+
+bool StdoutIsStderr() {
+  struct stat out {}, err {};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::fstat(STDERR_FILENO, &err) == 0 &&
+         out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+}
 
 ProgressBar::ProgressBar(std::string label, bool tty) : label_(std::move(label)), tty_(tty) {}
 

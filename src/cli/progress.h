@@ -31,5 +31,8 @@ class ProgressBar {
 
 // Whether stderr is a terminal.
 bool StderrIsTty();
+// Whether stdout and stderr are the same file or pipe (as with `2>&1`), so that text on stdout
+// should end its line before a summary goes to stderr.
+bool StdoutIsStderr();
 
 }  // namespace kvasir::cli

@@ -6,6 +6,7 @@
 
 #include "base/mapped_file.h"
 #include "cli/cli_util.h"
+#include "cli/progress.h"
 #include "kernels/kernels.h"
 #include "ring/sampling_wire.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +47,8 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
                       client->Generate(g, [&](const ring::TokenMsg& t) { write(utf8.Push(t.piece)); }));
   write(utf8.Flush());
   if (run.result.reason == wire::FinishReason::kEog) run.result.n_generated--;  // not text
-  if (run.result.n_generated > 0 && isatty(STDOUT_FILENO)) write("\n");
+  // End the text's line when the summary that follows on stderr would otherwise join it.
+  if (run.result.n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) write("\n");
   if (with_stage_stats) {
     KV_ASSIGN_OR_RETURN(run.stages, client->Stats());
   }

@@ -18,7 +18,9 @@
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "model/arch/registry.h"
+#include "net/url.h"
 #include "planner/manifest.h"
+#include "shard/fetch.h"
 #include "ring/transport.h"
 
 namespace kvasir::cli {
@@ -104,14 +106,34 @@ struct StagePlan {
 
 int RunRing(RunOptions o) {
   std::vector<StagePlan> plan;
+  // A model given by URL: every stage fetches its own window (or reuses one fetched before).
+  bool remote = net::LooksLikeUrl(o.model_path);
   if (!o.manifest_path.empty()) {
-    auto m = LoadManifestFor(o.manifest_path, &o.model_path);
+    auto m = LoadManifest(o.manifest_path);
     if (!m.ok()) return Fail(kCmd, m.status());
+    if (o.model_path.empty()) o.model_path = m->model;
+    remote = net::LooksLikeUrl(o.model_path);
+    if (!remote) {
+      // A local file must be the model the manifest was planned for.
+      if (auto checked = LoadManifestFor(o.manifest_path, &o.model_path); !checked.ok()) {
+        return Fail(kCmd, checked.status());
+      }
+    }
     for (const ManifestRank& r : m->ranks) plan.push_back({r.device, r.first, r.last});
     if (o.n_ctx == 0) o.n_ctx = m->ctx;
   } else {
     if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
-    auto file = OpenGguf(o.model_path);
+    Result<std::shared_ptr<const GgufFile>> file = Status::Error("unset");
+    if (remote) {
+      auto rh = ReadRemoteHeader(o.model_path, net::HttpOptions{});
+      if (!rh.ok()) return Fail(kCmd, rh.status());
+      auto header = ParseGgufHeader(rh->bytes, rh->file_size, rh->url);
+      if (!header.ok()) return Fail(kCmd, header.status());
+      file = std::make_shared<const GgufFile>(
+          GgufFile::HeaderOnly(std::move(header).value(), o.model_path, rh->file_size));
+    } else {
+      file = OpenGguf(o.model_path);
+    }
     if (!file.ok()) return Fail(kCmd, file.status());
     auto cfg = LoadModelConfig(**file);
     if (!cfg.ok()) return Fail(kCmd, cfg.status());
@@ -125,6 +147,9 @@ int RunRing(RunOptions o) {
                       (i + 1) * n_layer / o.n_stages});
     }
   }
+  // Stages that download first need longer than a local ring to come up; a stage that fails ends
+  // the run anyway.
+  if (remote) o.request.connect_timeout_ms = 3600 * 1000;
   const int n_stages = static_cast<int>(plan.size());
   wire::Dtype dtype;
   if (Status s = ParseBoundary(o.boundary, &dtype); !s.ok()) return UsageError(kCmd, s.message());
@@ -138,13 +163,23 @@ int RunRing(RunOptions o) {
   for (int i = 0; i < n_stages; ++i) {
     Child c;
     c.name = plan[i].name;
-    std::vector<std::string> args = {
-        "kvasir", "stage", "-m", o.model_path, "--layers",
-        fmt::format("{}:{}", plan[i].first, plan[i].last),
+    std::vector<std::string> args = {"kvasir", "stage"};
+    if (!remote) {
+      args.insert(args.end(), {"-m", o.model_path});
+    } else if (!o.manifest_path.empty()) {
+      args.insert(args.end(), {"--fetch", o.model_path, "--manifest", o.manifest_path, "--rank",
+                               std::to_string(i)});
+    } else {
+      args.insert(args.end(), {"--fetch", o.model_path});
+    }
+    if (o.manifest_path.empty() || !remote) {
+      args.insert(args.end(), {"--layers", fmt::format("{}:{}", plan[i].first, plan[i].last)});
+    }
+    args.insert(args.end(), {
         "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
         "--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages]),
         "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
-        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level};
+        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level});
     auto pid = Spawn(args);
     if (!pid.ok()) {
       StopAll(children);

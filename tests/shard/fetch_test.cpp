@@ -415,5 +415,95 @@ TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   EXPECT_TRUE(std::filesystem::exists(slices.File("stories260K.layers-2-4.gguf")));
 }
 
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir, capturing stdout and stderr.
+CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
+  TempDir io;
+  std::vector<std::string> argv_s = {KVASIR_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("KVASIR_CACHE_DIR", cache_dir.c_str(), 1);
+    freopen(io.File("out").c_str(), "w", stdout);
+    freopen(io.File("err").c_str(), "w", stderr);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFileToString(io.File("out"));
+  r.err = ReadFileToString(io.File("err"));
+  return r;
+}
+
+// plan -m URL reads only the header; plan -m FILE --url URL adds the hashes; `run --manifest`
+// with a URL model starts stages that fetch (and verify) their own windows.
+TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_START_NGINX(nginx, NginxOptions());
+  TempDir work, cache;
+  const std::string url = nginx->Url("/stories260K.gguf");
+  const std::string devices = work.File("devices.json");
+  // Budgets that fit one or two of stories260K's layers each: the plan needs all three devices.
+  std::ofstream(devices) << R"({"devices": [
+    {"name": "a", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}},
+    {"name": "b", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}},
+    {"name": "c", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}}]})";
+
+  CliRun r = Kvasir({"plan", "-m", url, "--devices", devices, "--ctx", "256", "-o",
+                     work.File("url.json")}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("tensor hashes left out"));
+  auto from_url = nlohmann::json::parse(ReadFileToString(work.File("url.json")));
+  EXPECT_EQ(from_url["model"], url);
+  ASSERT_EQ(from_url["ranks"].size(), 3u);
+  EXPECT_FALSE(from_url["ranks"][0]["tensors"][0].contains("sha256"));
+
+  r = Kvasir({"plan", "-m", AssetPath(kStories), "--url", url, "--devices", devices, "--ctx", "256",
+              "-o", work.File("m.json")}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto manifest = nlohmann::json::parse(ReadFileToString(work.File("m.json")));
+  EXPECT_EQ(manifest["model"], url);
+  EXPECT_EQ(manifest["model_id"], from_url["model_id"]);
+  EXPECT_TRUE(manifest["ranks"][2]["tensors"][0].contains("sha256"));
+
+  r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
+              "--temp", "0", "-t", "1", "--stage-log-level", "info"}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(r.out, testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
+  EXPECT_THAT(r.err, HasSubstr("SHA-256 verified"));
+  for (const auto& rank : manifest["ranks"]) {
+    const std::string slice = cache.File(fmt::format("stories260K.layers-{}-{}.gguf",
+                                                     rank["layers"][0].get<int>(),
+                                                     rank["layers"][1].get<int>()));
+    EXPECT_TRUE(std::filesystem::exists(slice)) << slice;
+  }
+
+  // A corrupted slice in the cache is not trusted: its digest differs, so it is fetched again.
+  const std::string first = cache.File(fmt::format("stories260K.layers-0-{}.gguf",
+                                                   manifest["ranks"][0]["layers"][1].get<int>()));
+  {
+    std::fstream f(first, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    f.write("corrupt", 7);
+  }
+  r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
+              "--temp", "0", "-t", "1", "--stage-log-level", "info"}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("not reusing"));
+  EXPECT_EQ(r.out, testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
+}
+
 }  // namespace
 }  // namespace kvasir
