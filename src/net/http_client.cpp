@@ -265,6 +265,8 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
                                              Describe(ec)));
   }
 
+  // Beast reads at most the buffer's free capacity per call: a large one keeps system calls few.
+  im.buffer.reserve(kBodyBuffer);
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   parser.header_limit(64 * 1024);
