@@ -1,5 +1,6 @@
 #include "net/url.h"
 
+#include <cctype>
 #include <charconv>
 
 namespace kvasir::net {
@@ -85,6 +86,18 @@ Result<Url> ParseUrl(std::string_view text) {
     }
   }
   if (url.host.empty()) return Error("{}: no host", shown);
+  const bool literal = !authority.empty() && authority[0] == '[';
+  for (char c : url.host) {
+    const bool ok = literal ? (std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.')
+                            : (std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+                               c == '.' || c == '_' || c == '~');
+    if (!ok) {
+      return Error("{}: host '{}' has a character that is not allowed there{}", shown, url.host,
+                   literal ? " (an IPv6 literal holds hex digits, ':' and '.')"
+                           : " (letters, digits, '-', '.', '_', '~'; international names in "
+                             "punycode)");
+    }
+  }
   url.host = Lower(url.host);
   url.port = DefaultPort(url.scheme);
   if (!port_text.empty()) {

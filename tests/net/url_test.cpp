@@ -50,6 +50,9 @@ TEST(UrlTest, RefusesWhatItCannotFetch) {
   EXPECT_THAT(ParseUrl("http://h/a b").status().message(), HasSubstr("spaces"));
   EXPECT_THAT(ParseUrl("http://[::1/x").status().message(), HasSubstr("unclosed"));
   EXPECT_THAT(ParseUrl("").status().message(), HasSubstr("empty"));
+  EXPECT_THAT(ParseUrl("http://h\xc3\xa9/x").status().message(), HasSubstr("punycode"));
+  EXPECT_THAT(ParseUrl("http://a:b:1]:80/").status().message(), HasSubstr("not allowed"));
+  EXPECT_THAT(ParseUrl("http://[zz::1]/").status().message(), HasSubstr("IPv6 literal"));
 }
 
 TEST(UrlTest, LooksLikeUrl) {
