@@ -505,5 +505,47 @@ TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
   EXPECT_EQ(r.out, testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
 }
 
+TEST_F(FetchTest, CommandLine) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_START_NGINX(nginx, NginxOptions());
+  TempDir cache;
+  const std::string out = out_.File("s.gguf");
+  CliRun r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "2:3", "-o", out,
+                     "--json"}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_tensors"], 9);
+  EXPECT_EQ(j["first"], 2);
+  EXPECT_EQ(j["window_bytes"], 181760);
+  // Not a terminal: progress comes as log lines with bytes, rate and ETA.
+  EXPECT_THAT(r.err, HasSubstr("fetch layers 2:3: 100%"));
+  EXPECT_THAT(r.err, HasSubstr("ETA"));
+  EXPECT_EQ(ReadFileToString(out), SliceBytes(AssetPath(kStories), 2, 3, out_));
+
+  r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "4:5", "-o", out},
+             cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fetched layers 4:5 of " + nginx->Url("/stories260K.gguf") +
+                               ": 11 tensors"));
+
+  // Usage errors exit 2 and name the flag; a refused download exits 1 with one line.
+  r = Kvasir({"fetch", "--url", "ftp://x/m.gguf", "--layers", "0:1", "-o", out}, cache.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("scheme 'ftp'"));
+  r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "-o", out}, cache.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--layers"));
+  r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "0:1", "-o", out, "-j",
+              "0"}, cache.path());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--connections must be in 1..64"));
+  r = Kvasir({"fetch", "--url", nginx->Url("/norange/stories260K.gguf"), "--layers", "0:1", "-o",
+              out_.File("n.gguf")}, cache.path());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("kvasir fetch: "));
+  EXPECT_THAT(r.err, HasSubstr("ignored the Range request"));
+  EXPECT_FALSE(std::filesystem::exists(out_.File("n.gguf")));
+}
+
 }  // namespace
 }  // namespace kvasir
