@@ -24,6 +24,7 @@ constexpr Subcommand kSubcommands[] = {
     {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},
     {"slice", kvasir::cli::SliceMain, "write a stage mini-GGUF holding one window of layers"},
     {"fetch", kvasir::cli::FetchMain, "download one window of a model over HTTP(S) range requests"},
+    {"relay", kvasir::cli::RelayMain, "bridge ring edges over WebSocket for stages behind NAT"},
     {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
 };
 

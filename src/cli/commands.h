@@ -16,5 +16,6 @@ int ProfileMain(int argc, char** argv);
 int PlanMain(int argc, char** argv);
 int SliceMain(int argc, char** argv);
 int FetchMain(int argc, char** argv);
+int RelayMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -1,0 +1,76 @@
+#include "relay/edge_token.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "base/check.h"
+
+namespace kvasir::relay {
+
+bool ValidEdgeId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxEdgeIdChars) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+EdgeToken MakeEdgeToken(std::span<const uint8_t> secret, std::string_view edge_id, Role role) {
+  std::string msg = "kvasir-relay-v1";
+  msg.push_back('\0');
+  msg.append(edge_id);
+  msg.push_back('\0');
+  msg.push_back(static_cast<char>(role));
+  EdgeToken out{};
+  unsigned int len = 0;
+  static const uint8_t kEmpty = 0;
+  const uint8_t* key = secret.empty() ? &kEmpty : secret.data();
+  KV_CHECK(HMAC(EVP_sha256(), key, static_cast<int>(secret.size()),
+                reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(),
+                &len) != nullptr &&
+           len == out.size());
+  return out;
+}
+
+bool TokensEqual(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string EdgeHello(std::span<const uint8_t> secret, std::string_view edge_id, Role role) {
+  std::string hello(kHelloBytes, '\0');
+  hello[0] = static_cast<char>(role);
+  if (!secret.empty()) {
+    const EdgeToken t = MakeEdgeToken(secret, edge_id, role);
+    std::memcpy(hello.data() + 1, t.data(), t.size());
+  }
+  return hello;
+}
+
+Result<std::string> ReadSecretFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("{}: cannot read the ring secret: {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  if (s.size() < kMinSecretBytes) {
+    return Error("{}: a ring secret needs at least {} bytes (got {}); e.g. head -c 32 /dev/urandom > {}",
+                 path, kMinSecretBytes, s.size(), path);
+  }
+  return s;
+}
+
+const char* RoleName(Role role) {
+  return role == Role::kPredecessorSide ? "predecessor side" : "successor side";
+}
+
+}  // namespace kvasir::relay
