@@ -15,7 +15,8 @@
 namespace kvasir::cli {
 
 void AddFetchFlags(CLI::App& app, FetchFlags* f) {
-  app.add_option("--ca", f->ca_file, "PEM file of CA certificates to trust for https://")
+  app.add_option("--ca", f->ca_file,
+                 "PEM file of CA certificates to trust for https:// (and a relay's wss://)")
       ->check(CLI::ExistingFile);
   app.add_option("-j,--connections", f->connections, "parallel connections")
       ->capture_default_str();

@@ -1,7 +1,9 @@
 // kvasir run: the one-command local ring. Spawns N `kvasir stage` processes on 127.0.0.1 with an
 // even split of the layers, waits for the ring to close, streams the answer, prints a per-stage
-// table, and tears the ring down.
+// table, and tears the ring down. With --relay every link goes through a local `kvasir relay`.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -9,6 +11,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -39,6 +43,7 @@ struct RunOptions {
   std::string stage_log_level = "error";
   RingRequest request;
   std::optional<uint64_t> seed;
+  bool relay = false;  // every link through a local `kvasir relay`
 };
 
 struct Child {
@@ -58,20 +63,108 @@ Result<std::vector<uint16_t>> FreePorts(int n) {
   return ports;
 }
 
-Result<pid_t> Spawn(const std::vector<std::string>& args) {
+// Starts `kvasir <args...>`. With `stderr_fd` >= 0 the child's stderr goes there.
+Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return Error("cannot start a stage process: {}", std::strerror(errno));
+  if (pid < 0) return Error("cannot start a {} process: {}", args[1], std::strerror(errno));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `kvasir run`
     if (getppid() != parent) _exit(1);
+    if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(126);
     execv("/proc/self/exe", argv.data());
     _exit(127);
   }
   return pid;
+}
+
+// The local relay of `run --relay`: a `kvasir relay` process on a free loopback port and the ring
+// secret it shares with the stages, in a private temporary file.
+struct LocalRelay {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  std::string secret_path;
+  int err_fd = -1;           // the relay's stderr, copied to ours by `drain`
+  std::thread drain;
+  std::atomic<bool> stop_drain{false};
+
+  ~LocalRelay() {
+    stop_drain.store(true);
+    if (drain.joinable()) drain.join();
+    if (err_fd >= 0) close(err_fd);
+    if (!secret_path.empty()) std::remove(secret_path.c_str());
+  }
+};
+
+Status WriteSecretFile(LocalRelay* r) {
+  std::string path = (std::filesystem::temp_directory_path() / "kvasir-ring-XXXXXX").string();
+  const int fd = mkstemp(path.data());  // mode 0600
+  if (fd < 0) return Error("cannot create a ring secret file: {}", std::strerror(errno));
+  r->secret_path = path;
+  std::random_device rd;
+  std::string secret;
+  for (int i = 0; i < 8; ++i) secret += fmt::format("{:08x}", rd());
+  const bool ok = write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  close(fd);
+  if (!ok) return Error("{}: cannot write the ring secret: {}", path, std::strerror(errno));
+  return Status::Ok();
+}
+
+// Starts the relay and waits (at most 10 s) for its "relay: listening on HOST:PORT" line.
+Status StartRelay(const std::string& log_level, LocalRelay* r) {
+  KV_RETURN_IF_ERROR(WriteSecretFile(r));
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Error("cannot create a pipe: {}", std::strerror(errno));
+  auto pid = Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file",
+                    r->secret_path, "--log-level", log_level},
+                   fds[1]);
+  close(fds[1]);
+  r->err_fd = fds[0];
+  if (!pid.ok()) return pid.status();
+  r->pid = *pid;
+  std::string text;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  constexpr std::string_view kReady = "relay: listening on ";
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{r->err_fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(r->err_fd, buf, sizeof(buf));
+    if (n <= 0) break;  // the relay exited
+    text.append(buf, static_cast<size_t>(n));
+    const size_t at = text.find(kReady);
+    const size_t eol = at == std::string::npos ? at : text.find('\n', at);
+    if (eol == std::string::npos) continue;
+    const std::string line = text.substr(at + kReady.size(), eol - at - kReady.size());
+    const size_t colon = line.find(':');
+    const int port = colon == std::string::npos ? 0 : std::atoi(line.c_str() + colon + 1);
+    if (port <= 0 || port > 65535) return Error("the relay said '{}'", OneLine(line, 200));
+    r->port = static_cast<uint16_t>(port);
+    // Whatever else it logged so far, without the line itself.
+    std::fwrite(text.data(), 1, at, stderr);
+    std::fwrite(text.data() + eol + 1, 1, text.size() - eol - 1, stderr);
+    r->drain = std::thread([r] {
+      // Until the relay exits (EOF), or the run ends with the relay still there.
+      char b[4096];
+      while (true) {
+        pollfd p{r->err_fd, POLLIN, 0};
+        const int ready = poll(&p, 1, 100);
+        if (ready <= 0) {
+          if (r->stop_drain.load()) return;
+          continue;
+        }
+        const ssize_t m = read(r->err_fd, b, sizeof(b));
+        if (m <= 0) return;
+        std::fwrite(b, 1, static_cast<size_t>(m), stderr);
+      }
+    });
+    return Status::Ok();
+  }
+  return Error("the relay did not start within 10 s{}{}", text.empty() ? "" : ": ",
+               OneLine(text, 400));
 }
 
 void StopAll(std::vector<Child>& children) {
@@ -160,6 +253,19 @@ int RunRing(RunOptions o) {
   auto ports = FreePorts(n_stages);
   if (!ports.ok()) return Fail(kCmd, ports.status());
   std::vector<Child> children;
+  LocalRelay relay;  // declared after `children`: destroyed first, once StopAll() has ended it
+  if (o.relay) {
+    Status s = StartRelay(o.stage_log_level, &relay);
+    if (relay.pid > 0) children.push_back({relay.pid, "relay"});
+    if (!s.ok()) {
+      StopAll(children);
+      return Fail(kCmd, s);
+    }
+  }
+  // One relay edge per link: run-<our pid>-<from>-<to>.
+  const auto edge = [&](int from, int to) {
+    return fmt::format("ws://127.0.0.1:{}/edge/run-{}-{}-{}", relay.port, getpid(), from, to);
+  };
   for (int i = 0; i < n_stages; ++i) {
     Child c;
     c.name = plan[i].name;
@@ -175,9 +281,16 @@ int RunRing(RunOptions o) {
     if (o.manifest_path.empty() || !remote) {
       args.insert(args.end(), {"--layers", fmt::format("{}:{}", plan[i].first, plan[i].last)});
     }
+    if (o.relay) {
+      args.insert(args.end(),
+                  {"--pred-via", edge((i + n_stages - 1) % n_stages, i), "--next-via",
+                   edge(i, (i + 1) % n_stages), "--relay-secret-file", relay.secret_path});
+    } else {
+      args.insert(args.end(),
+                  {"--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages])});
+    }
     args.insert(args.end(), {
         "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
-        "--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages]),
         "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
         "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level});
     auto pid = Spawn(args);
@@ -188,8 +301,9 @@ int RunRing(RunOptions o) {
     c.pid = *pid;
     children.push_back(c);
   }
-  KV_LOG_INFO("ring of {} stages started ({} threads each); waiting for it to close", n_stages,
-              o.threads_per_stage);
+  KV_LOG_INFO("ring of {} stages started ({} threads each{}); waiting for it to close", n_stages,
+              o.threads_per_stage,
+              o.relay ? fmt::format(", every link through the relay on port {}", relay.port) : "");
 
   // A stage that dies ends the run: the watcher stops the others, which ends the client's wait.
   std::atomic<bool> done{false};
@@ -256,8 +370,12 @@ int RunMain(int argc, char** argv) {
     app.add_option("--boundary", o.boundary, "hidden-state dtype between stages: f32, f16, bf16")
         ->capture_default_str();
     app.add_option("--stats", o.stats_path, "write the summary and per-stage table as JSON");
-    app.add_option("--stage-log-level", o.stage_log_level, "log level of the stage processes")
+    app.add_option("--stage-log-level", o.stage_log_level,
+                   "log level of the stage (and relay) processes")
         ->capture_default_str();
+    app.add_flag("--relay", o.relay,
+                 "carry every link through a local `kvasir relay` (ws:// on loopback), as stages "
+                 "behind NAT would through a public one");
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
     if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);

@@ -11,6 +11,8 @@
 #include "cli/fetch_cli.h"
 #include "cli/ring_options.h"
 #include "net/url.h"
+#include "relay/edge_token.h"
+#include "relay/ws_stream.h"
 #include "ring/stage.h"
 
 namespace kvasir::cli {
@@ -52,6 +54,42 @@ int RunStage(const ring::StageOptions& opt) {
   return kExitOk;
 }
 
+// Sets the stage's dial hooks for the relayed links named by --pred-via/--next-via (URLs already
+// checked). Errors come from the secret file.
+Status ApplyRelayFlags(const std::string& pred_via, const std::string& next_via,
+                       const std::string& secret_file, const std::string& ca_file,
+                       ring::StageOptions* opt) {
+  if (pred_via.empty() && next_via.empty()) return Status::Ok();
+  auto secret = std::make_shared<std::string>();
+  if (!secret_file.empty()) {
+    KV_ASSIGN_OR_RETURN(*secret, relay::ReadSecretFile(secret_file));
+  } else {
+    KV_LOG_WARN("no --relay-secret-file: edge tokens are empty, which only a relay without "
+                "--secret-file accepts");
+  }
+  relay::RelayDialOptions dial;
+  dial.ca_file = ca_file;
+  auto hook = [secret, dial](std::string url, relay::Role role) -> ring::DialHook {
+    return [secret, dial, url, role](const std::function<bool()>& cancelled) {
+      relay::RelayDialOptions o = dial;
+      o.cancelled = cancelled;
+      const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret->data()),
+                                         secret->size());
+      return relay::DialRelayEdge(url, role, key, o);
+    };
+  };
+  if (!next_via.empty()) {
+    // Across the edge to our successor we are its predecessor side, and the reverse.
+    opt->dial_next = hook(next_via, relay::Role::kPredecessorSide);
+    opt->next_via = next_via;
+  }
+  if (!pred_via.empty()) {
+    opt->dial_pred = hook(pred_via, relay::Role::kSuccessorSide);
+    opt->pred_via = pred_via;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int StageMain(int argc, char** argv) {
@@ -82,7 +120,18 @@ int StageMain(int argc, char** argv) {
     manifest_opt->excludes(layers_opt);
     app.add_option("--listen", opt.listen, "HOST:PORT to accept the predecessor and clients")
         ->required();
-    app.add_option("--next", opt.next, "HOST:PORT of the successor stage")->required();
+    std::string pred_via, next_via, relay_secret_file;
+    auto* next_opt = app.add_option("--next", opt.next,
+                                    "HOST:PORT of the successor stage (or --next-via)");
+    app.add_option("--pred-via", pred_via,
+                   "ws[s]://RELAY/edge/ID: take the predecessor link through a relay (the "
+                   "listener still accepts clients)");
+    app.add_option("--next-via", next_via,
+                   "ws[s]://RELAY/edge/ID: reach the successor through a relay instead of --next")
+        ->excludes(next_opt);
+    app.add_option("--relay-secret-file", relay_secret_file,
+                   "ring secret shared with the relay (edge tokens are made with it)")
+        ->check(CLI::ExistingFile);
     app.add_option("--name", opt.name, "name in logs and stats (default stage-A-B)");
     app.add_option("-t,--threads", opt.n_threads, "compute threads")->capture_default_str();
     app.add_option("-c,--ctx-size", opt.n_ctx, "KV capacity per session; 0 = model's, max 4096")
@@ -96,6 +145,23 @@ int StageMain(int argc, char** argv) {
     AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+    if (opt.next.empty() && next_via.empty()) {
+      return UsageError(kCmd, "--next HOST:PORT or --next-via URL is required");
+    }
+    for (auto [flag, url] : {std::pair{"--pred-via", &pred_via}, {"--next-via", &next_via}}) {
+      if (url->empty()) continue;
+      if (auto u = relay::ParseRelayEdgeUrl(*url); !u.ok()) {
+        return UsageError(kCmd, fmt::format("{}: {}", flag, u.status().message()));
+      }
+    }
+    if (!relay_secret_file.empty() && pred_via.empty() && next_via.empty()) {
+      return UsageError(kCmd, "--relay-secret-file needs --pred-via or --next-via");
+    }
+    if (Status s = ApplyRelayFlags(pred_via, next_via, relay_secret_file, fetch_flags.ca_file,
+                                   &opt);
+        !s.ok()) {
+      return Fail(kCmd, s);
+    }
     FetchOptions fetch;
     if (Status s = ApplyFetchFlags(fetch_flags, &fetch); !s.ok()) {
       return UsageError(kCmd, s.message());

@@ -22,7 +22,11 @@ bool HasBadChars(std::string_view s) {
   return false;
 }
 
-uint16_t DefaultPort(const std::string& scheme) { return scheme == "https" ? 443 : 80; }
+uint16_t DefaultPort(const std::string& scheme) {
+  return scheme == "https" || scheme == "wss" ? 443 : 80;
+}
+
+Result<Url> Parse(std::string_view text, bool websocket);
 
 }  // namespace
 
@@ -43,18 +47,28 @@ bool LooksLikeUrl(std::string_view text) {
   return l.rfind("http://", 0) == 0 || l.rfind("https://", 0) == 0;
 }
 
-Result<Url> ParseUrl(std::string_view text) {
+Result<Url> ParseUrl(std::string_view text) { return Parse(text, false); }
+
+Result<Url> ParseWebSocketUrl(std::string_view text) { return Parse(text, true); }
+
+namespace {
+
+Result<Url> Parse(std::string_view text, bool websocket) {
   const std::string shown(text);
+  const char* plain = websocket ? "ws" : "http";
+  const char* secure = websocket ? "wss" : "https";
   if (text.empty()) return Error("empty URL");
   if (HasBadChars(text)) return Error("{}: URL has spaces or control characters", shown);
   const size_t colon = text.find("://");
   if (colon == std::string_view::npos) {
-    return Error("{}: not a URL (expected http://HOST[:PORT]/PATH or https://...)", shown);
+    return Error("{}: not a URL (expected {}://HOST[:PORT]/PATH or {}://...)", shown, plain,
+                 secure);
   }
   Url url;
   url.scheme = Lower(text.substr(0, colon));
-  if (url.scheme != "http" && url.scheme != "https") {
-    return Error("{}: scheme '{}' is not supported (use http:// or https://)", shown, url.scheme);
+  if (url.scheme != plain && url.scheme != secure) {
+    return Error("{}: scheme '{}' is not supported (use {}:// or {}://)", shown, url.scheme, plain,
+                 secure);
   }
   std::string_view rest = text.substr(colon + 3);
   const size_t fragment = rest.find('#');
@@ -111,6 +125,8 @@ Result<Url> ParseUrl(std::string_view text) {
   }
   return url;
 }
+
+}  // namespace
 
 Result<Url> ResolveLocation(const Url& base, std::string_view location) {
   if (LooksLikeUrl(location)) return ParseUrl(location);

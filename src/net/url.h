@@ -1,5 +1,5 @@
-// URLs for HTTP(S) fetches: scheme, host, port and request target, parsed strictly enough that a
-// typo is reported rather than guessed at.
+// URLs for HTTP(S) fetches and WebSocket (relay) connections: scheme, host, port and request
+// target, parsed strictly enough that a typo is reported rather than guessed at.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +11,12 @@
 namespace kvasir::net {
 
 struct Url {
-  std::string scheme;  // "http" or "https"
+  std::string scheme;  // "http" or "https" (ParseUrl); "ws" or "wss" (ParseWebSocketUrl)
   std::string host;    // without brackets for IPv6 literals
   uint16_t port = 0;   // explicit or the scheme's default
   std::string target;  // path and query, always starting with '/'
 
-  bool tls() const { return scheme == "https"; }
+  bool tls() const { return scheme == "https" || scheme == "wss"; }
   // "https://host:port/target" (port omitted when it is the default).
   std::string ToString() const;
   // "host:port", for messages and the Host header.
@@ -27,6 +27,9 @@ struct Url {
 // ("ftp://x/y: scheme 'ftp' is not supported (use http:// or https://)"). User info and fragments
 // are refused; spaces and control characters are refused.
 Result<Url> ParseUrl(std::string_view text);
+
+// Parses an absolute ws:// or wss:// URL with the same rules (default ports 80 and 443).
+Result<Url> ParseWebSocketUrl(std::string_view text);
 
 // True when `text` looks like a URL (starts with http:// or https://), so a command can take either
 // a path or a URL in one flag.

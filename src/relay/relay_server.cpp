@@ -435,6 +435,8 @@ template <class Next>
 void RelayServer::Impl::Launch(tcp::socket socket) {
   error_code ec;
   const auto ep = socket.remote_endpoint(ec);
+  // Ring messages are small and latency-bound: no Nagle delay on either side of the bridge.
+  socket.set_option(tcp::no_delay(true), ec);
   const std::string address = ec ? "?" : ep.address().to_string();
   ++connections;
   auto it = pending.find(address);

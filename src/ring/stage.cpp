@@ -18,7 +18,12 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   if (opt.max_batch_rows < opt.chunk) opt.max_batch_rows = opt.chunk;
   std::string succ_host;
   uint16_t succ_port = 0;
-  KV_RETURN_IF_ERROR(ParseHostPort(opt.next, &succ_host, &succ_port).WithContext("--next"));
+  if (opt.dial_next) {
+    if (opt.next_via.empty()) opt.next_via = "successor (dial hook)";
+  } else {
+    KV_RETURN_IF_ERROR(ParseHostPort(opt.next, &succ_host, &succ_port).WithContext("--next"));
+  }
+  if (opt.dial_pred && opt.pred_via.empty()) opt.pred_via = "predecessor (dial hook)";
   std::string host;
   uint16_t port = 0;
   KV_RETURN_IF_ERROR(ParseHostPort(opt.listen, &host, &port).WithContext("--listen"));
@@ -56,7 +61,8 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       tokenizer_(std::move(tokenizer)),
       model_id_(model_id),
       listener_(std::move(listener)) {
-  (void)ParseHostPort(options_.next, &succ_host_, &succ_port_);
+  if (!options_.dial_next) (void)ParseHostPort(options_.next, &succ_host_, &succ_port_);
+  succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   std::random_device rd;
   // Session ids start at a random point so a restarted head never reuses live ids.
   next_session_ = (rd() & 0x3fffffffu) + 1;
@@ -82,7 +88,7 @@ void StageImpl::Stop() {
     for (auto& l : all_links_) l->Close();
     Push(Event{});
   }
-  for (std::thread* t : {&accept_thread_, &dial_thread_}) {
+  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
   std::vector<ConnThread> threads;
@@ -164,40 +170,41 @@ void StageImpl::AcceptLoop() {
     all_links_.push_back(link);
     auto done = std::make_shared<std::atomic<bool>>(false);
     conn_threads_.push_back({std::thread([this, link, done] {
-                               ServeConnection(link);
+                               (void)ServeConnection(link);
                                done->store(true);
                              }),
                              done});
   }
 }
 
-void StageImpl::ServeConnection(std::shared_ptr<Link> link) {
+Status StageImpl::ServeConnection(std::shared_ptr<Link> link) {
   auto first = link->Receive();
   if (!first.ok()) {
     link->Fail(wire::ErrorCode::kMalformed, first.status().message());
-    return;
+    return first.status();
   }
   auto* hello = std::get_if<HelloMsg>(&*first);
   if (hello == nullptr) {
-    link->Fail(wire::ErrorCode::kMalformed,
-               fmt::format("expected HELLO first, got {}", MessageName(*first)));
-    return;
+    const std::string why = fmt::format("expected HELLO first, got {}", MessageName(*first));
+    link->Fail(wire::ErrorCode::kMalformed, why);
+    return Error("{}: {}", link->what(), why);
   }
   const wire::Hello& h = hello->hello;
   const bool is_client = h.role == static_cast<uint32_t>(wire::Role::kClient);
   uint64_t client = 0;
   if (is_client) {
     if (h.protocol_version != wire::kProtocolVersion) {
-      link->Fail(wire::ErrorCode::kVersion,
-                 fmt::format("client speaks protocol {}, this stage speaks {}", h.protocol_version,
-                             wire::kProtocolVersion));
-      return;
+      const std::string why = fmt::format("client speaks protocol {}, this stage speaks {}",
+                                          h.protocol_version, wire::kProtocolVersion);
+      link->Fail(wire::ErrorCode::kVersion, why);
+      return Error("{}: {}", link->what(), why);
     }
     if (!is_head()) {
-      link->Fail(wire::ErrorCode::kBadRequest,
-                 fmt::format("{} holds layers {}:{}; clients connect to the head stage (layer 0)",
-                             options_.name, options_.first, options_.last));
-      return;
+      const std::string why =
+          fmt::format("{} holds layers {}:{}; clients connect to the head stage (layer 0)",
+                      options_.name, options_.first, options_.last);
+      link->Fail(wire::ErrorCode::kBadRequest, why);
+      return Error("{}: {}", link->what(), why);
     }
   } else if (Status s = CheckStageHello(h, true); !s.ok()) {
     KV_LOG_WARN("{}: refused predecessor {}: {}", options_.name, link->what(), s.message());
@@ -206,9 +213,9 @@ void StageImpl::ServeConnection(std::shared_ptr<Link> link) {
                           ? wire::ErrorCode::kWrongModel
                           : wire::ErrorCode::kNotAdjacent;
     link->Fail(code, s.message());
-    return;
+    return s.WithContext("refused predecessor " + link->what());
   }
-  if (!link->Send(HelloMsg{MyHello()}).ok()) return;
+  if (Status s = link->Send(HelloMsg{MyHello()}); !s.ok()) return s;
   {
     std::lock_guard<std::mutex> lock(links_mu_);
     if (is_client) {
@@ -271,25 +278,38 @@ void StageImpl::ServeConnection(std::shared_ptr<Link> link) {
     e.reason = "link from predecessor " + link->what() + " down";
     Push(std::move(e));
   }
+  return Status::Ok();
+}
+
+void StageImpl::Backoff(int* backoff_ms) {
+  std::unique_lock<std::mutex> lock(links_mu_);
+  succ_cv_.wait_for(lock, std::chrono::milliseconds(*backoff_ms),
+                    [this] { return !running_.load(); });
+  *backoff_ms = std::min(*backoff_ms * 2, 2000);
 }
 
 void StageImpl::DialLoop() {
   int backoff_ms = 100;
   bool logged_wait = false;
+  std::string last_refusal;
+  const std::function<bool()> cancelled = [this] { return !running_.load(); };
   while (running_.load()) {
-    auto stream = DialTcp(succ_host_, succ_port_, 2000);
+    auto stream = options_.dial_next ? options_.dial_next(cancelled)
+                                     : DialTcp(succ_host_, succ_port_, 2000);
     if (!stream.ok()) {
-      if (!logged_wait) {
-        KV_LOG_INFO("{}: waiting for successor {}", options_.name, options_.next);
+      if (!logged_wait && running_.load()) {
+        // A relay's refusal says more than a TCP port that is not open yet (and names the URL).
+        if (options_.dial_next) {
+          KV_LOG_INFO("{}: waiting for successor: {}", options_.name, stream.status().message());
+        } else {
+          KV_LOG_INFO("{}: waiting for successor {}", options_.name, succ_desc_);
+        }
         logged_wait = true;
       }
-      std::unique_lock<std::mutex> lock(links_mu_);
-      succ_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
-                        [this] { return !running_.load(); });
-      backoff_ms = std::min(backoff_ms * 2, 2000);
+      Backoff(&backoff_ms);
       continue;
     }
-    auto link = std::make_shared<Link>(std::move(stream).value(), "successor " + options_.next);
+    auto link = std::make_shared<Link>(std::move(stream).value(), "successor " + succ_desc_);
     {
       std::lock_guard<std::mutex> lock(threads_mu_);
       if (!running_.load()) return;
@@ -300,25 +320,27 @@ void StageImpl::DialLoop() {
     Status ok = reply.status();
     if (ok.ok()) {
       if (auto* e = std::get_if<ErrorMsg>(&*reply)) {
-        ok = Error("successor {} refused the link: {}", options_.next, e->message);
+        ok = Error("successor {} refused the link: {}", succ_desc_, e->message);
       } else if (auto* h = std::get_if<HelloMsg>(&*reply)) {
-        ok = CheckStageHello(h->hello, false).WithContext("successor " + options_.next);
+        ok = CheckStageHello(h->hello, false).WithContext("successor " + succ_desc_);
       } else {
-        ok = Error("successor {} answered HELLO with {}", options_.next, MessageName(*reply));
+        ok = Error("successor {} answered HELLO with {}", succ_desc_, MessageName(*reply));
       }
     }
     if (!ok.ok()) {
-      KV_LOG_WARN("{}: {}", options_.name, ok.message());
+      // Once per reason: a refusal repeats on every retry until something changes.
+      if (running_.load() && ok.message() != last_refusal) {
+        KV_LOG_WARN("{}: {}", options_.name, ok.message());
+        last_refusal = ok.message();
+      }
       link->Close();
-      std::unique_lock<std::mutex> lock(links_mu_);
-      succ_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
-                        [this] { return !running_.load(); });
-      backoff_ms = std::min(backoff_ms * 2, 2000);
+      Backoff(&backoff_ms);
       continue;
     }
     backoff_ms = 100;
     logged_wait = false;
-    KV_LOG_INFO("{}: link up: successor {}", options_.name, options_.next);
+    last_refusal.clear();
+    KV_LOG_INFO("{}: link up: successor {}", options_.name, succ_desc_);
     {
       std::lock_guard<std::mutex> lock(links_mu_);
       succ_ = link;
@@ -340,12 +362,43 @@ void StageImpl::DialLoop() {
       succ_.reset();
     }
     if (running_.load()) {
-      KV_LOG_WARN("{}: link down: successor {}", options_.name, options_.next);
+      KV_LOG_WARN("{}: link down: successor {}", options_.name, succ_desc_);
       Event e;
       e.kind = Event::Kind::kSuccDown;
-      e.reason = "link to successor " + options_.next + " down";
+      e.reason = "link to successor " + succ_desc_ + " down";
       Push(std::move(e));
     }
+  }
+}
+
+void StageImpl::PredDialLoop() {
+  int backoff_ms = 100;
+  std::string last_failure;  // each new reason is logged once, not every retry
+  const std::function<bool()> cancelled = [this] { return !running_.load(); };
+  while (running_.load()) {
+    auto stream = options_.dial_pred(cancelled);
+    Status s = stream.status();
+    if (stream.ok()) {
+      auto link = std::make_shared<Link>(std::move(stream).value(), "via " + options_.pred_via);
+      {
+        std::lock_guard<std::mutex> lock(threads_mu_);
+        if (!running_.load()) return;
+        std::erase_if(all_links_, [](const auto& l) { return l->closed(); });
+        all_links_.push_back(link);
+      }
+      // Serve it on this thread: one relayed predecessor connection at a time.
+      s = ServeConnection(link);
+      link->Close();
+      if (s.ok()) {
+        backoff_ms = 100;
+        last_failure.clear();
+      }
+    }
+    if (!s.ok() && running_.load() && s.message() != last_failure) {
+      KV_LOG_INFO("{}: waiting for predecessor: {}", options_.name, s.message());
+      last_failure = s.message();
+    }
+    Backoff(&backoff_ms);
   }
 }
 
@@ -406,6 +459,7 @@ void StageImpl::LogStats() {
 Status StageImpl::Run() {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   dial_thread_ = std::thread([this] { DialLoop(); });
+  if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   while (running_.load()) {
     std::deque<Event> batch;
     {

@@ -4,20 +4,36 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "ring/transport.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
+
+// Opens a link some other way than direct TCP (the relay: src/relay). `cancelled` turns true when
+// the stage stops; a dial in progress should give up soon after. Called from one thread at a time.
+using DialHook =
+    std::function<Result<std::unique_ptr<Stream>>(const std::function<bool()>& cancelled)>;
 
 struct StageOptions {
   std::string model_path;
   int first = 0;             // layers [first, last)
   int last = 0;
   std::string listen;        // HOST:PORT to accept the predecessor (and clients, on the head)
-  std::string next;          // HOST:PORT of the successor
+  std::string next;          // HOST:PORT of the successor (unused with dial_next)
+  // Dial hooks, set by the CLI for relayed links; ring itself knows nothing of WebSockets.
+  // dial_next replaces dialing `next` over TCP (same retries and backoff). dial_pred adds a
+  // thread that keeps exactly one predecessor link open through it: dial, serve the link as an
+  // accepted predecessor, redial when it ends. The listener keeps accepting clients and direct
+  // predecessors either way.
+  DialHook dial_next;
+  std::string next_via;      // what dial_next reaches, for logs ("wss://relay/edge/r1-r2")
+  DialHook dial_pred;
+  std::string pred_via;
   std::string name;          // for logs and stats; defaults to "stage-<first>-<last>"
   int n_threads = 1;
   int n_ctx = 0;             // KV capacity per session; 0 = the model's, capped at 4096

@@ -79,8 +79,13 @@ class StageImpl final : public Stage {
  private:
   // stage.cpp: links and threads.
   void AcceptLoop();
-  void ServeConnection(std::shared_ptr<Link> link);
+  // Serves one accepted (or relayed) connection until it ends. Returns an error when it ended
+  // before the HELLO exchange completed (refused, or nothing arrived), Ok otherwise.
+  Status ServeConnection(std::shared_ptr<Link> link);
   void DialLoop();
+  void PredDialLoop();  // only with options_.dial_pred
+  // Sleeps `*backoff_ms` (or until Stop()) and doubles it, up to 2 s.
+  void Backoff(int* backoff_ms);
   wire::Hello MyHello() const;
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
   void Push(Event e);
@@ -115,10 +120,11 @@ class StageImpl final : public Stage {
   Listener listener_;
   std::string succ_host_;
   uint16_t succ_port_ = 0;
+  std::string succ_desc_;  // the successor in messages: `next`, or `next_via` when relayed
 
   std::atomic<bool> running_{true};
   std::mutex stop_mu_;
-  std::thread accept_thread_, dial_thread_;
+  std::thread accept_thread_, dial_thread_, pred_thread_;
   std::mutex threads_mu_;
   struct ConnThread {
     std::thread thread;

@@ -55,6 +55,24 @@ TEST(UrlTest, RefusesWhatItCannotFetch) {
   EXPECT_THAT(ParseUrl("http://[zz::1]/").status().message(), HasSubstr("IPv6 literal"));
 }
 
+TEST(UrlTest, ParsesWebSocketUrls) {
+  auto u = ParseWebSocketUrl("wss://Relay.Example/edge/r1-r2");
+  ASSERT_TRUE(u.ok()) << u.status().message();
+  EXPECT_EQ(u->scheme, "wss");
+  EXPECT_TRUE(u->tls());
+  EXPECT_EQ(u->port, 443);
+  EXPECT_EQ(u->target, "/edge/r1-r2");
+  EXPECT_EQ(u->ToString(), "wss://relay.example/edge/r1-r2");
+  u = ParseWebSocketUrl("ws://127.0.0.1:8080/edge/x");
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->tls());
+  EXPECT_EQ(u->Authority(), "127.0.0.1:8080");
+  EXPECT_EQ(ParseWebSocketUrl(u->ToString())->port, 8080);
+  EXPECT_THAT(ParseWebSocketUrl("https://h/edge/x").status().message(),
+              HasSubstr("use ws:// or wss://"));
+  EXPECT_THAT(ParseUrl("wss://h/x").status().message(), HasSubstr("use http:// or https://"));
+}
+
 TEST(UrlTest, LooksLikeUrl) {
   EXPECT_TRUE(LooksLikeUrl("http://x"));
   EXPECT_TRUE(LooksLikeUrl("HTTPS://x"));

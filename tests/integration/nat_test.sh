@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# NAT traversal through the relay, with real network isolation. Two network namespaces joined by a
+# veth pair: "pub" (a public host: the relay and two stages) and "phone" (one stage behind a
+# simulated carrier NAT: an nftables input chain drops every new inbound TCP connection). The test
+# shows that a direct connection into the phone fails, then runs a 3-stage ring of stories260K whose
+# phone stage has both links relayed over wss (the third link is direct TCP) and checks that it
+# generates exactly the single-process tokens.
+# Usage: nat_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) only where namespaces are not
+# permitted. Namespaces and processes are removed on every exit path.
+set -uo pipefail
+bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
+assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
+model="$assets/models/stories260K.gguf"
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+if [ ! -f "$model" ]; then
+  if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "missing asset $model"; fi
+  skip "missing asset $model"
+fi
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+command -v nft >/dev/null || skip "nftables (nft) is not installed"
+
+tag=$$
+pub=kv-pub-$tag
+phone=kv-phone-$tag
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  # Stages stop on SIGTERM; anything still there after 5 s is killed.
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      echo "cleanup: process $p ($(tr '\0' ' ' </proc/$p/cmdline | cut -c1-80)) ignored SIGTERM for 5 s; killed"
+      kill -9 "$p" 2>/dev/null
+    fi
+  done
+  wait 2>/dev/null
+  ip netns del "$pub" 2>/dev/null
+  ip netns del "$phone" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+ip netns add "$pub" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
+ip netns add "$phone" || fail "cannot create the second namespace"
+ip link add "vp$tag" type veth peer name "vf$tag" || fail "cannot create a veth pair"
+ip link set "vp$tag" netns "$pub"
+ip link set "vf$tag" netns "$phone"
+ip -n "$pub" addr add 10.77.0.1/24 dev "vp$tag"
+ip -n "$phone" addr add 10.77.0.2/24 dev "vf$tag"
+for ns in "$pub" "$phone"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$pub" link set "vp$tag" up
+ip -n "$phone" link set "vf$tag" up
+# The phone's NAT: answers to its own connections come in, new inbound connections do not.
+ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
+table inet carrier_nat {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    tcp flags syn ct state new drop
+  }
+}
+NFT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+  -subj /CN=10.77.0.1 -addext subjectAltName=IP:10.77.0.1 \
+  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
+head -c 32 /dev/urandom >"$work/secret"
+
+in_pub() { ip netns exec "$pub" "$@"; }
+in_phone() { ip netns exec "$phone" "$@"; }
+
+# The relay and the ring: stage0 (head) and stage2 on the public host, stage1 on the phone.
+ip netns exec "$pub" "$bin" relay --listen 10.77.0.1:8443 --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
+  --secret-file "$work/secret" 2>"$work/relay.log" &
+pids+=($!)
+relay="wss://10.77.0.1:8443/edge"
+common=(-t 1 -c 256 --relay-secret-file "$work/secret" --ca "$work/cert.pem" --log-level info)
+ip netns exec "$pub" "$bin" stage -m "$model" --layers 0:2 --listen 10.77.0.1:7000 --next-via "$relay/nat-$tag-01" \
+  --name head "${common[@]}" 2>"$work/stage0.log" &
+pids+=($!)
+ip netns exec "$phone" "$bin" stage -m "$model" --layers 2:4 --listen 10.77.0.2:7001 --pred-via "$relay/nat-$tag-01" \
+  --next-via "$relay/nat-$tag-12" --name phone "${common[@]}" 2>"$work/stage1.log" &
+pids+=($!)
+ip netns exec "$pub" "$bin" stage -m "$model" --layers 4:5 --listen 10.77.0.1:7002 --pred-via "$relay/nat-$tag-12" \
+  --next 10.77.0.1:7000 --name tail "${common[@]}" 2>"$work/stage2.log" &
+pids+=($!)
+
+# The phone's stage listens on 10.77.0.2:7001: from inside the phone that address answers...
+up=0
+for _ in $(seq 50); do
+  if in_phone timeout 1 bash -c 'exec 3<>/dev/tcp/10.77.0.2/7001' 2>/dev/null; then up=1; break; fi
+  sleep 0.1
+done
+[ $up -eq 1 ] || fail "the phone's stage is not listening on 10.77.0.2:7001"
+# ...but a direct connection into the phone from outside fails.
+if in_pub timeout 3 bash -c 'exec 3<>/dev/tcp/10.77.0.2/7001' 2>/dev/null; then
+  fail "a direct TCP connection into the phone succeeded; the NAT rule is not in effect"
+fi
+echo "direct connection into the phone (10.77.0.2:7001): dropped by the NAT, as intended"
+in_phone timeout 3 bash -c 'exec 3<>/dev/tcp/10.77.0.1/8443' || fail "the phone cannot reach the relay"
+
+want=$("$bin" generate -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 2>/dev/null) ||
+  fail "single-process generate failed"
+got=$(in_pub "$bin" generate --ring 10.77.0.1:7000 -p "Once upon a time" -n 24 --temp 0 2>"$work/client.log")
+status=$?
+if [ $status -ne 0 ] || [ "$got" != "$want" ]; then
+  echo "--- want: $want"
+  echo "--- got:  $got (exit $status)"
+  for f in client relay stage0 stage1 stage2; do echo "--- $f.log"; tail -n 20 "$work/$f.log"; done
+  fail "the ring through the relay did not reproduce the single-process text"
+fi
+echo "ring with the phone behind NAT, both its links relayed over wss: $got"
+grep -q "paired" "$work/relay.log" || fail "the relay paired no edge"
+echo "PASS"

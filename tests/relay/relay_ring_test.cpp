@@ -1,0 +1,241 @@
+// Rings whose links run through the relay: one link or every link relayed gives the tokens one
+// process gives, a ring survives the relay going away and coming back, and the CLI's relay flags
+// (`kvasir stage --pred-via/--next-via`, `kvasir run --relay`) work end to end.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/arch/registry.h"
+#include "relay/relay_server.h"
+#include "relay/ws_stream.h"
+#include "ring/ring_test_util.h"
+#include "test_assets.h"
+
+namespace kvasir {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::AssetPath;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kStories = "models/stories260K.gguf";
+constexpr std::string_view kSecret = "relay-ring-test-secret-0123456789";
+constexpr const char* kPrompt = "Once upon a time";
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+Result<std::unique_ptr<relay::RelayServer>> StartRelay(uint16_t port = 0) {
+  relay::RelayOptions o;
+  o.listen = fmt::format("127.0.0.1:{}", port);
+  o.secret = std::string(kSecret);
+  return relay::RelayServer::Start(o);
+}
+
+ring::DialHook Hook(const std::string& url, relay::Role role) {
+  return [url, role](const std::function<bool()>& cancelled) {
+    relay::RelayDialOptions o;
+    o.connect_timeout_ms = 2000;
+    o.cancelled = cancelled;
+    const std::span<const uint8_t> secret(reinterpret_cast<const uint8_t*>(kSecret.data()),
+                                          kSecret.size());
+    return relay::DialRelayEdge(url, role, secret, o);
+  };
+}
+
+// Three in-process stages of a model; link i (stage i -> stage i+1) goes through the relay on
+// `relay_port` when relayed[i], else over direct TCP.
+class RelayedRing {
+ public:
+  static std::unique_ptr<RelayedRing> Start(const std::string& model, uint16_t relay_port,
+                                            const std::vector<bool>& relayed) {
+    const int n = static_cast<int>(relayed.size());
+    auto file = GgufFile::Open(model);
+    EXPECT_TRUE(file.ok()) << file.status().message();
+    if (!file.ok()) return nullptr;
+    const int n_layer = LoadModelConfig(*file)->n_layer;
+    auto ring = std::unique_ptr<RelayedRing>(new RelayedRing());
+    const std::vector<uint16_t> ports = testing::ReservePorts(n);
+    for (int i = 0; i < n; ++i) {
+      const int next = (i + 1) % n, prev = (i + n - 1) % n;
+      ring::StageOptions o;
+      o.model_path = model;
+      o.first = i * n_layer / n;
+      o.last = (i + 1) * n_layer / n;
+      o.listen = fmt::format("127.0.0.1:{}", ports[i]);
+      o.name = fmt::format("r{}", i);
+      o.n_ctx = 256;
+      const auto edge = [&](int from, int to) {
+        return fmt::format("ws://127.0.0.1:{}/edge/test-{}-{}", relay_port, from, to);
+      };
+      if (relayed[i]) {
+        o.next_via = edge(i, next);
+        o.dial_next = Hook(o.next_via, relay::Role::kPredecessorSide);
+      } else {
+        o.next = fmt::format("127.0.0.1:{}", ports[next]);
+      }
+      if (relayed[prev]) {
+        o.pred_via = edge(prev, i);
+        o.dial_pred = Hook(o.pred_via, relay::Role::kSuccessorSide);
+      }
+      auto stage = ring::Stage::Create(o);
+      EXPECT_TRUE(stage.ok()) << stage.status().message();
+      if (!stage.ok()) return nullptr;
+      ring->stages_.push_back(std::move(stage).value());
+    }
+    for (auto& s : ring->stages_) ring->threads_.emplace_back([st = s.get()] { (void)st->Run(); });
+    ring->head_ = fmt::format("127.0.0.1:{}", ports[0]);
+    return ring;
+  }
+
+  ~RelayedRing() {
+    for (auto& s : stages_) s->Stop();
+    for (auto& t : threads_) t.join();
+  }
+  const std::string& head() const { return head_; }
+
+ private:
+  std::vector<std::unique_ptr<ring::Stage>> stages_;
+  std::vector<std::thread> threads_;
+  std::string head_;
+};
+
+TEST(RelayRingTest, OneRelayedLinkGivesTheTokensOfOneProcess) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  auto relay = StartRelay();
+  ASSERT_TRUE(relay.ok()) << relay.status().message();
+  auto ring = RelayedRing::Start(model, (*relay)->port(), {false, true, false});
+  ASSERT_NE(ring, nullptr);
+  const auto got = testing::GenerateOnRing(ring->head(), kPrompt, Greedy(), 16);
+  EXPECT_EQ(got.ids, testing::GenerateLocally(model, kPrompt, Greedy(), 16).ids);
+  EXPECT_EQ((*relay)->stats().edges_active, 1u);
+}
+
+TEST(RelayRingTest, EveryLinkRelayedGivesTheTokensOfOneProcess) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  auto relay = StartRelay();
+  ASSERT_TRUE(relay.ok()) << relay.status().message();
+  auto ring = RelayedRing::Start(model, (*relay)->port(), {true, true, true});
+  ASSERT_NE(ring, nullptr);
+  const auto got = testing::GenerateOnRing(ring->head(), kPrompt, Greedy(), 16);
+  EXPECT_EQ(got.ids, testing::GenerateLocally(model, kPrompt, Greedy(), 16).ids);
+  EXPECT_EQ((*relay)->stats().edges_active, 3u);
+  EXPECT_GT((*relay)->stats().bytes_forwarded, 0u);
+}
+
+TEST(RelayRingTest, TheRingRecoversWhenTheRelayComesBack) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  auto relay = StartRelay();
+  ASSERT_TRUE(relay.ok()) << relay.status().message();
+  const uint16_t port = (*relay)->port();
+  auto ring = RelayedRing::Start(model, port, {true, true, true});
+  ASSERT_NE(ring, nullptr);
+  const auto want = testing::GenerateLocally(model, kPrompt, Greedy(), 12).ids;
+  EXPECT_EQ(testing::GenerateOnRing(ring->head(), kPrompt, Greedy(), 12).ids, want);
+
+  // The relay goes away with every edge; a new one takes its place on the same port.
+  (*relay)->Stop();
+  relay->reset();
+  const auto t0 = Clock::now();
+  auto again = StartRelay(port);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  auto client = ring::RingClient::Connect(ring->head(), 5000);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  ASSERT_TRUE((*client)->WaitReady(10000).ok()) << "the stages did not redial the relay";
+  std::printf("ring closed again %.0f ms after the relay restarted\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  EXPECT_EQ(testing::GenerateOnRing(ring->head(), kPrompt, Greedy(), 12).ids, want);
+  EXPECT_EQ((*again)->stats().edges_active, 3u);
+}
+
+// ---- the CLI ----------------------------------------------------------------------------------
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+RunResult Kvasir(const std::vector<std::string>& args) {
+  testing::TempDir dir;
+  const std::string out_path = dir.File("stdout"), err_path = dir.File("stderr");
+  std::vector<std::string> argv_s = {KVASIR_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  RunResult r;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0) _exit(126);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid) {
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  r.out = testing::ReadFileToString(out_path);
+  r.err = testing::ReadFileToString(err_path);
+  return r;
+}
+
+TEST(RelayRingTest, StageRefusesBadRelayFlags) {
+  const std::vector<std::string> base = {"stage", "-m", "m.gguf", "--layers", "0:1", "--listen",
+                                         "127.0.0.1:0"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return Kvasir(args);
+  };
+  RunResult r = with({"--next", "127.0.0.1:1", "--pred-via", "https://relay/edge/a"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--pred-via"));
+  EXPECT_THAT(r.err, HasSubstr("ws://"));
+  r = with({"--next-via", "ws://relay/edge/no spaces"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--next-via"));
+  r = with({"--next-via", "wss://relay/edges/a"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/edge/<edge-id>"));
+  r = with({});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--next HOST:PORT or --next-via URL is required"));
+}
+
+TEST(RelayRingTest, KvasirRunRelayMatchesTheReference) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_REQUIRE_ASSET("reference/stories260K.p1.json");
+  const auto t0 = Clock::now();
+  RunResult r = Kvasir({"run", "-m", AssetPath(kStories), "--stages", "3", "--relay", "-p",
+                        kPrompt, "-n", "24", "--temp", "0", "-t", "1", "-c", "256"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::printf("kvasir run --relay (3 stages, 24 tokens): %.0f ms\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  const auto ref = nlohmann::json::parse(
+      testing::ReadFileToString(AssetPath("reference/stories260K.p1.json")));
+  EXPECT_EQ(r.out, ref["text"].get<std::string>());
+  EXPECT_THAT(r.err, HasSubstr("every link through the relay"));
+}
+
+}  // namespace
+}  // namespace kvasir
