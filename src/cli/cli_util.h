@@ -3,6 +3,8 @@
 // loading a model (file + full layer window + tokenizer) for generate/eval/bench.
 #pragma once
 
+#include <csignal>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
@@ -85,6 +87,11 @@ class Table {
   std::vector<Align> align_;
   std::vector<std::vector<std::string>> rows_;  // an empty row is a separator
 };
+
+// Blocks SIGINT, SIGTERM and SIGUSR1 in this thread (and the threads it starts later) and returns
+// that set, for a long-running command that takes its signals with sigwait() on one thread, so no
+// handler ever runs inside its work.
+sigset_t BlockStopSignals();
 
 // Wall-clock stopwatch.
 class Stopwatch {

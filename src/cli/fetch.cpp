@@ -48,19 +48,17 @@ int FetchMain(int argc, char** argv) {
     o.out_path = out_path;
     if (Status s = ApplyFetchFlags(flags, &o); !s.ok()) return UsageError(kCmd, s.message());
     if (!manifest_path.empty()) {
-      auto m = LoadManifest(manifest_path);
-      if (!m.ok()) return Fail(kCmd, m.status());
-      if (rank < 0 || rank >= static_cast<int>(m->ranks.size())) {
-        return UsageError(kCmd, fmt::format("--rank {} is not a rank of {} (0..{})", rank,
-                                            manifest_path, m->ranks.size() - 1));
-      }
-      ApplyManifestRank(*m, m->ranks[rank], &o);
+      Manifest m;
+      bool usage = false;
+      auto r = ManifestRankFor(manifest_path, rank, &m, &usage);
+      if (!r.ok()) return usage ? UsageError(kCmd, r.status().message()) : Fail(kCmd, r.status());
+      ApplyManifestRank(m, *r, &o);
       if (url.empty()) {
-        if (!net::LooksLikeUrl(m->model)) {
+        if (!net::LooksLikeUrl(m.model)) {
           return UsageError(kCmd, fmt::format("{} names the model '{}', not a URL; give --url",
-                                              manifest_path, m->model));
+                                              manifest_path, m.model));
         }
-        url = m->model;
+        url = m.model;
       }
     } else {
       if (layers.empty()) return UsageError(kCmd, "--layers A:B (or --manifest with --rank) is required");

@@ -82,12 +82,7 @@ int RelayMain(int argc, char** argv) {
       o.secret = *secret;
     }
 
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    const sigset_t set = BlockStopSignals();
 
     auto server = relay::RelayServer::Start(o);
     if (!server.ok()) return Fail(kCmd, server.status());

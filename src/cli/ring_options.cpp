@@ -51,6 +51,18 @@ Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* 
   return m;
 }
 
+Result<ManifestRank> ManifestRankFor(const std::string& manifest_path, int rank, Manifest* manifest,
+                                     bool* usage_error) {
+  *usage_error = false;
+  KV_ASSIGN_OR_RETURN(*manifest, LoadManifest(manifest_path));
+  if (rank < 0 || rank >= static_cast<int>(manifest->ranks.size())) {
+    *usage_error = true;
+    return Error("--rank {} is not a rank of {} (0..{})", rank, manifest_path,
+                 manifest->ranks.size() - 1);
+  }
+  return manifest->ranks[rank];
+}
+
 Status ApplyLogLevel(const std::string& text) {
   if (text == "debug") {
     SetLogLevel(LogLevel::kDebug);

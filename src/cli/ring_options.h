@@ -17,6 +17,11 @@ Status ParseBoundary(const std::string& text, wire::Dtype* dtype);
 // the model it was planned for. Sets *model_path to the file to use.
 Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* model_path);
 
+// Loads and validates a manifest and picks rank `rank` (a usage error when it has no such rank; the
+// message names the flag and the valid range). *manifest gets the manifest.
+Result<ManifestRank> ManifestRankFor(const std::string& manifest_path, int rank, Manifest* manifest,
+                                     bool* usage_error);
+
 // "debug", "info", "warn" or "error".
 Status ApplyLogLevel(const std::string& text);
 

@@ -22,12 +22,7 @@ constexpr const char* kCmd = "stage";
 
 int RunStage(const ring::StageOptions& opt) {
   // Signals are taken by one thread with sigwait(), so no handler runs inside the stage's code.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const sigset_t set = BlockStopSignals();
 
   auto stage = ring::Stage::Create(opt);
   if (!stage.ok()) return Fail(kCmd, stage.status());
@@ -170,26 +165,23 @@ int StageMain(int argc, char** argv) {
       if (auto u = net::ParseUrl(fetch_url); !u.ok()) return UsageError(kCmd, u.status().message());
     }
     if (!manifest_path.empty()) {
-      auto m = LoadManifest(manifest_path);
-      if (!m.ok()) return Fail(kCmd, m.status());
-      if (rank < 0 || rank >= static_cast<int>(m->ranks.size())) {
-        return UsageError(kCmd, fmt::format("--rank {} is not a rank of {} (0..{})", rank,
-                                            manifest_path, m->ranks.size() - 1));
-      }
+      Manifest m;
+      bool usage = false;
+      auto r = ManifestRankFor(manifest_path, rank, &m, &usage);
+      if (!r.ok()) return usage ? UsageError(kCmd, r.status().message()) : Fail(kCmd, r.status());
       // A manifest whose model is a URL means: fetch this rank's window unless -m names a file.
-      if (fetch_url.empty() && opt.model_path.empty() && net::LooksLikeUrl(m->model)) {
-        fetch_url = m->model;
+      if (fetch_url.empty() && opt.model_path.empty() && net::LooksLikeUrl(m.model)) {
+        fetch_url = m.model;
       }
       if (fetch_url.empty()) {
         auto checked = LoadManifestFor(manifest_path, &opt.model_path);
         if (!checked.ok()) return Fail(kCmd, checked.status());
       }
-      const ManifestRank& r = m->ranks[rank];
-      ApplyManifestRank(*m, r, &fetch);
-      opt.first = r.first;
-      opt.last = r.last;
-      if (opt.name.empty()) opt.name = r.device;
-      if (opt.n_ctx == 0) opt.n_ctx = m->ctx;
+      ApplyManifestRank(m, *r, &fetch);
+      opt.first = r->first;
+      opt.last = r->last;
+      if (opt.name.empty()) opt.name = r->device;
+      if (opt.n_ctx == 0) opt.n_ctx = m.ctx;
     } else {
       if (opt.model_path.empty() && fetch_url.empty()) {
         return UsageError(kCmd, "-m MODEL, --fetch URL or --manifest is required");

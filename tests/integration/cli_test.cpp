@@ -16,6 +16,7 @@
 
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "kvasir_process.h"
 #include "test_assets.h"
 
 namespace kvasir {
@@ -30,55 +31,11 @@ using testing::TempDir;
 
 constexpr const char* kStories = "models/stories260K.gguf";
 
-struct RunResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::Describe;
+using testing::LastLine;
+using testing::RunResult;
 
-// Runs the kvasir binary with `args`, capturing stdout and stderr.
-RunResult Kvasir(const std::vector<std::string>& args) {
-  TempDir dir;
-  const std::string out_path = dir.File("stdout"), err_path = dir.File("stderr");
-  std::vector<std::string> argv_s = {KVASIR_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  RunResult r;
-  pid_t pid = fork();
-  if (pid == 0) {
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int null_in = open("/dev/null", O_RDONLY);
-    if (out < 0 || err < 0 || null_in < 0) _exit(126);
-    dup2(null_in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (pid > 0 && waitpid(pid, &status, 0) == pid) {
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  r.out = ReadFileToString(out_path);
-  r.err = ReadFileToString(err_path);
-  return r;
-}
-
-std::string Describe(const RunResult& r) {
-  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out.substr(0, 4000) +
-         "\n--- stderr:\n" + r.err.substr(0, 4000);
-}
-
-// The error line printed last on stderr (logs may precede it).
-std::string LastLine(const std::string& s) {
-  std::string t = s;
-  while (!t.empty() && t.back() == '\n') t.pop_back();
-  size_t nl = t.rfind('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
-}
+RunResult Kvasir(const std::vector<std::string>& args) { return testing::RunKvasir(args); }
 
 // A usage error: exit 2, nothing on stdout, one line naming the command and pointing to --help.
 void ExpectUsageError(const RunResult& r, const std::string& cmd, const std::string& mentions) {

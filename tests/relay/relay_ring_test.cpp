@@ -19,6 +19,7 @@
 #include "relay/relay_server.h"
 #include "relay/ws_stream.h"
 #include "ring/ring_test_util.h"
+#include "kvasir_process.h"
 #include "test_assets.h"
 
 namespace kvasir {
@@ -166,38 +167,9 @@ TEST(RelayRingTest, TheRingRecoversWhenTheRelayComesBack) {
 
 // ---- the CLI ----------------------------------------------------------------------------------
 
-struct RunResult {
-  int code = -1;
-  std::string out, err;
-};
+using testing::RunResult;
 
-RunResult Kvasir(const std::vector<std::string>& args) {
-  testing::TempDir dir;
-  const std::string out_path = dir.File("stdout"), err_path = dir.File("stderr");
-  std::vector<std::string> argv_s = {KVASIR_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  RunResult r;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0) _exit(126);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (pid > 0 && waitpid(pid, &status, 0) == pid) {
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  r.out = testing::ReadFileToString(out_path);
-  r.err = testing::ReadFileToString(err_path);
-  return r;
-}
+RunResult Kvasir(const std::vector<std::string>& args) { return testing::RunKvasir(args); }
 
 TEST(RelayRingTest, StageRefusesBadRelayFlags) {
   const std::vector<std::string> base = {"stage", "-m", "m.gguf", "--layers", "0:1", "--listen",

@@ -27,6 +27,7 @@
 #include "nginx_fixture.h"
 #include "ring_test_util.h"
 #include "shard/slice.h"
+#include "kvasir_process.h"
 #include "test_assets.h"
 #include "tiny_model.h"
 
@@ -415,34 +416,11 @@ TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   EXPECT_TRUE(std::filesystem::exists(slices.File("stories260K.layers-2-4.gguf")));
 }
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using CliRun = testing::RunResult;
 
-// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir, capturing stdout and stderr.
+// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
 CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
-  TempDir io;
-  std::vector<std::string> argv_s = {KVASIR_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setenv("KVASIR_CACHE_DIR", cache_dir.c_str(), 1);
-    freopen(io.File("out").c_str(), "w", stdout);
-    freopen(io.File("err").c_str(), "w", stderr);
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFileToString(io.File("out"));
-  r.err = ReadFileToString(io.File("err"));
-  return r;
+  return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
 }
 
 // plan -m URL reads only the header; plan -m FILE --url URL adds the hashes; `run --manifest`

@@ -1,0 +1,71 @@
+// Runs the `kvasir` binary under test (KVASIR_BINARY) as a child process and captures its exit
+// status, stdout and stderr, for the end-to-end tests of every module.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_assets.h"
+
+namespace kvasir::testing {
+
+struct RunResult {
+  int code = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// `kvasir ARGS` with stdin from /dev/null and `env` added to the environment.
+inline RunResult RunKvasir(const std::vector<std::string>& args,
+                           const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  TempDir dir;
+  const std::string out_path = dir.File("stdout"), err_path = dir.File("stderr");
+  std::vector<std::string> argv_s = {KVASIR_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  RunResult r;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null_in = open("/dev/null", O_RDONLY);
+    if (out < 0 || err < 0 || null_in < 0) _exit(126);
+    dup2(null_in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid) {
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  r.out = ReadFileToString(out_path);
+  r.err = ReadFileToString(err_path);
+  return r;
+}
+
+// "exit N", then the start of stdout and stderr: for assertion messages.
+inline std::string Describe(const RunResult& r) {
+  return "exit " + std::to_string(r.code) + "\n--- stdout:\n" + r.out.substr(0, 4000) +
+         "\n--- stderr:\n" + r.err.substr(0, 4000);
+}
+
+// The last line of `s` (the error line a failing command prints after its logs).
+inline std::string LastLine(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+}  // namespace kvasir::testing
