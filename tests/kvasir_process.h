@@ -3,9 +3,12 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -66,6 +69,26 @@ inline std::string LastLine(const std::string& s) {
   while (!t.empty() && t.back() == '\n') t.pop_back();
   const size_t nl = t.rfind('\n');
   return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// A usage error: exit 2, nothing on stdout, one line "kvasir <cmd>: ..." naming `mentions` and
+// pointing to --help.
+inline void ExpectUsageError(const RunResult& r, const std::string& cmd,
+                             const std::string& mentions) {
+  EXPECT_EQ(r.code, 2) << Describe(r);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::StartsWith("kvasir " + cmd + ": "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(mentions));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("kvasir " + cmd + " --help"));
+}
+
+// A runtime error: exit 1 and a last stderr line "kvasir <cmd>: ..." that mentions `mentions`.
+inline void ExpectRuntimeError(const RunResult& r, const std::string& cmd,
+                               const std::string& mentions) {
+  EXPECT_EQ(r.code, 1) << Describe(r);
+  EXPECT_THAT(LastLine(r.err), ::testing::StartsWith("kvasir " + cmd + ": ")) << r.err;
+  EXPECT_THAT(LastLine(r.err), ::testing::HasSubstr(mentions)) << r.err;
 }
 
 }  // namespace kvasir::testing

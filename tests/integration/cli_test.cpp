@@ -37,22 +37,8 @@ using testing::RunResult;
 
 RunResult Kvasir(const std::vector<std::string>& args) { return testing::RunKvasir(args); }
 
-// A usage error: exit 2, nothing on stdout, one line naming the command and pointing to --help.
-void ExpectUsageError(const RunResult& r, const std::string& cmd, const std::string& mentions) {
-  EXPECT_EQ(r.code, 2) << Describe(r);
-  EXPECT_EQ(r.out, "");
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_THAT(r.err, StartsWith("kvasir " + cmd + ": "));
-  EXPECT_THAT(r.err, HasSubstr(mentions));
-  EXPECT_THAT(r.err, HasSubstr("kvasir " + cmd + " --help"));
-}
-
-// A runtime error: exit 1 and a last stderr line "kvasir <cmd>: ..." that mentions `mentions`.
-void ExpectRuntimeError(const RunResult& r, const std::string& cmd, const std::string& mentions) {
-  EXPECT_EQ(r.code, 1) << Describe(r);
-  EXPECT_THAT(LastLine(r.err), StartsWith("kvasir " + cmd + ": ")) << r.err;
-  EXPECT_THAT(LastLine(r.err), HasSubstr(mentions)) << r.err;
-}
+using testing::ExpectRuntimeError;
+using testing::ExpectUsageError;
 
 nlohmann::json ParseJson(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

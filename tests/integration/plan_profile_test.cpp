@@ -52,11 +52,7 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 RunResult Kvasir(const std::vector<std::string>& args) { return testing::RunKvasir(args); }
 
 void ExpectUsageError(const RunResult& r, const std::string& mentions) {
-  EXPECT_EQ(r.code, 2) << Describe(r);
-  EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err, StartsWith("kvasir profile: "));
-  EXPECT_THAT(r.err, HasSubstr(mentions));
-  EXPECT_THAT(r.err, HasSubstr("kvasir profile --help"));
+  testing::ExpectUsageError(r, "profile", mentions);
 }
 
 json ParseJson(const std::string& text) {
