@@ -71,6 +71,16 @@ inline std::string LastLine(const std::string& s) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
+// `kvasir synth` arguments for a tiny llama (64 wide, 4 heads, 2 KV heads, ff 128) with the
+// stories260K tokenizer.
+inline std::vector<std::string> SynthArgs(const std::string& out, const std::string& type,
+                                          const std::string& seed = "7",
+                                          const std::string& layers = "2") {
+  return {"synth", "--arch", "llama", "--layers", layers, "--embd", "64", "--heads", "4",
+          "--kv-heads", "2", "--ff", "128", "--vocab-from",
+          AssetPath("models/stories260K.gguf"), "--type", type, "--seed", seed, "-o", out};
+}
+
 // A usage error: exit 2, nothing on stdout, one line "kvasir <cmd>: ..." naming `mentions` and
 // pointing to --help.
 inline void ExpectUsageError(const RunResult& r, const std::string& cmd,

@@ -78,18 +78,6 @@ int DefaultThreads() {
   return hc > 0 ? static_cast<int>(hc) : 1;
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double v = static_cast<double>(bytes) / 1024.0;
-  int unit = 0;
-  while (v >= 1024.0 && unit < 3) {
-    v /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", v, kUnits[unit]);
-}
-
 std::string HumanCount(uint64_t count) {
   if (count < 1000) return fmt::format("{}", count);
   static constexpr const char* kUnits[] = {"K", "M", "B", "T"};

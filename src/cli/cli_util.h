@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/human.h"
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "model/layer_window.h"
@@ -61,8 +62,6 @@ std::optional<std::string> CheckSampling(const SamplingParams& params);
 // Number of threads to use by default: the cores this process may run on (at least 1).
 int DefaultThreads();
 
-// "512 B", "1.13 KiB", "4.00 MiB", "1.25 GiB".
-std::string HumanBytes(uint64_t bytes);
 // "260", "292.86 K", "420.12 M", "6.74 B".
 std::string HumanCount(uint64_t count);
 // A string as one line of at most `max_chars` characters (control characters escaped, the rest cut

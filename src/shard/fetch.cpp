@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/human.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "gguf/gguf_file.h"
@@ -36,16 +37,6 @@ constexpr int kStateVersion = 1;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-std::string Bytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
-}
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
@@ -284,7 +275,7 @@ Result<RemoteHeader> ReadRemoteHeader(const std::string& url_text, const net::Ht
     if (rh.file_size != 0) want = std::min(want, rh.file_size);
     if (want > kMaxHeaderBytes) {
       return Error("{}: GGUF header needs more than {} bytes; refusing", rh.url,
-                   Bytes(kMaxHeaderBytes));
+                   HumanBytes(kMaxHeaderBytes));
     }
   }
 }
@@ -376,8 +367,8 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
     RemoveQuietly(part_path);
     RemoveQuietly(state_path);
   } else {
-    KV_LOG_INFO("fetch: resuming {}: {} of {} already on disk", part_path, Bytes(sum.resumed_bytes),
-                Bytes(sum.window_bytes));
+    KV_LOG_INFO("fetch: resuming {}: {} of {} already on disk", part_path, HumanBytes(sum.resumed_bytes),
+                HumanBytes(sum.window_bytes));
   }
   const int fd = ::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Error("{}: cannot create: {}", part_path, std::strerror(errno));
@@ -400,7 +391,7 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   }
   if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(out_size)); e != 0 && e != EOPNOTSUPP &&
                                                                          e != EINVAL) {
-    return fail_remove(Error("{}: cannot reserve {} for the slice: {}", part_path, Bytes(out_size),
+    return fail_remove(Error("{}: cannot reserve {} for the slice: {}", part_path, HumanBytes(out_size),
                              std::strerror(e)));
   }
   if (Status s = WriteAllAt(fd, out_header.data(), out_header.size(), 0, part_path); !s.ok()) {
@@ -547,7 +538,7 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
       for (size_t i = 0; i < pieces.size(); ++i) kept += done[i] ? pieces[i].window_bytes : 0;
       if (summary != nullptr) *summary = sum;
       return Error("{}; {} of {} are kept in {}: run the same command again to resume",
-                   first_error.message(), Bytes(kept), Bytes(sum.window_bytes), part_path);
+                   first_error.message(), HumanBytes(kept), HumanBytes(sum.window_bytes), part_path);
     }
     return fail_remove(first_error);
   }

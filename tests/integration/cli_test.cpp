@@ -50,30 +50,7 @@ nlohmann::json Reference(const std::string& name) {
   return ParseJson(ReadFileToString(AssetPath("reference/" + name)));
 }
 
-std::vector<std::string> SynthArgs(const std::string& out, const std::string& type,
-                                   const std::string& seed = "7") {
-  return {"synth",
-          "--arch",
-          "llama",
-          "--layers",
-          "2",
-          "--embd",
-          "64",
-          "--heads",
-          "4",
-          "--kv-heads",
-          "2",
-          "--ff",
-          "128",
-          "--vocab-from",
-          AssetPath(kStories),
-          "--type",
-          type,
-          "--seed",
-          seed,
-          "-o",
-          out};
-}
+using testing::SynthArgs;
 
 // ---- usage errors ---------------------------------------------------------------------------
 

@@ -132,30 +132,9 @@ TEST(PlanProfileTest, TiedEmbeddingHasOneHashOnBothEnds) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
   const std::string model = dir.File("tied.gguf");
-  ASSERT_EQ(Kvasir({"synth",
-                    "--arch",
-                    "llama",
-                    "--layers",
-                    "4",
-                    "--embd",
-                    "64",
-                    "--heads",
-                    "4",
-                    "--kv-heads",
-                    "2",
-                    "--ff",
-                    "128",
-                    "--vocab-from",
-                    AssetPath(kStories),
-                    "--type",
-                    "f32",
-                    "--seed",
-                    "3",
-                    "--tied",
-                    "-o",
-                    model})
-                .code,
-            0);
+  std::vector<std::string> synth = testing::SynthArgs(model, "f32", "3", "4");
+  synth.push_back("--tied");
+  ASSERT_EQ(Kvasir(synth).code, 0);
   RunResult r = Kvasir({"plan", "-m", model, "--devices", SplitDevices(dir), "--ctx", "256"});
   ASSERT_EQ(r.code, 0) << Describe(r);
   const json m = ParseJson(r.out);
