@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,31 +12,59 @@
 
 namespace kvasir {
 
+// What kind of failure a Status is, for callers that branch on it (never on message text).
+enum class StatusCode : uint8_t {
+  kOk = 0,
+  kInvalidInput,     // malformed or refused input: a file, a flag, a peer's frame (the default)
+  kUnavailable,      // a peer, server or resource is not reachable now; retrying may help
+  kEndOfStream,      // the peer closed the stream in order
+  kTooLarge,         // a size or count over a limit
+  kUnauthenticated,  // a missing or failed proof of identity
+  kTimeout,          // a deadline passed
+};
+
+// "invalid input", "unavailable", ...
+const char* StatusCodeName(StatusCode code);
+
 // An error message, or success. Messages name the thing and what is wrong:
 // "stage.gguf: tensor blk.3.attn_q.weight: offset 912 past end of file (size 800)".
 class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status Error(std::string message) { return Status(std::move(message), true); }
+  static Status Error(std::string message, StatusCode code = StatusCode::kInvalidInput) {
+    return Status(std::move(message), code == StatusCode::kOk ? StatusCode::kInvalidInput : code);
+  }
 
-  bool ok() const { return !error_; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // Returns this error with `prefix: ` in front (adds context as errors travel up).
+  // Returns this error with `prefix: ` in front (adds context as errors travel up); the code stays.
   Status WithContext(std::string_view prefix) const {
     if (ok()) return *this;
-    return Error(fmt::format("{}: {}", prefix, message_));
+    return Status(fmt::format("{}: {}", prefix, message_), code_);
+  }
+  // The same message under another code.
+  Status WithCode(StatusCode code) const {
+    if (ok()) return *this;
+    return Error(message_, code);
   }
 
  private:
-  Status(std::string message, bool error) : message_(std::move(message)), error_(error) {}
+  Status(std::string message, StatusCode code) : message_(std::move(message)), code_(code) {}
   std::string message_;
-  bool error_ = false;
+  StatusCode code_ = StatusCode::kOk;
 };
 
 template <typename... Args>
 Status Error(fmt::format_string<Args...> f, Args&&... args) {
   return Status::Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// An error of a given kind: Error(StatusCode::kEndOfStream, "{}: peer closed", what).
+template <typename... Args>
+Status Error(StatusCode code, fmt::format_string<Args...> f, Args&&... args) {
+  return Status::Error(fmt::format(f, std::forward<Args>(args)...), code);
 }
 
 // A value or an error Status.

@@ -31,5 +31,20 @@ TEST(StatusTest, ResultPropagates) {
   EXPECT_EQ(r.status().message(), "3 is odd");
 }
 
+TEST(StatusTest, CodesSurviveContext) {
+  EXPECT_EQ(Status::Ok().code(), StatusCode::kOk);
+  EXPECT_EQ(Error("plain").code(), StatusCode::kInvalidInput);
+  Status eof = Error(StatusCode::kEndOfStream, "{}: peer closed", "link");
+  EXPECT_EQ(eof.code(), StatusCode::kEndOfStream);
+  EXPECT_EQ(eof.WithContext("stage").code(), StatusCode::kEndOfStream);
+  EXPECT_EQ(eof.WithContext("stage").message(), "stage: link: peer closed");
+  EXPECT_EQ(eof.WithCode(StatusCode::kTimeout).code(), StatusCode::kTimeout);
+  // kOk is not an error code: an "error" built with it still fails.
+  EXPECT_FALSE(Status::Error("x", StatusCode::kOk).ok());
+  Result<int> r = Error(StatusCode::kTooLarge, "big");
+  EXPECT_EQ(r.status().code(), StatusCode::kTooLarge);
+  EXPECT_STREQ(StatusCodeName(StatusCode::kUnauthenticated), "unauthenticated");
+}
+
 }  // namespace
 }  // namespace kvasir
