@@ -12,6 +12,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/ring_bench.h"
+#include "cli/ring_options.h"
 #include "kernels/kernels.h"
 #include "model/sampler.h"
 
@@ -185,9 +186,15 @@ int BenchMain(int argc, char** argv) {
     app.add_option("-n,--n-gen", o.n_gen, "decode steps")->capture_default_str();
     app.add_option("-r,--repetitions", o.repetitions, "counted repetitions")->capture_default_str();
     app.add_flag("--json", o.json, "print one JSON object instead of a table");
+    TrustFlags trust;
+    AddClientTrustFlags(app, &trust);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (!ring.head.empty()) {
       if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
+      bool usage = false;
+      if (Status s = ApplyClientTrust(trust, nullptr, &ring.client, &usage); !s.ok()) {
+        return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
+      }
       ring.n_prompt = o.n_prompt;
       ring.n_gen = o.n_gen;
       ring.repetitions = o.repetitions;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -53,7 +54,9 @@ void AddSamplingOptions(CLI::App& app, SamplingParams* s, std::optional<uint64_t
 }
 
 std::optional<std::string> CheckSampling(const SamplingParams& s) {
-  if (!(s.temperature >= 0.0f)) return fmt::format("--temp must be >= 0 (got {})", s.temperature);
+  if (!(s.temperature >= 0.0f) || std::isinf(s.temperature)) {
+    return fmt::format("--temp must be finite and >= 0 (got {})", s.temperature);
+  }
   if (s.top_k < 0) return fmt::format("--top-k must be >= 0 (got {})", s.top_k);
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
     return fmt::format("--top-p must be in (0, 1] (got {})", s.top_p);
@@ -61,7 +64,7 @@ std::optional<std::string> CheckSampling(const SamplingParams& s) {
   if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
     return fmt::format("--min-p must be in [0, 1] (got {})", s.min_p);
   }
-  if (!(s.repeat_penalty > 0.0f)) {
+  if (!(s.repeat_penalty > 0.0f) || std::isinf(s.repeat_penalty)) {
     return fmt::format("--repeat-penalty must be > 0 (got {})", s.repeat_penalty);
   }
   return std::nullopt;
@@ -231,6 +234,21 @@ Status WriteBinaryFile(const std::string& path, const void* data, size_t n_bytes
 Status WriteJsonFile(const std::string& path, const nlohmann::json& j) {
   std::string text = j.dump(2) + "\n";
   return WriteBinaryFile(path, text.data(), text.size());
+}
+
+Result<nlohmann::json> ReadJsonFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return Error("{}: cannot read: {}", path, std::strerror(errno));
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && text.size() < (size_t{16} << 20)) {
+    text.append(buf, n);
+  }
+  std::fclose(f);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Error("{}: not valid JSON", path);
+  return j;
 }
 
 Result<std::shared_ptr<const GgufFile>> OpenGguf(const std::string& path) {

@@ -111,6 +111,8 @@ class Stopwatch {
 Status CheckWritable(const std::string& path);
 // Writes `j` (pretty-printed, newline-terminated) to `path`. Errors name the path.
 Status WriteJsonFile(const std::string& path, const nlohmann::json& j);
+// Reads a JSON file (at most 16 MiB). Errors name the path.
+Result<nlohmann::json> ReadJsonFile(const std::string& path);
 // Writes raw bytes to `path`. Errors name the path.
 Status WriteBinaryFile(const std::string& path, const void* data, size_t n_bytes);
 

@@ -17,5 +17,6 @@ int PlanMain(int argc, char** argv);
 int SliceMain(int argc, char** argv);
 int FetchMain(int argc, char** argv);
 int RelayMain(int argc, char** argv);
+int IdMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

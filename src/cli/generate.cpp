@@ -15,6 +15,7 @@
 #include "cli/progress.h"
 #include "cli/commands.h"
 #include "cli/ring_cli.h"
+#include "cli/ring_options.h"
 #include "kernels/kernels.h"
 #include "model/sampler.h"
 
@@ -35,6 +36,8 @@ struct GenerateOptions {
   bool ignore_eos = false;
   std::string ring;                // HOST:PORT of a ring's head: generate there instead
   std::vector<std::string> stops;  // ring only: stop strings
+  TrustFlags trust;                // ring only: how the head is authenticated
+  std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
 };
 
 struct GenerateStats {
@@ -143,6 +146,18 @@ int RunOnRing(const GenerateOptions& o) {
   req.sampling = o.sampling;
   req.ignore_eos = o.ignore_eos;
   req.stops = o.stops;
+  Manifest m;
+  if (!o.manifest_path.empty()) {
+    auto loaded = LoadManifest(o.manifest_path);
+    if (!loaded.ok()) return Fail(kCmd, loaded.status());
+    m = std::move(loaded).value();
+  }
+  bool usage = false;
+  if (Status s = ApplyClientTrust(o.trust, o.manifest_path.empty() ? nullptr : &m, &req.client,
+                                  &usage);
+      !s.ok()) {
+    return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
+  }
   auto run = RunRingRequest(req, /*with_stage_stats=*/true);
   if (!run.ok()) return Fail(kCmd, run.status());
   PrintRingSummary(*run, o.n_threads);
@@ -223,6 +238,9 @@ int GenerateMain(int argc, char** argv) {
     app.add_option("-m,--model", o.model_path, "GGUF model file");
     app.add_option("--ring", o.ring, "generate on a running ring: HOST:PORT of its head stage");
     app.add_option("--stop", o.stops, "(with --ring) stop when the text contains this");
+    app.add_option("--manifest", o.manifest_path,
+                   "(with --ring) the ring's manifest: rank 0's node_key authenticates the head");
+    AddClientTrustFlags(app, &o.trust);
     app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
     app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
     AddSamplingOptions(app, &o.sampling, &o.seed);

@@ -99,6 +99,11 @@ int PlanMain(int argc, char **argv) {
     app.add_option("--devices", devices_path, "devices.json (see docs/MANIFEST.md)")->required();
     app.add_option("--ctx", ctx, "context each stage reserves KV cache for")->capture_default_str();
     app.add_option("-o,--output", out_path, "manifest file (default: stdout)");
+    std::string keys_path;
+    app.add_option("--keys", keys_path,
+                   "JSON object of device name -> node key (`kvasir id` on each device): each "
+                   "rank's neighbours then accept only that node")
+        ->check(CLI::ExistingFile);
     app.add_flag("--no-hash", no_hash,
                  "leave out the tensors' sha256 (hashing reads every byte of the model)");
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
@@ -158,6 +163,11 @@ int PlanMain(int argc, char **argv) {
     Manifest manifest = BuildManifest(*cost, *plan, ModelIdHex(*id), url.empty() ? model_path : url);
     if (Status s = ValidateManifest(manifest); !s.ok()) {
       return Fail(kCmd, "internal: the plan's manifest is invalid: " + s.message());
+    }
+    if (!keys_path.empty()) {
+      auto keys = ReadJsonFile(keys_path);
+      if (!keys.ok()) return Fail(kCmd, keys.status());
+      if (Status s = SetManifestKeys(&manifest, *keys, keys_path); !s.ok()) return Fail(kCmd, s);
     }
     if (!no_hash) {
       // A tensor held by two ranks (a tied embedding) is hashed once.

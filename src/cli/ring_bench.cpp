@@ -45,7 +45,9 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < streams; ++s) {
     futures.push_back(std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
-      KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, 10000));
+      ring::ClientOptions co = o.client;
+      co.connect_timeout_ms = 10000;
+      KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, co));
       ring::GenerateMsg g;
       // Different text per stream and round, so no two requests are the same work.
       g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
@@ -85,7 +87,7 @@ int RunRingBench(const RingBenchOptions& o) {
   if (o.n_gen < 2 || o.n_prompt < 4 || o.repetitions < 1) {
     return UsageError(kCmd, "--ring needs -n >= 2, -p >= 4 and -r >= 1");
   }
-  auto probe = ring::RingClient::Connect(o.head, 30000);
+  auto probe = ring::RingClient::Connect(o.head, o.client);
   if (!probe.ok()) return Fail(kCmd, probe.status());
   if (Status s = (*probe)->WaitReady(30000); !s.ok()) return Fail(kCmd, s);
   auto before = (*probe)->Stats();

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "ring/client.h"
+
 namespace kvasir::cli {
 
 struct RingBenchOptions {
@@ -13,6 +15,7 @@ struct RingBenchOptions {
   int n_gen = 64;                    // tokens generated per stream
   int repetitions = 3;
   bool json = false;
+  ring::ClientOptions client;        // how the head is reached and authenticated
 };
 
 // Runs every stream count `repetitions` times (after one warm-up) and prints a table (or JSON):

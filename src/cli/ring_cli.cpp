@@ -27,9 +27,17 @@ std::string StageName(const wire::StageStats& s) {
 }  // namespace
 
 Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
-  KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(req.head, req.connect_timeout_ms));
+  KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(req.head, req.client));
   // Time to first token should measure the request, not the ring's start-up.
-  KV_RETURN_IF_ERROR(client->WaitReady(req.connect_timeout_ms));
+  KV_RETURN_IF_ERROR(client->WaitReady(req.client.connect_timeout_ms));
+  RingRun run;
+  if (req.n_predict == 0) {  // as a local run: the prompt alone, no token
+    run.result.reason = wire::FinishReason::kMaxTokens;
+    if (with_stage_stats) {
+      KV_ASSIGN_OR_RETURN(run.stages, client->Stats());
+    }
+    return run;
+  }
   ring::GenerateMsg g;
   g.sampling = ring::SamplingToWire(req.sampling, static_cast<uint32_t>(req.n_predict),
                                     req.ignore_eos);
@@ -42,7 +50,6 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   };
-  RingRun run;
   KV_ASSIGN_OR_RETURN(run.result,
                       client->Generate(g, [&](const ring::TokenMsg& t) { write(utf8.Push(t.piece)); }));
   write(utf8.Flush());

@@ -20,7 +20,7 @@ struct RingRequest {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::vector<std::string> stops;
-  int connect_timeout_ms = 30000;
+  ring::ClientOptions client;  // how the head is reached and authenticated
 };
 
 struct RingRun {

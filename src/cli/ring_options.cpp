@@ -5,6 +5,8 @@
 #include "base/log.h"
 #include "gguf/gguf_file.h"
 #include "model/model_id.h"
+#include "ring/node_key.h"
+#include "ring/secret_file.h"
 
 namespace kvasir::cli {
 
@@ -74,6 +76,117 @@ Status ApplyLogLevel(const std::string& text) {
     SetLogLevel(LogLevel::kError);
   } else {
     return Error("--log-level '{}' is not one of debug, info, warn, error", text);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void AddCommonTrustFlags(CLI::App& app, TrustFlags* f) {
+  app.add_option("--ring-secret-file", f->ring_secret_file,
+                 "the ring's shared secret (at least 16 bytes; the same file on every stage, and "
+                 "the relay's): links prove it in their handshake")
+      ->check(CLI::ExistingFile);
+  app.add_option("--client-key-file", f->client_key_file,
+                 "a bearer secret (at least 16 bytes) clients prove to the head");
+  app.add_flag("--insecure", f->insecure,
+               "accept peers without any proof (links are still encrypted); loopback only");
+  app.add_option("--link-timeout", f->link_timeout_s,
+                 "seconds without a byte from a peer before its link is declared down")
+      ->capture_default_str();
+}
+
+Status CheckTimeouts(const TrustFlags& f) {
+  if (!(f.link_timeout_s >= 0.1 && f.link_timeout_s <= 3600)) {
+    return Error("--link-timeout {} must be between 0.1 and 3600 seconds", f.link_timeout_s);
+  }
+  if (!(f.token_timeout_s >= 0.1 && f.token_timeout_s <= 86400)) {
+    return Error("--token-timeout {} must be between 0.1 and 86400 seconds", f.token_timeout_s);
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<ring::PublicKey>> RankKey(const Manifest& m, int rank) {
+  const auto& r = m.ranks[static_cast<size_t>(rank)];
+  if (!r.node_key) return std::optional<ring::PublicKey>();
+  KV_ASSIGN_OR_RETURN(ring::PublicKey k, ring::ParsePublicKey(*r.node_key));
+  return std::optional<ring::PublicKey>(k);
+}
+
+}  // namespace
+
+void AddStageTrustFlags(CLI::App& app, TrustFlags* f) {
+  app.add_option("--key", f->key_file,
+                 "this node's key file (Ed25519), created on first use (default " +
+                     ring::DefaultKeyPath() + ")");
+  AddCommonTrustFlags(app, f);
+}
+
+void AddClientTrustFlags(CLI::App& app, TrustFlags* f) {
+  app.add_option("--head-key", f->head_key,
+                 "the head stage's node key (64 hex digits, `kvasir id` on the head): the "
+                 "client talks only to that node");
+  AddCommonTrustFlags(app, f);
+  app.add_option("--token-timeout", f->token_timeout_s,
+                 "seconds to wait for each token before giving up on the ring")
+      ->capture_default_str();
+}
+
+Status ApplyStageTrust(const TrustFlags& f, const Manifest* manifest, int rank,
+                       ring::StageOptions* opt, bool* usage_error) {
+  *usage_error = true;
+  KV_RETURN_IF_ERROR(CheckTimeouts(f));
+  opt->insecure = f.insecure;
+  opt->link_timeout_ms = static_cast<int>(f.link_timeout_s * 1000);
+  *usage_error = false;
+  const std::string key_path = f.key_file.empty() ? ring::DefaultKeyPath() : f.key_file;
+  bool created = false;
+  KV_ASSIGN_OR_RETURN(ring::NodeKey key, ring::NodeKey::LoadOrCreate(key_path, &created));
+  if (created) KV_LOG_INFO("created the node key {}", key_path);
+  opt->key = std::make_shared<const ring::NodeKey>(std::move(key));
+  if (!f.ring_secret_file.empty()) {
+    KV_ASSIGN_OR_RETURN(opt->ring_secret, ring::ReadSecretFile(f.ring_secret_file, "ring secret"));
+  }
+  if (!f.client_key_file.empty()) {
+    KV_ASSIGN_OR_RETURN(opt->client_secret,
+                        ring::ReadSecretFile(f.client_key_file, "client secret"));
+  }
+  if (manifest != nullptr && rank >= 0) {
+    const int n = static_cast<int>(manifest->ranks.size());
+    KV_ASSIGN_OR_RETURN(opt->pred_key, RankKey(*manifest, (rank + n - 1) % n));
+    KV_ASSIGN_OR_RETURN(opt->succ_key, RankKey(*manifest, (rank + 1) % n));
+    if (auto mine = RankKey(*manifest, rank); mine.ok() && mine->has_value() &&
+                                               **mine != opt->key->public_key()) {
+      KV_LOG_WARN("the manifest gives rank {} the node key {}, but this node is {} ({}): its "
+                  "neighbours will refuse it",
+                  rank, ring::ShortKey(**mine), ring::ShortKey(opt->key->public_key()), key_path);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ApplyClientTrust(const TrustFlags& f, const Manifest* manifest, ring::ClientOptions* opt,
+                        bool* usage_error) {
+  *usage_error = true;
+  KV_RETURN_IF_ERROR(CheckTimeouts(f));
+  opt->insecure = f.insecure;
+  opt->link_timeout_ms = static_cast<int>(f.link_timeout_s * 1000);
+  opt->token_timeout_ms = static_cast<int>(f.token_timeout_s * 1000);
+  if (!f.head_key.empty()) {
+    auto k = ring::ParsePublicKey(f.head_key);
+    if (!k.ok()) return k.status().WithContext("--head-key");
+    opt->head_key = *k;
+  }
+  *usage_error = false;
+  if (!opt->head_key && manifest != nullptr && !manifest->ranks.empty()) {
+    KV_ASSIGN_OR_RETURN(opt->head_key, RankKey(*manifest, 0));
+  }
+  if (!f.ring_secret_file.empty()) {
+    KV_ASSIGN_OR_RETURN(opt->ring_secret, ring::ReadSecretFile(f.ring_secret_file, "ring secret"));
+  }
+  if (!f.client_key_file.empty()) {
+    KV_ASSIGN_OR_RETURN(opt->client_secret,
+                        ring::ReadSecretFile(f.client_key_file, "client secret"));
   }
   return Status::Ok();
 }

@@ -3,8 +3,12 @@
 
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "base/status.h"
 #include "planner/manifest.h"
+#include "ring/client.h"
+#include "ring/stage.h"
 #include "ring/wire.h"
 
 namespace kvasir::cli {
@@ -21,6 +25,29 @@ Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* 
 // message names the flag and the valid range). *manifest gets the manifest.
 Result<ManifestRank> ManifestRankFor(const std::string& manifest_path, int rank, Manifest* manifest,
                                      bool* usage_error);
+
+// The trust flags of stages and clients (docs/PROTOCOL.md, "Handshake").
+struct TrustFlags {
+  std::string key_file;           // --key (stages): the node key, created on first use
+  std::string ring_secret_file;   // --ring-secret-file
+  std::string client_key_file;    // --client-key-file: the bearer secret clients must prove
+  std::string head_key;           // --head-key (clients): the head's node key, 64 hex digits
+  bool insecure = false;          // --insecure
+  double link_timeout_s = 10;     // --link-timeout
+  double token_timeout_s = 60;    // --token-timeout (clients)
+};
+// --key, --ring-secret-file, --client-key-file, --insecure, --link-timeout.
+void AddStageTrustFlags(CLI::App& app, TrustFlags* flags);
+// --ring-secret-file, --head-key, --client-key-file, --insecure, --link-timeout, --token-timeout.
+void AddClientTrustFlags(CLI::App& app, TrustFlags* flags);
+// Loads the key and secrets into `opt`. With a manifest, the neighbours' node keys of rank
+// `rank` (when the manifest lists them) become the only nodes accepted on the links.
+// *usage_error tells a bad flag from a file that cannot be read.
+Status ApplyStageTrust(const TrustFlags& flags, const Manifest* manifest, int rank,
+                       ring::StageOptions* opt, bool* usage_error);
+// The same for a client: --head-key, else rank 0's node_key of a manifest, else the ring secret.
+Status ApplyClientTrust(const TrustFlags& flags, const Manifest* manifest,
+                        ring::ClientOptions* opt, bool* usage_error);
 
 // "debug", "info", "warn" or "error".
 Status ApplyLogLevel(const std::string& text);

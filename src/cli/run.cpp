@@ -25,6 +25,7 @@
 #include "net/url.h"
 #include "planner/manifest.h"
 #include "shard/fetch.h"
+#include "ring/secret_file.h"
 #include "ring/transport.h"
 
 namespace kvasir::cli {
@@ -81,12 +82,39 @@ Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1) {
   return pid;
 }
 
-// The local relay of `run --relay`: a `kvasir relay` process on a free loopback port and the ring
-// secret it shares with the stages, in a private temporary file.
+// The trust material of a local ring, in a private temporary directory (mode 0700) removed at
+// the end: a fresh ring secret (the stages' handshakes, the relay's edge tokens, the client's
+// check of the head) and one node key per stage.
+struct LocalTrust {
+  std::string dir;
+  std::string secret_path;
+  std::string secret;
+
+  ~LocalTrust() {
+    if (dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string KeyPath(int stage) const { return fmt::format("{}/stage{}.key", dir, stage); }
+};
+
+Status MakeLocalTrust(LocalTrust* t) {
+  std::string path = (std::filesystem::temp_directory_path() / "kvasir-ring-XXXXXX").string();
+  if (mkdtemp(path.data()) == nullptr) {
+    return Error("cannot create a directory for the ring secret: {}", std::strerror(errno));
+  }
+  t->dir = path;
+  t->secret_path = path + "/ring.secret";
+  KV_RETURN_IF_ERROR(ring::WriteNewSecretFile(t->secret_path));
+  KV_ASSIGN_OR_RETURN(t->secret, ring::ReadSecretFile(t->secret_path, "ring secret"));
+  return Status::Ok();
+}
+
+// The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
+// ring secret with the stages.
 struct LocalRelay {
   pid_t pid = -1;
   uint16_t port = 0;
-  std::string secret_path;
   int err_fd = -1;           // the relay's stderr, copied to ours by `drain`
   std::thread drain;
   std::atomic<bool> stop_drain{false};
@@ -95,31 +123,15 @@ struct LocalRelay {
     stop_drain.store(true);
     if (drain.joinable()) drain.join();
     if (err_fd >= 0) close(err_fd);
-    if (!secret_path.empty()) std::remove(secret_path.c_str());
   }
 };
 
-Status WriteSecretFile(LocalRelay* r) {
-  std::string path = (std::filesystem::temp_directory_path() / "kvasir-ring-XXXXXX").string();
-  const int fd = mkstemp(path.data());  // mode 0600
-  if (fd < 0) return Error("cannot create a ring secret file: {}", std::strerror(errno));
-  r->secret_path = path;
-  std::random_device rd;
-  std::string secret;
-  for (int i = 0; i < 8; ++i) secret += fmt::format("{:08x}", rd());
-  const bool ok = write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
-  close(fd);
-  if (!ok) return Error("{}: cannot write the ring secret: {}", path, std::strerror(errno));
-  return Status::Ok();
-}
-
 // Starts the relay and waits (at most 10 s) for its "relay: listening on HOST:PORT" line.
-Status StartRelay(const std::string& log_level, LocalRelay* r) {
-  KV_RETURN_IF_ERROR(WriteSecretFile(r));
+Status StartRelay(const std::string& log_level, const std::string& secret_path, LocalRelay* r) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Error("cannot create a pipe: {}", std::strerror(errno));
   auto pid = Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file",
-                    r->secret_path, "--log-level", log_level},
+                    secret_path, "--log-level", log_level},
                    fds[1]);
   close(fds[1]);
   r->err_fd = fds[0];
@@ -242,7 +254,7 @@ int RunRing(RunOptions o) {
   }
   // Stages that download first need longer than a local ring to come up; a stage that fails ends
   // the run anyway.
-  if (remote) o.request.connect_timeout_ms = 3600 * 1000;
+  if (remote) o.request.client.connect_timeout_ms = 3600 * 1000;
   const int n_stages = static_cast<int>(plan.size());
   wire::Dtype dtype;
   if (Status s = ParseBoundary(o.boundary, &dtype); !s.ok()) return UsageError(kCmd, s.message());
@@ -252,10 +264,13 @@ int RunRing(RunOptions o) {
 
   auto ports = FreePorts(n_stages);
   if (!ports.ok()) return Fail(kCmd, ports.status());
+  LocalTrust trust;  // outlives the children, which read its files
+  if (Status s = MakeLocalTrust(&trust); !s.ok()) return Fail(kCmd, s);
+  o.request.client.ring_secret = trust.secret;
   std::vector<Child> children;
   LocalRelay relay;  // declared after `children`: destroyed first, once StopAll() has ended it
   if (o.relay) {
-    Status s = StartRelay(o.stage_log_level, &relay);
+    Status s = StartRelay(o.stage_log_level, trust.secret_path, &relay);
     if (relay.pid > 0) children.push_back({relay.pid, "relay"});
     if (!s.ok()) {
       StopAll(children);
@@ -284,7 +299,7 @@ int RunRing(RunOptions o) {
     if (o.relay) {
       args.insert(args.end(),
                   {"--pred-via", edge((i + n_stages - 1) % n_stages, i), "--next-via",
-                   edge(i, (i + 1) % n_stages), "--relay-secret-file", relay.secret_path});
+                   edge(i, (i + 1) % n_stages)});
     } else {
       args.insert(args.end(),
                   {"--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages])});
@@ -292,7 +307,8 @@ int RunRing(RunOptions o) {
     args.insert(args.end(), {
         "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
         "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
-        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level});
+        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
+        "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
     auto pid = Spawn(args);
     if (!pid.ok()) {
       StopAll(children);

@@ -136,7 +136,11 @@ int StageMain(int argc, char** argv) {
     app.add_option("--chunk", opt.chunk, "prompt tokens per prefill batch")->capture_default_str();
     app.add_option("--max-sessions", opt.max_sessions, "concurrent sessions")
         ->capture_default_str();
+    app.add_option("--max-clients", opt.max_clients, "client connections the head serves at once")
+        ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    TrustFlags trust;
+    AddStageTrustFlags(app, &trust);
     AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
@@ -152,6 +156,15 @@ int StageMain(int argc, char** argv) {
     if (!relay_secret_file.empty() && pred_via.empty() && next_via.empty()) {
       return UsageError(kCmd, "--relay-secret-file needs --pred-via or --next-via");
     }
+    // One secret serves both: the relay's edge tokens and the links' handshakes.
+    if (relay_secret_file.empty()) relay_secret_file = trust.ring_secret_file;
+    if (opt.max_clients < 1) return UsageError(kCmd, "--max-clients must be >= 1");
+    if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
+    if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (const int hw = DefaultThreads(); opt.n_threads > hw) {
+      return UsageError(kCmd, fmt::format("-t {}: this machine runs {} threads at once",
+                                          opt.n_threads, hw));
+    }
     if (Status s = ApplyRelayFlags(pred_via, next_via, relay_secret_file, fetch_flags.ca_file,
                                    &opt);
         !s.ok()) {
@@ -164,8 +177,8 @@ int StageMain(int argc, char** argv) {
     if (!fetch_url.empty()) {
       if (auto u = net::ParseUrl(fetch_url); !u.ok()) return UsageError(kCmd, u.status().message());
     }
+    Manifest m;
     if (!manifest_path.empty()) {
-      Manifest m;
       bool usage = false;
       auto r = ManifestRankFor(manifest_path, rank, &m, &usage);
       if (!r.ok()) return usage ? UsageError(kCmd, r.status().message()) : Fail(kCmd, r.status());
@@ -205,7 +218,11 @@ int StageMain(int argc, char** argv) {
     if (Status s = ParseBoundary(boundary, &opt.boundary); !s.ok()) {
       return UsageError(kCmd, s.message());
     }
-    if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    bool usage = false;
+    if (Status s = ApplyStageTrust(trust, manifest_path.empty() ? nullptr : &m, rank, &opt, &usage);
+        !s.ok()) {
+      return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
+    }
     return RunStage(opt);
   });
 }

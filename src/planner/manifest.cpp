@@ -66,6 +66,11 @@ Status RankFromJson(const json &j, ManifestRank *r) {
   KV_RETURN_IF_ERROR(Get(j, "weight_bytes", &r->weight_bytes));
   KV_RETURN_IF_ERROR(Get(j, "kv_bytes", &r->kv_bytes));
   KV_RETURN_IF_ERROR(Get(j, "ms_per_token", &r->ms_per_token));
+  if (j.contains("node_key") && !j["node_key"].is_null()) {
+    std::string key;
+    KV_RETURN_IF_ERROR(Get(j, "node_key", &key));
+    r->node_key = key;
+  }
   if (!j.contains("tensors") || !j["tensors"].is_array()) {
     return Error("field 'tensors' must be an array");
   }
@@ -156,6 +161,9 @@ Status ValidateManifest(const Manifest &m) {
       return fail(Error("has_head is {} but the window ends at layer {} of {}", r.has_head, r.last,
                         m.n_layer));
     }
+    if (r.node_key && !IsHex(*r.node_key, 64)) {
+      return fail(Error("node_key '{}' is not 64 hex digits", r.node_key->substr(0, 80)));
+    }
     for (const auto &t : r.tensors) {
       if (t.name.empty()) return fail(Error("a tensor has an empty name"));
       if (t.sha256 && !IsHex(*t.sha256, 64)) {
@@ -167,6 +175,27 @@ Status ValidateManifest(const Manifest &m) {
   if (next != m.n_layer) {
     return Error("layers [{}, {}) belong to no rank (windows must cover [0, {}))", next, m.n_layer,
                  m.n_layer);
+  }
+  return Status::Ok();
+}
+
+Status SetManifestKeys(Manifest *m, const json &keys, const std::string &name) {
+  if (!keys.is_object()) {
+    return Error("{}: must be a JSON object of device name -> node key (kvasir id)", name);
+  }
+  for (const auto &[device, key] : keys.items()) {
+    if (!key.is_string() || !IsHex(key.get<std::string>(), 64)) {
+      return Error("{}: device '{}': the node key must be 64 hex digits (kvasir id prints it)",
+                   name, device);
+    }
+    bool found = false;
+    for (auto &r : m->ranks) {
+      if (r.device == device) {
+        r.node_key = key.get<std::string>();
+        found = true;
+      }
+    }
+    if (!found) return Error("{}: device '{}' has no rank in the plan", name, device);
   }
   return Status::Ok();
 }
@@ -189,6 +218,7 @@ json ManifestToJson(const Manifest &m) {
                      {"kv_bytes", r.kv_bytes},
                      {"ms_per_token", RoundMs(r.ms_per_token)},
                      {"tensors", std::move(tensors)}});
+    if (r.node_key) ranks.back()["node_key"] = *r.node_key;
   }
   return json{{"version", m.version},
               {"model_id", m.model_id},

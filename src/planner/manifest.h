@@ -35,6 +35,9 @@ struct ManifestRank {
   uint64_t kv_bytes = 0;  // at the manifest's ctx
   double ms_per_token = 0;
   std::vector<ManifestTensor> tensors;
+  // The Ed25519 public key (64 hex digits) of the node that serves this rank; its neighbours
+  // accept only that node on their links. Absent: the ring secret authenticates the rank.
+  std::optional<std::string> node_key;
 };
 
 struct Manifest {
@@ -55,8 +58,13 @@ Manifest BuildManifest(const ModelCost &cost, const Plan &plan, std::string mode
 // Checks every constraint a ring relies on: version, 32-hex model id, n_layer and ctx positive,
 // ranks numbered 0..n-1 in order, windows non-empty, contiguous and covering [0, n_layer),
 // has_embed exactly on the rank with layer 0 and has_head on the one ending at n_layer, ring
-// matching the ranks' devices, device names unique, sha256 (when present) 64 hex digits.
+// matching the ranks' devices, device names unique, sha256 and node_key (when present) 64 hex
+// digits.
 Status ValidateManifest(const Manifest &m);
+
+// Sets node_key of each rank whose device `keys` (device name -> 64 hex digits) names. Errors name
+// a device the manifest does not have or a key that is not 64 hex digits.
+Status SetManifestKeys(Manifest *m, const nlohmann::json &keys, const std::string &name);
 
 nlohmann::json ManifestToJson(const Manifest &m);
 // Parses and validates. Errors start with `name`: "manifest.json: rank 2: layers [5, 9) overlap

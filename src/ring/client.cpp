@@ -5,6 +5,9 @@
 #include <chrono>
 #include <thread>
 
+#include "base/watchdog.h"
+#include "ring/secure_stream.h"
+
 namespace kvasir::ring {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -13,40 +16,85 @@ double MsSince(Clock::time_point t) {
 }
 }  // namespace
 
-Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head, int timeout_ms) {
+Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head, int timeout_ms,
+                                                        const std::string& ring_secret) {
+  ClientOptions o;
+  o.connect_timeout_ms = timeout_ms;
+  o.ring_secret = ring_secret;
+  return Connect(head, o);
+}
+
+Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
+                                                        const ClientOptions& options) {
   std::string host;
   uint16_t port = 0;
   KV_RETURN_IF_ERROR(ParseHostPort(head, &host, &port));
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (!options.head_key.has_value() && options.ring_secret.empty()) {
+    if (!options.insecure) {
+      return Error(StatusCode::kUnauthenticated,
+                   "nothing to authenticate the head {} with: give --head-key KEY, "
+                   "--ring-secret-file F or a manifest with node keys (--insecure only for a "
+                   "head on loopback)",
+                   head);
+    }
+    if (!IsLoopbackHost(host)) {
+      return Error("--insecure reaches heads on loopback only, not {}", head);
+    }
+  }
+  LinkAuth auth;
+  auth.peer_key = options.head_key;
+  auth.ring_secret = options.ring_secret;
+  auth.insecure = options.insecure;
+  auth.client_secret = options.client_secret;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
   Status last = Error("timed out");
   int backoff_ms = 50;
   while (true) {
     auto stream = DialTcp(host, port, 2000);
     if (stream.ok()) {
-      auto link = std::make_unique<Link>(std::move(stream).value(), "head " + head);
-      wire::Hello h{};
-      h.protocol_version = wire::kProtocolVersion;
-      h.role = static_cast<uint32_t>(wire::Role::kClient);
-      std::snprintf(h.name, sizeof(h.name), "client");
-      KV_RETURN_IF_ERROR(link->Send(HelloMsg{h}));
-      KV_ASSIGN_OR_RETURN(Message reply, link->Receive());
-      if (auto* e = std::get_if<ErrorMsg>(&reply)) {
-        return Error("{} refused the client: {}", head, e->message);
+      Stream* raw = stream->get();
+      std::unique_ptr<Link> link;  // declared before the guard, so it outlives the guard
+      DeadlineGuard guard(Clock::now() + std::chrono::seconds(10), [raw] { raw->Shutdown(); });
+      auto hs = HandshakeInitiate(**stream, wire::Role::kClient, auth);
+      if (!hs.ok()) {
+        // A head that answered but failed its proof will fail it again: do not retry.
+        if (hs.status().code() == StatusCode::kUnauthenticated || guard.expired()) {
+          return hs.status().WithContext("head " + head);
+        }
+        last = hs.status();
+      } else {
+        LinkOptions lo;
+        lo.timeout_ms = options.link_timeout_ms;
+        link = std::make_unique<Link>(
+            std::make_unique<SecureStream>(std::move(stream).value(), hs->tx, hs->rx,
+                                           sizeof(wire::FrameHeader) + wire::kMaxPayload),
+            fmt::format("head {} ({})", head, hs->peer_desc), lo);
+        wire::Hello h{};
+        h.protocol_version = wire::kProtocolVersion;
+        h.role = static_cast<uint32_t>(wire::Role::kClient);
+        std::snprintf(h.name, sizeof(h.name), "client");
+        KV_RETURN_IF_ERROR(link->Send(HelloMsg{h}));
+        link->SetReceiveDeadline(10000);
+        KV_ASSIGN_OR_RETURN(Message reply, link->Receive());
+        if (auto* e = std::get_if<ErrorMsg>(&reply)) {
+          return Error("{} refused the client: {}", head, e->message);
+        }
+        auto* hello = std::get_if<HelloMsg>(&reply);
+        if (hello == nullptr) {
+          return Error("{} answered HELLO with {}", head, MessageName(reply));
+        }
+        auto client = std::unique_ptr<RingClient>(new RingClient(std::move(link), options));
+        client->head_hello_ = hello->hello;
+        return client;
       }
-      auto* hello = std::get_if<HelloMsg>(&reply);
-      if (hello == nullptr) {
-        return Error("{} answered HELLO with {}", head, MessageName(reply));
-      }
-      auto client = std::unique_ptr<RingClient>(new RingClient(std::move(link)));
-      client->head_hello_ = hello->hello;
-      return client;
+    } else {
+      last = stream.status();
     }
-    last = stream.status();
     if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 500);
   }
-  return Error("cannot reach the ring's head: {}", last.message());
+  return Error(StatusCode::kUnavailable, "cannot reach the ring's head: {}", last.message());
 }
 
 Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
@@ -56,7 +104,16 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
   KV_RETURN_IF_ERROR(link_->Send(request));
   uint32_t session = 0;
   while (true) {
-    KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
+    link_->SetReceiveDeadline(options_.token_timeout_ms);
+    auto next = link_->Receive();
+    if (!next.ok()) {
+      if (next.status().code() == StatusCode::kTimeout && link_->closed()) {
+        return Error(StatusCode::kTimeout, "the ring sent no token for {:.1f} s ({})",
+                     options_.token_timeout_ms / 1e3, next.status().message());
+      }
+      return next.status();
+    }
+    Message m = std::move(next).value();
     if (auto* e = std::get_if<ErrorMsg>(&m)) {
       if (e->session == 0 || session == 0 || e->session == session) {
         return Error("the ring ended the request: {}", e->message);
@@ -99,6 +156,7 @@ Status RingClient::WaitReady(int timeout_ms) {
 Result<std::vector<wire::StageStats>> RingClient::Stats() {
   KV_RETURN_IF_ERROR(link_->Send(StatsMsg{}));
   while (true) {
+    link_->SetReceiveDeadline(options_.token_timeout_ms);
     KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
     if (auto* s = std::get_if<StatsMsg>(&m)) return s->records;
     if (auto* e = std::get_if<ErrorMsg>(&m)) return Error("stats: {}", e->message);

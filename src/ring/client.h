@@ -4,10 +4,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 
@@ -21,11 +23,29 @@ struct GenerateResult {
   double total_ms = 0;   // request sent -> last token received
 };
 
+// How a client reaches and trusts a head.
+struct ClientOptions {
+  int connect_timeout_ms = 30000;  // keep dialing a head that is not up yet for this long
+  // The head is authenticated by one of these before any prompt is sent.
+  std::optional<PublicKey> head_key;  // the head must sign with exactly this node key
+  std::string ring_secret;            // the head must prove the ring secret
+  bool insecure = false;              // no proof (loopback heads only)
+  std::string client_secret;          // a bearer secret the head may demand of clients
+  int link_timeout_ms = 10000;        // the head is down after this long without a byte
+  // A generation fails when the ring sends no token (or other answer) for this long.
+  int token_timeout_ms = 60000;
+};
+
 class RingClient {
  public:
-  // Connects to the head at HOST:PORT and exchanges HELLO, retrying until `timeout_ms` passes
-  // (the ring may still be starting).
-  static Result<std::unique_ptr<RingClient>> Connect(const std::string& head, int timeout_ms);
+  // Connects to the head at HOST:PORT, runs the handshake (authenticating the head as `options`
+  // say) and exchanges HELLO, retrying while the head is not reachable yet. A head that fails
+  // authentication is not retried.
+  static Result<std::unique_ptr<RingClient>> Connect(const std::string& head,
+                                                     const ClientOptions& options);
+  // With a ring secret only: the common case of tests and `kvasir run`.
+  static Result<std::unique_ptr<RingClient>> Connect(const std::string& head, int timeout_ms,
+                                                     const std::string& ring_secret);
 
   const wire::Hello& head_hello() const { return head_hello_; }
 
@@ -39,8 +59,10 @@ class RingClient {
   Result<std::vector<wire::StageStats>> Stats();
 
  private:
-  explicit RingClient(std::unique_ptr<Link> link) : link_(std::move(link)) {}
+  RingClient(std::unique_ptr<Link> link, ClientOptions options)
+      : link_(std::move(link)), options_(std::move(options)) {}
   std::unique_ptr<Link> link_;
+  ClientOptions options_;
   wire::Hello head_hello_{};
 };
 

@@ -1,21 +1,147 @@
 #include "ring/link.h"
 
 namespace kvasir::ring {
+namespace {
 
-Link::Link(std::unique_ptr<Stream> stream, std::string what)
-    : stream_(std::move(stream)), what_(std::move(what)), read_buf_(64 * 1024) {}
+constexpr int64_t kMs = 1000000;
+constexpr int64_t kFailGraceNs = 2000 * kMs;  // Fail(): how long the ERROR may take to go out
 
-Link::~Link() { Close(); }
+std::string Seconds(int64_t ns) { return fmt::format("{:.1f} s", ns / 1e9); }
 
-Status Link::Send(const Message& m) { return SendFrame(EncodeMessage(m)); }
+}  // namespace
 
-Status Link::SendFrame(const std::vector<uint8_t>& frame) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  if (closed_.load()) return Error("{}: link is closed", what_);
-  Status s = stream_->WriteAll(frame);
-  if (!s.ok()) return s.WithContext(what_);
-  bytes_out_.fetch_add(frame.size());
+int64_t Link::Now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+Link::Link(std::unique_ptr<Stream> stream, std::string what, LinkOptions options)
+    : stream_(std::move(stream)),
+      what_(std::move(what)),
+      options_(options),
+      decoder_(options.max_payload),
+      read_buf_(16 * 1024),
+      last_rx_ns_(Now()),
+      last_tx_ns_(Now()) {
+  writer_ = std::thread([this] { WriterLoop(); });
+  watch_id_ = Watchdog::Get().Add([this] { Watch(); });
+}
+
+Link::~Link() {
+  bool flushing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    flushing = flush_then_close_;
+  }
+  // After Fail() the writer still sends the ERROR and then closes; the watchdog's grace period
+  // bounds that. Otherwise close now.
+  if (!flushing) Close();
+  if (writer_.joinable()) writer_.join();
+  Watchdog::Get().Remove(watch_id_);
+}
+
+size_t Link::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_bytes_;
+}
+
+Status Link::Send(const Message& m) {
+  if (Status s = CheckEncodable(m); !s.ok()) return s.WithContext(what_);
+  return SendFrame(EncodeMessage(m));
+}
+
+Status Link::SendFrame(std::vector<uint8_t> frame) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t n = frame.size();
+  auto room = [&] {
+    return closed_.load() || flush_then_close_ || queued_bytes_ == 0 ||
+           queued_bytes_ + n <= options_.max_queued_bytes;
+  };
+  if (!room()) {
+    if (options_.drop_when_full) {
+      const std::string why = fmt::format(
+          "{}: the peer is not reading ({} bytes queued, limit {}); link closed", what_,
+          queued_bytes_, options_.max_queued_bytes);
+      lock.unlock();
+      CloseWith(StatusCode::kTooLarge, why);
+      return Error(StatusCode::kTooLarge, "{}", why);
+    }
+    // The writer makes room, or the watchdog closes a link whose peer stopped reading.
+    cv_.wait(lock, room);
+  }
+  if (closed_.load() || flush_then_close_) return ClosedStatus();
+  queued_bytes_ += n;
+  queue_.push_back(std::move(frame));
+  cv_.notify_all();
   return Status::Ok();
+}
+
+void Link::WriterLoop() {
+  const auto keepalive_every = std::chrono::milliseconds(std::max(options_.timeout_ms / 4, 1));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!closed_.load()) {
+    if (queue_.empty()) {
+      if (flush_then_close_) {
+        lock.unlock();
+        Close();
+        return;
+      }
+      if (options_.timeout_ms > 0) {
+        cv_.wait_for(lock, keepalive_every);
+      } else {
+        cv_.wait(lock);
+      }
+      if (closed_.load()) break;
+      if (queue_.empty() && !flush_then_close_ && options_.timeout_ms > 0 &&
+          Now() - last_tx_ns_.load() >= keepalive_every.count() * kMs) {
+        KeepaliveMsg k;
+        k.body.sent_ns = static_cast<uint64_t>(Now());
+        std::vector<uint8_t> frame = EncodeMessage(k);
+        queued_bytes_ += frame.size();
+        queue_.push_back(std::move(frame));
+      }
+      continue;
+    }
+    std::vector<uint8_t> frame = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    writing_since_ns_.store(Now());
+    Status s = stream_->WriteAll(frame);
+    writing_since_ns_.store(0);
+    lock.lock();
+    queued_bytes_ -= frame.size();
+    cv_.notify_all();
+    if (!s.ok()) {
+      lock.unlock();
+      CloseWith(StatusCode::kUnavailable, s.WithContext(what_).message());
+      return;
+    }
+    last_tx_ns_.store(Now());
+    bytes_out_.fetch_add(frame.size());
+  }
+}
+
+void Link::Watch() {
+  if (closed_.load()) return;
+  const int64_t now = Now();
+  const int64_t timeout = int64_t{options_.timeout_ms} * kMs;
+  if (timeout > 0 && now - last_rx_ns_.load() > timeout) {
+    return CloseWith(StatusCode::kTimeout,
+                     fmt::format("{}: nothing received for {} (link timeout)", what_,
+                                 Seconds(now - last_rx_ns_.load())));
+  }
+  const int64_t writing = writing_since_ns_.load();
+  if (timeout > 0 && writing != 0 && now - writing > timeout) {
+    return CloseWith(StatusCode::kTimeout,
+                     fmt::format("{}: the peer stopped reading ({} stuck writing)", what_,
+                                 Seconds(now - writing)));
+  }
+  const int64_t deadline = rx_deadline_ns_.load();
+  if (deadline != 0 && now > deadline) {
+    return CloseWith(StatusCode::kTimeout, fmt::format("{}: no message in time", what_));
+  }
+  const int64_t fail = fail_deadline_ns_.load();
+  if (fail != 0 && now > fail) Close();
 }
 
 Result<Message> Link::Receive() {
@@ -27,26 +153,66 @@ Result<Message> Link::Receive() {
       bytes_in_.fetch_add(f.payload.size() + sizeof(wire::FrameHeader));
       auto msg = DecodeMessage(f);
       if (!msg.ok()) return msg.status().WithContext(what_);
+      if (std::holds_alternative<KeepaliveMsg>(*msg)) continue;
+      if (std::holds_alternative<HandshakeMsg>(*msg)) {
+        return Error("{}: HANDSHAKE after the handshake", what_);
+      }
+      rx_deadline_ns_.store(0);
       return msg;
     }
-    if (closed_.load()) return Error("{}: link is closed", what_);
+    if (closed_.load()) return ClosedStatus();
     auto n = stream_->ReadSome(read_buf_);
+    if (closed_.load()) return ClosedStatus();
     if (!n.ok()) return n.status().WithContext(what_);
-    if (*n == 0) return Error("{}: peer closed the connection", what_);
+    if (*n == 0) return Error(StatusCode::kEndOfStream, "{}: peer closed the connection", what_);
+    last_rx_ns_.store(Now());
     decoder_.Feed(std::span<const uint8_t>(read_buf_.data(), *n));
   }
 }
 
+void Link::SetReceiveDeadline(int ms) {
+  rx_deadline_ns_.store(ms > 0 ? Now() + int64_t{ms} * kMs : 0);
+}
+
 void Link::Fail(wire::ErrorCode code, const std::string& message) {
-  if (!closed_.load()) {
-    ErrorMsg e{code, 0, message.substr(0, wire::kMaxErrorMessage)};
-    (void)Send(e);
+  if (closed_.load()) return;
+  ErrorMsg e{code, 0, message.substr(0, wire::kMaxErrorMessage)};
+  std::vector<uint8_t> frame = EncodeMessage(e);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (flush_then_close_) return;
+    queued_bytes_ += frame.size();
+    queue_.push_back(std::move(frame));
+    flush_then_close_ = true;
+    if (close_reason_.empty()) close_reason_ = fmt::format("{}: {}", what_, message);
+    cv_.notify_all();
+  }
+  fail_deadline_ns_.store(Now() + kFailGraceNs);
+}
+
+void Link::CloseWith(StatusCode code, std::string reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (close_reason_.empty()) {
+      close_code_ = code;
+      close_reason_ = std::move(reason);
+    }
   }
   Close();
 }
 
 void Link::Close() {
-  if (!closed_.exchange(true)) stream_->Shutdown();
+  if (!closed_.exchange(true)) {
+    stream_->Shutdown();
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+Status Link::ClosedStatus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (close_reason_.empty()) return Error(StatusCode::kEndOfStream, "{}: link is closed", what_);
+  return Status::Error(close_reason_, close_code_);
 }
 
 }  // namespace kvasir::ring

@@ -41,7 +41,7 @@ Status CheckReason(MsgType t, uint32_t reason) {
 
 Status CheckPayloadSize(MsgType t, uint64_t payload) {
   if (payload > wire::kMaxPayload) {
-    return Error("{}: payload of {} bytes exceeds the {} MiB limit", Name(t), payload,
+    return Error(StatusCode::kTooLarge, "{}: payload of {} bytes exceeds the {} MiB limit", Name(t), payload,
                  wire::kMaxPayload >> 20);
   }
   return Status::Ok();
@@ -222,6 +222,10 @@ Result<Message> DecodePing(const Frame& f) {
 Result<Message> DecodeStats(const Frame& f) {
   wire::StatsBody b{};
   KV_RETURN_IF_ERROR(LoadBody(f, &b));
+  if (b.n_records > wire::kMaxStatsRecords) {
+    return Error("STATS: n_records {} exceeds the limit of {} stages", b.n_records,
+                 wire::kMaxStatsRecords);
+  }
   KV_RETURN_IF_ERROR(CheckTail(
       f, sizeof(b), uint64_t{b.n_records} * sizeof(wire::StageStats),
       fmt::format("n_records {} x {}-byte StageStats", b.n_records, sizeof(wire::StageStats))));
@@ -232,6 +236,23 @@ Result<Message> DecodeStats(const Frame& f) {
                 size_t{b.n_records} * sizeof(wire::StageStats));
   }
   return Message(std::move(m));
+}
+
+Result<Message> DecodeHandshake(const Frame& f) {
+  HandshakeMsg m;
+  KV_RETURN_IF_ERROR(LoadBody(f, &m.body));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(m.body), 0, ""));
+  if (m.body.step < wire::kHandshakeInit || m.body.step > wire::kHandshakeAccept) {
+    return Error("HANDSHAKE: step {} is not 1..4", m.body.step);
+  }
+  return Message(m);
+}
+
+Result<Message> DecodeKeepalive(const Frame& f) {
+  KeepaliveMsg m;
+  KV_RETURN_IF_ERROR(LoadBody(f, &m.body));
+  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(m.body), 0, ""));
+  return Message(m);
 }
 
 // ---- Encoding ------------------------------------------------------------------------------
@@ -372,6 +393,18 @@ std::vector<uint8_t> Encode(const StatsMsg& m) {
   return fb.Finish();
 }
 
+std::vector<uint8_t> Encode(const HandshakeMsg& m) {
+  FrameBuilder fb(MsgType::kHandshake, sizeof(m.body));
+  fb.Put(m.body);
+  return fb.Finish();
+}
+
+std::vector<uint8_t> Encode(const KeepaliveMsg& m) {
+  FrameBuilder fb(MsgType::kKeepalive, sizeof(m.body));
+  fb.Put(m.body);
+  return fb.Finish();
+}
+
 // Printable ASCII of a NUL-padded fixed-size name from a peer, for logs.
 std::string PrintableName(const char* name, size_t size) {
   std::string out;
@@ -405,6 +438,10 @@ Result<Message> DecodeMessage(const Frame& frame) {
       return DecodePing(frame);
     case static_cast<uint16_t>(MsgType::kStats):
       return DecodeStats(frame);
+    case static_cast<uint16_t>(MsgType::kHandshake):
+      return DecodeHandshake(frame);
+    case static_cast<uint16_t>(MsgType::kKeepalive):
+      return DecodeKeepalive(frame);
     default:
       return Error("frame type {} is unknown (this build knows 1..{})", frame.type,
                    wire::kMaxMsgType);
@@ -415,7 +452,8 @@ wire::MsgType MessageType(const Message& m) {
   static constexpr MsgType kByIndex[] = {
       MsgType::kHello,        MsgType::kError,  MsgType::kGenerate,
       MsgType::kOpenSession,  MsgType::kHidden, MsgType::kToken,
-      MsgType::kCloseSession, MsgType::kPing,   MsgType::kStats};
+      MsgType::kCloseSession, MsgType::kPing,   MsgType::kStats,
+      MsgType::kHandshake,    MsgType::kKeepalive};
   static_assert(std::size(kByIndex) == std::variant_size_v<Message>);
   if (const auto* ping = std::get_if<PingMsg>(&m); ping != nullptr && ping->pong) {
     return MsgType::kPong;
@@ -465,6 +503,10 @@ Status CheckEncodable(const Message& msg) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->session));
     KV_RETURN_IF_ERROR(CheckReason(t, m->reason));
   } else if (const auto* m = std::get_if<StatsMsg>(&msg)) {
+    if (m->records.size() > wire::kMaxStatsRecords) {
+      return Error(StatusCode::kTooLarge, "STATS: {} records exceed the limit of {} stages",
+                   m->records.size(), wire::kMaxStatsRecords);
+    }
     KV_RETURN_IF_ERROR(CheckPayloadSize(
         t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats)));
   }
@@ -556,6 +598,10 @@ std::string MessageName(const Message& msg) {
   if (const auto* m = std::get_if<PingMsg>(&msg)) {
     return fmt::format("{}(nonce {})", m->pong ? "PONG" : "PING", m->body.nonce);
   }
+  if (const auto* m = std::get_if<HandshakeMsg>(&msg)) {
+    return fmt::format("HANDSHAKE(step {})", m->body.step);
+  }
+  if (std::holds_alternative<KeepaliveMsg>(msg)) return "KEEPALIVE";
   const auto& m = std::get<StatsMsg>(msg);
   return fmt::format("STATS({} records)", m.records.size());
 }
@@ -580,6 +626,12 @@ const char* ErrorCodeName(wire::ErrorCode code) {
       return "internal";
     case wire::ErrorCode::kBusy:
       return "busy";
+    case wire::ErrorCode::kUnauthenticated:
+      return "unauthenticated";
+    case wire::ErrorCode::kTooLarge:
+      return "too_large";
+    case wire::ErrorCode::kTimeout:
+      return "timeout";
   }
   return "unknown";
 }

@@ -69,12 +69,20 @@ struct StatsMsg {  // STATS
   std::vector<wire::StageStats> records;
 };
 
+struct HandshakeMsg {  // HANDSHAKE (before encryption starts; see ring/handshake.h)
+  wire::HandshakeBody body{};
+};
+
+struct KeepaliveMsg {  // KEEPALIVE (link liveness; the link consumes it)
+  wire::KeepaliveBody body{};
+};
+
 using Message = std::variant<HelloMsg, ErrorMsg, GenerateMsg, OpenSessionMsg, HiddenMsg, TokenMsg,
-                             CloseMsg, PingMsg, StatsMsg>;
+                             CloseMsg, PingMsg, StatsMsg, HandshakeMsg, KeepaliveMsg>;
 
 // Validates the payload of `frame` against its type and builds the typed message: body size, the
 // tail size the body implies (exactly), limits (error message <= kMaxErrorMessage bytes, prompt <=
-// kMaxPromptBytes, n_stop <= kMaxStopStrings, n_tokens * n_embd * dtype size without overflow),
+// kMaxPromptBytes, n_stop <= kMaxStopStrings, n_records <= kMaxStatsRecords, n_tokens * n_embd * dtype size without overflow),
 // known dtype and finish reasons, nonzero sessions where the message names one. Errors name the
 // message type and the field: "HIDDEN: dtype 7 is unknown (0 f32, 1 f16, 2 bf16)".
 Result<Message> DecodeMessage(const Frame& frame);

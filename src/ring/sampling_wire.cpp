@@ -1,5 +1,7 @@
 #include "ring/sampling_wire.h"
 
+#include <cmath>
+
 namespace kvasir::ring {
 
 wire::SamplingWire SamplingToWire(const SamplingParams& p, uint32_t max_tokens, bool ignore_eog) {
@@ -26,6 +28,24 @@ SamplingParams SamplingFromWire(const wire::SamplingWire& w) {
   p.repeat_last_n = w.repeat_last_n;
   p.seed = w.seed;
   return p;
+}
+
+Status CheckSamplingWire(const wire::SamplingWire& w) {
+  if (!std::isfinite(w.temperature) || w.temperature < 0) {
+    return Error("temperature must be finite and >= 0 (got {})", w.temperature);
+  }
+  if (w.top_k < 0) return Error("top_k must be >= 0 (got {})", w.top_k);
+  if (!(w.top_p > 0.0f && w.top_p <= 1.0f)) return Error("top_p must be in (0, 1] (got {})", w.top_p);
+  if (!(w.min_p >= 0.0f && w.min_p <= 1.0f)) return Error("min_p must be in [0, 1] (got {})", w.min_p);
+  if (!std::isfinite(w.repeat_penalty) || w.repeat_penalty <= 0) {
+    return Error("repeat_penalty must be finite and > 0 (got {})", w.repeat_penalty);
+  }
+  if (w.repeat_last_n < 0) return Error("repeat_last_n must be >= 0 (got {})", w.repeat_last_n);
+  if (w.max_tokens < 1) return Error("max_tokens must be at least 1 (got {})", w.max_tokens);
+  if ((w.flags & ~wire::kSamplingIgnoreEog) != 0) {
+    return Error("sampling flags 0x{:x} has unknown bits", w.flags);
+  }
+  return Status::Ok();
 }
 
 }  // namespace kvasir::ring

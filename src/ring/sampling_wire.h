@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "base/status.h"
 #include "model/sampler.h"
 #include "ring/wire.h"
 
@@ -11,5 +12,9 @@ namespace kvasir::ring {
 
 wire::SamplingWire SamplingToWire(const SamplingParams& p, uint32_t max_tokens, bool ignore_eog);
 SamplingParams SamplingFromWire(const wire::SamplingWire& w);
+// The head's check of a client's sampling values, the same ranges the CLI enforces: finite
+// temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1], repeat penalty finite > 0,
+// repeat_last_n >= 0, max_tokens >= 1, known flags. Errors name the field.
+Status CheckSamplingWire(const wire::SamplingWire& w);
 
 }  // namespace kvasir::ring

@@ -1,4 +1,5 @@
-// Stage runtime, part 1: creation, the accept and dial threads, handshakes, and link bookkeeping.
+// Stage runtime, part 1: creation, validation of the options, stop, statistics and the event
+// queue. Links are in stage_links.cpp, the compute loop in stage_compute.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +17,29 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   if (opt.name.empty()) opt.name = fmt::format("stage-{}-{}", opt.first, opt.last);
   if (opt.chunk < 1) return Error("--chunk {} must be at least 1", opt.chunk);
   if (opt.max_batch_rows < opt.chunk) opt.max_batch_rows = opt.chunk;
+  if (opt.max_sessions < 1) return Error("--max-sessions {} must be at least 1", opt.max_sessions);
+  if (opt.n_threads < 1) return Error("-t {} must be at least 1", opt.n_threads);
+  if (const unsigned hw = std::thread::hardware_concurrency(); hw > 0 && opt.n_threads > int(hw)) {
+    return Error("-t {}: this machine has {} hardware threads", opt.n_threads, hw);
+  }
+  if (opt.link_timeout_ms < 100) {
+    return Error("--link-timeout {} ms is too short (at least 100 ms)", opt.link_timeout_ms);
+  }
+  if (opt.key == nullptr) return Error("the stage has no node key");
+  if (!opt.insecure) {
+    if (opt.ring_secret.empty() && !opt.pred_key.has_value()) {
+      return Error(StatusCode::kUnauthenticated,
+                   "nothing to authenticate the predecessor with: give --ring-secret-file F (the "
+                   "same file on every stage), a manifest whose ranks carry node_key, or "
+                   "--insecure (loopback only)");
+    }
+    if (opt.ring_secret.empty() && !opt.succ_key.has_value()) {
+      return Error(StatusCode::kUnauthenticated,
+                   "nothing to authenticate the successor with: give --ring-secret-file F (the "
+                   "same file on every stage), a manifest whose ranks carry node_key, or "
+                   "--insecure (loopback only)");
+    }
+  }
   std::string succ_host;
   uint16_t succ_port = 0;
   if (opt.dial_next) {
@@ -27,6 +51,10 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   std::string host;
   uint16_t port = 0;
   KV_RETURN_IF_ERROR(ParseHostPort(opt.listen, &host, &port).WithContext("--listen"));
+  if (opt.insecure && !IsLoopbackHost(host)) {
+    return Error("--insecure stages listen on loopback only (127.0.0.1 or ::1), not {}",
+                 opt.listen);
+  }
 
   KV_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(opt.model_path));
   auto shared = std::make_shared<const GgufFile>(std::move(file));
@@ -67,6 +95,12 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   // Session ids start at a random point so a restarted head never reuses live ids.
   next_session_ = (rd() & 0x3fffffffu) + 1;
   probe_nonce_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+  stage_auth_.key = options_.key;
+  stage_auth_.ring_secret = options_.ring_secret;
+  stage_auth_.insecure = options_.insecure;
+  client_auth_.client_secret = options_.client_secret;
+  KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
+              options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
   KV_LOG_INFO("{}: layers {}:{} of {} ({}{}), {:.1f} MiB of weights, listening on port {}",
               options_.name, options_.first, options_.last, window_->config().n_layer,
               is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
@@ -146,288 +180,6 @@ Status StageImpl::CheckStageHello(const wire::Hello& h, bool peer_is_pred) const
   return Status::Ok();
 }
 
-void StageImpl::AcceptLoop() {
-  while (running_.load()) {
-    auto stream = listener_.Accept();
-    if (!stream.ok()) {
-      if (running_.load()) KV_LOG_WARN("{}: accept: {}", options_.name, stream.status().message());
-      return;
-    }
-    const std::string peer = (*stream)->peer();
-    auto link = std::make_shared<Link>(std::move(stream).value(), "peer " + peer);
-    std::lock_guard<std::mutex> lock(threads_mu_);
-    if (!running_.load()) return;
-    // Reap connections that have ended, so a long-lived stage does not accumulate them.
-    std::erase_if(all_links_, [](const auto& l) { return l->closed(); });
-    for (auto it = conn_threads_.begin(); it != conn_threads_.end();) {
-      if (it->done->load()) {
-        it->thread.join();
-        it = conn_threads_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    all_links_.push_back(link);
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    conn_threads_.push_back({std::thread([this, link, done] {
-                               (void)ServeConnection(link);
-                               done->store(true);
-                             }),
-                             done});
-  }
-}
-
-Status StageImpl::ServeConnection(std::shared_ptr<Link> link) {
-  auto first = link->Receive();
-  if (!first.ok()) {
-    link->Fail(wire::ErrorCode::kMalformed, first.status().message());
-    return first.status();
-  }
-  auto* hello = std::get_if<HelloMsg>(&*first);
-  if (hello == nullptr) {
-    const std::string why = fmt::format("expected HELLO first, got {}", MessageName(*first));
-    link->Fail(wire::ErrorCode::kMalformed, why);
-    return Error("{}: {}", link->what(), why);
-  }
-  const wire::Hello& h = hello->hello;
-  const bool is_client = h.role == static_cast<uint32_t>(wire::Role::kClient);
-  uint64_t client = 0;
-  if (is_client) {
-    if (h.protocol_version != wire::kProtocolVersion) {
-      const std::string why = fmt::format("client speaks protocol {}, this stage speaks {}",
-                                          h.protocol_version, wire::kProtocolVersion);
-      link->Fail(wire::ErrorCode::kVersion, why);
-      return Error("{}: {}", link->what(), why);
-    }
-    if (!is_head()) {
-      const std::string why =
-          fmt::format("{} holds layers {}:{}; clients connect to the head stage (layer 0)",
-                      options_.name, options_.first, options_.last);
-      link->Fail(wire::ErrorCode::kBadRequest, why);
-      return Error("{}: {}", link->what(), why);
-    }
-  } else if (Status s = CheckStageHello(h, true); !s.ok()) {
-    KV_LOG_WARN("{}: refused predecessor {}: {}", options_.name, link->what(), s.message());
-    const auto code = h.protocol_version != wire::kProtocolVersion ? wire::ErrorCode::kVersion
-                      : std::memcmp(h.model_id, model_id_.data(), 16) != 0
-                          ? wire::ErrorCode::kWrongModel
-                          : wire::ErrorCode::kNotAdjacent;
-    link->Fail(code, s.message());
-    return s.WithContext("refused predecessor " + link->what());
-  }
-  if (Status s = link->Send(HelloMsg{MyHello()}); !s.ok()) return s;
-  {
-    std::lock_guard<std::mutex> lock(links_mu_);
-    if (is_client) {
-      client = next_client_++;
-      clients_[client] = link;
-    } else {
-      if (pred_ != nullptr) pred_->Close();
-      pred_ = link;
-    }
-  }
-  const std::string peer_name(h.name, strnlen(h.name, sizeof(h.name)));
-  if (!is_client) {
-    KV_LOG_INFO("{}: link up: predecessor {} ({}, layers {}:{})", options_.name, peer_name,
-                link->what(), h.window_first, h.window_last);
-  }
-  uint64_t seen_in = link->bytes_in();
-  while (running_.load()) {
-    auto msg = link->Receive();
-    if (!msg.ok()) {
-      if (!link->closed()) {
-        const std::string& why = msg.status().message();
-        const bool eof = why.find("closed the connection") != std::string::npos;
-        if (!eof) {
-          KV_LOG_WARN("{}: {}", options_.name, why);
-          link->Fail(wire::ErrorCode::kMalformed, why);
-        }
-      }
-      break;
-    }
-    if (!is_client) {
-      bytes_in_.fetch_add(link->bytes_in() - seen_in);
-      seen_in = link->bytes_in();
-    }
-    Event e;
-    e.kind = Event::Kind::kMessage;
-    e.from_pred = !is_client;
-    e.client = client;
-    e.msg = std::move(msg).value();
-    Push(std::move(e));
-  }
-  link->Close();
-  bool was_current = false;
-  {
-    std::lock_guard<std::mutex> lock(links_mu_);
-    if (is_client) {
-      clients_.erase(client);
-    } else if (pred_ == link) {
-      pred_.reset();
-      was_current = true;
-    }
-  }
-  Event e;
-  if (is_client) {
-    e.kind = Event::Kind::kClientGone;
-    e.client = client;
-    Push(std::move(e));
-  } else if (was_current && running_.load()) {
-    KV_LOG_WARN("{}: link down: predecessor {}", options_.name, link->what());
-    e.kind = Event::Kind::kPredDown;
-    e.reason = "link from predecessor " + link->what() + " down";
-    Push(std::move(e));
-  }
-  return Status::Ok();
-}
-
-void StageImpl::Backoff(int* backoff_ms) {
-  std::unique_lock<std::mutex> lock(links_mu_);
-  succ_cv_.wait_for(lock, std::chrono::milliseconds(*backoff_ms),
-                    [this] { return !running_.load(); });
-  *backoff_ms = std::min(*backoff_ms * 2, 2000);
-}
-
-void StageImpl::DialLoop() {
-  int backoff_ms = 100;
-  bool logged_wait = false;
-  std::string last_refusal;
-  const std::function<bool()> cancelled = [this] { return !running_.load(); };
-  while (running_.load()) {
-    auto stream = options_.dial_next ? options_.dial_next(cancelled)
-                                     : DialTcp(succ_host_, succ_port_, 2000);
-    if (!stream.ok()) {
-      if (!logged_wait && running_.load()) {
-        // A relay's refusal says more than a TCP port that is not open yet (and names the URL).
-        if (options_.dial_next) {
-          KV_LOG_INFO("{}: waiting for successor: {}", options_.name, stream.status().message());
-        } else {
-          KV_LOG_INFO("{}: waiting for successor {}", options_.name, succ_desc_);
-        }
-        logged_wait = true;
-      }
-      Backoff(&backoff_ms);
-      continue;
-    }
-    auto link = std::make_shared<Link>(std::move(stream).value(), "successor " + succ_desc_);
-    {
-      std::lock_guard<std::mutex> lock(threads_mu_);
-      if (!running_.load()) return;
-      all_links_.push_back(link);
-    }
-    Status s = link->Send(HelloMsg{MyHello()});
-    auto reply = s.ok() ? link->Receive() : Result<Message>(s);
-    Status ok = reply.status();
-    if (ok.ok()) {
-      if (auto* e = std::get_if<ErrorMsg>(&*reply)) {
-        ok = Error("successor {} refused the link: {}", succ_desc_, e->message);
-      } else if (auto* h = std::get_if<HelloMsg>(&*reply)) {
-        ok = CheckStageHello(h->hello, false).WithContext("successor " + succ_desc_);
-      } else {
-        ok = Error("successor {} answered HELLO with {}", succ_desc_, MessageName(*reply));
-      }
-    }
-    if (!ok.ok()) {
-      // Once per reason: a refusal repeats on every retry until something changes.
-      if (running_.load() && ok.message() != last_refusal) {
-        KV_LOG_WARN("{}: {}", options_.name, ok.message());
-        last_refusal = ok.message();
-      }
-      link->Close();
-      Backoff(&backoff_ms);
-      continue;
-    }
-    backoff_ms = 100;
-    logged_wait = false;
-    last_refusal.clear();
-    KV_LOG_INFO("{}: link up: successor {}", options_.name, succ_desc_);
-    {
-      std::lock_guard<std::mutex> lock(links_mu_);
-      succ_ = link;
-    }
-    Event up;
-    up.kind = Event::Kind::kSuccUp;
-    Push(std::move(up));
-    // The successor only sends errors back; read until the link ends.
-    while (running_.load()) {
-      auto msg = link->Receive();
-      if (!msg.ok()) break;
-      if (auto* e = std::get_if<ErrorMsg>(&*msg)) {
-        KV_LOG_WARN("{}: successor reports: {}", options_.name, e->message);
-      }
-    }
-    link->Close();
-    {
-      std::lock_guard<std::mutex> lock(links_mu_);
-      succ_.reset();
-    }
-    if (running_.load()) {
-      KV_LOG_WARN("{}: link down: successor {}", options_.name, succ_desc_);
-      Event e;
-      e.kind = Event::Kind::kSuccDown;
-      e.reason = "link to successor " + succ_desc_ + " down";
-      Push(std::move(e));
-    }
-  }
-}
-
-void StageImpl::PredDialLoop() {
-  int backoff_ms = 100;
-  std::string last_failure;  // each new reason is logged once, not every retry
-  const std::function<bool()> cancelled = [this] { return !running_.load(); };
-  while (running_.load()) {
-    auto stream = options_.dial_pred(cancelled);
-    Status s = stream.status();
-    if (stream.ok()) {
-      auto link = std::make_shared<Link>(std::move(stream).value(), "via " + options_.pred_via);
-      {
-        std::lock_guard<std::mutex> lock(threads_mu_);
-        if (!running_.load()) return;
-        std::erase_if(all_links_, [](const auto& l) { return l->closed(); });
-        all_links_.push_back(link);
-      }
-      // Serve it on this thread: one relayed predecessor connection at a time.
-      s = ServeConnection(link);
-      link->Close();
-      if (s.ok()) {
-        backoff_ms = 100;
-        last_failure.clear();
-      }
-    }
-    if (!s.ok() && running_.load() && s.message() != last_failure) {
-      KV_LOG_INFO("{}: waiting for predecessor: {}", options_.name, s.message());
-      last_failure = s.message();
-    }
-    Backoff(&backoff_ms);
-  }
-}
-
-bool StageImpl::SendNext(const Message& m) {
-  std::shared_ptr<Link> succ;
-  {
-    std::lock_guard<std::mutex> lock(links_mu_);
-    succ = succ_;
-  }
-  if (succ == nullptr) return false;
-  const std::vector<uint8_t> frame = EncodeMessage(m);
-  if (!succ->SendFrame(frame).ok()) {
-    succ->Close();
-    return false;
-  }
-  bytes_out_.fetch_add(frame.size());
-  return true;
-}
-
-void StageImpl::SendToClient(uint64_t client, const Message& m) {
-  std::shared_ptr<Link> link;
-  {
-    std::lock_guard<std::mutex> lock(links_mu_);
-    auto it = clients_.find(client);
-    if (it != clients_.end()) link = it->second;
-  }
-  if (link != nullptr && !link->Send(m).ok()) link->Close();
-}
-
 wire::StageStats StageImpl::StatsRecord() const {
   wire::StageStats s{};
   std::strncpy(s.name, options_.name.c_str(), sizeof(s.name) - 1);
@@ -442,6 +194,7 @@ wire::StageStats StageImpl::StatsRecord() const {
   s.busy_ns = busy_ns_.load();
   s.decode_busy_ns = decode_busy_ns_.load();
   // Sessions whose CLOSE is on its way around the ring count as closed.
+  s.links_refused = static_cast<uint32_t>(links_refused_.load());
   s.sessions_open = static_cast<uint32_t>(
       std::count_if(sessions_.begin(), sessions_.end(), [](const auto& kv) { return !kv.second.closing; }));
   return s;
@@ -451,9 +204,10 @@ void StageImpl::LogStats() {
   const wire::StageStats s = StatsRecord();
   KV_LOG_INFO(
       "{}: stats: layers {}:{}, weights {:.1f} MiB, rss {:.1f} MiB, in {} B, out {} B, rows {} "
-      "({} decode), busy {:.1f} ms",
+      "({} decode), busy {:.1f} ms, links refused {}",
       options_.name, s.window_first, s.window_last, s.weight_bytes / 1048576.0,
-      s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6);
+      s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6,
+      s.links_refused);
 }
 
 Status StageImpl::Run() {

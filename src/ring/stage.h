@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
+#include "ring/handshake.h"
+#include "ring/node_key.h"
 #include "ring/transport.h"
 #include "ring/wire.h"
 
@@ -41,6 +44,23 @@ struct StageOptions {
   int chunk = 64;            // prompt tokens per prefill batch on the head
   int max_sessions = 64;
   int max_batch_rows = 256;  // rows per Forward when batching sessions
+
+  // Trust (docs/PROTOCOL.md, "Handshake"). Every link runs the handshake and is encrypted.
+  std::shared_ptr<const NodeKey> key;   // this node's identity; required
+  std::string ring_secret;              // demanded of both neighbours when set
+  std::optional<PublicKey> pred_key;    // the predecessor must be this node (manifest)
+  std::optional<PublicKey> succ_key;    // the successor must be this node (manifest)
+  std::string client_secret;            // head: demanded of clients when set
+  // Neighbours without any proof; refused unless `listen` is a loopback address.
+  bool insecure = false;
+
+  // Liveness and limits.
+  int link_timeout_ms = 10000;       // a silent neighbour or client is down after this long
+  int handshake_timeout_ms = 5000;   // handshake and HELLO must complete within this
+  int max_pending = 32;              // connections still in their handshake
+  int max_pending_per_address = 8;   // of them, from one address
+  int max_clients = 256;             // handshaken client connections (head)
+  int max_sessions_per_client = 4;   // sessions one client connection may have at once
 };
 
 class Stage {

@@ -60,6 +60,11 @@ void StageImpl::HandleMessage(Event& e) {
         EndSession(c->session, wire::FinishReason::kClientClosed, "");
       }
     } else if (auto* st = std::get_if<StatsMsg>(&m)) {
+      if (!st->records.empty()) {
+        SendToClient(e.client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                        "STATS from a client must carry no records"});
+        return;
+      }
       st->records.push_back(StatsRecord());
       if (ring_closed_ && SendNext(*st)) {
         stats_waiters_.push_back(e.client);
@@ -100,6 +105,9 @@ void StageImpl::HandleMessage(Event& e) {
         SendToClient(stats_waiters_.front(), *st);
         stats_waiters_.pop_front();
       }
+    } else if (st->records.size() >= wire::kMaxStatsRecords) {
+      KV_LOG_WARN("{}: STATS with {} records dropped (a ring has at most {} stages)", options_.name,
+                  st->records.size(), wire::kMaxStatsRecords);
     } else {
       st->records.push_back(StatsRecord());
       SendNext(*st);
@@ -117,6 +125,20 @@ void StageImpl::MaybeProbeRing() {
 }
 
 void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g) {
+  // A refused request is answered with ERROR for session 0; the client's link stays open.
+  if (Status s = CheckSamplingWire(g.sampling); !s.ok()) {
+    SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0, "GENERATE: " + s.message()});
+    return;
+  }
+  int open = 0;
+  for (const auto& [id, s] : sessions_) open += s.originated && s.client == client && !s.closing;
+  for (const auto& w : waiting_generates_) open += w.first == client;
+  if (open >= options_.max_sessions_per_client) {
+    SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0,
+                                  fmt::format("a client may have {} sessions at once",
+                                              options_.max_sessions_per_client)});
+    return;
+  }
   if (!ring_closed_) {
     // Starts once the ring probe has gone all the way around.
     if (waiting_generates_.size() >= static_cast<size_t>(options_.max_sessions)) {
@@ -264,6 +286,18 @@ void StageImpl::HandleToken(const TokenMsg& t) {
   w.sample = true;
   w.tokens = {t.token.id};
   decode_work_.push_back(std::move(w));
+}
+
+void StageImpl::FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  if (it->second.originated) {
+    EndSession(session, wire::FinishReason::kError, why);
+    return;
+  }
+  window_->CloseSequence(static_cast<int>(session));
+  sessions_.erase(it);
+  SendNext(ErrorMsg{code, session, why});
 }
 
 void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const std::string& error) {

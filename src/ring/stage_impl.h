@@ -77,20 +77,34 @@ class StageImpl final : public Stage {
   void LogStats() override;
 
  private:
-  // stage.cpp: links and threads.
-  void AcceptLoop();
-  // Serves one accepted (or relayed) connection until it ends. Returns an error when it ended
-  // before the HELLO exchange completed (refused, or nothing arrived), Ok otherwise.
-  Status ServeConnection(std::shared_ptr<Link> link);
-  void DialLoop();
-  void PredDialLoop();  // only with options_.dial_pred
-  // Sleeps `*backoff_ms` (or until Stop()) and doubles it, up to 2 s.
-  void Backoff(int* backoff_ms);
+  // stage.cpp: creation, stop, statistics, the event queue.
   wire::Hello MyHello() const;
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
   void Push(Event e);
-  bool SendNext(const Message& m);
   wire::StageStats StatsRecord() const;
+
+  // stage_links.cpp: the accept and dial threads, handshakes, link bookkeeping.
+  void AcceptLoop();
+  // Runs the handshake (as the responder) and HELLO on one accepted or relayed connection, then
+  // serves it until it ends. Returns an error when it ended before the HELLO exchange completed
+  // (refused, or nothing arrived), Ok otherwise. `pending_addr`: the source address whose pending
+  // slot this connection holds (accepted); empty for a relayed predecessor (dial_pred).
+  Status ServeConnection(std::unique_ptr<Stream> raw, const std::string& pending_addr);
+  // Handshake + HELLO as the responder, within the handshake deadline. Sets *is_client.
+  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<Stream> raw, bool via_relay,
+                                           wire::Hello* peer_hello, bool* is_client);
+  // Handshake + HELLO with the successor, within the handshake deadline.
+  Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<Stream> raw);
+  void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client);
+  void DialLoop();
+  void PredDialLoop();  // only with options_.dial_pred
+  // Sleeps about `*backoff_ms` (with jitter, or until Stop()) and doubles it, up to 5 s.
+  void Backoff(int* backoff_ms);
+  // Registers a link so Stop() can close it; drops links that have ended.
+  bool TrackLink(const std::shared_ptr<Link>& link);
+  void Refused(const std::string& peer, const Status& why);
+  // Sends to the successor. A message the protocol cannot carry fails its session instead.
+  bool SendNext(const Message& m);
 
   // stage_compute.cpp: the compute loop.
   void HandleEvent(Event& e);
@@ -105,6 +119,8 @@ class StageImpl final : public Stage {
   void FailAll(const std::string& why, bool forward);
   void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
+  // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).
+  void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why);
   bool RunBatch();
   void EmitOutputs(const std::vector<Work>& batch, const ForwardOutput& out);
   void MaybeProbeRing();
@@ -132,6 +148,10 @@ class StageImpl final : public Stage {
   };
   std::vector<ConnThread> conn_threads_;
   std::vector<std::shared_ptr<Link>> all_links_;
+  int pending_ = 0;                              // accepted, still in the handshake
+  std::map<std::string, int> pending_by_addr_;   // the same, per source address
+  LinkAuth stage_auth_, client_auth_;
+  std::atomic<uint64_t> links_refused_{0};
 
   // Links, guarded by links_mu_.
   mutable std::mutex links_mu_;

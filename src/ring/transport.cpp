@@ -105,6 +105,12 @@ Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port)
   return Status::Ok();
 }
 
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 Listener::~Listener() {
   Close();
   if (fd_ >= 0) ::close(fd_);

@@ -30,6 +30,9 @@ class Stream {
 // Splits "host:port" ("127.0.0.1:5000", "[::1]:5000", "localhost:5000"). Errors name the text.
 Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
 
+// Whether `host` names the loopback interface: "localhost", 127.0.0.0/8 or ::1.
+bool IsLoopbackHost(const std::string& host);
+
 class Listener {
  public:
   ~Listener();

@@ -25,6 +25,10 @@ const char* MsgTypeName(uint16_t type) {
       return "PONG";
     case 10:
       return "STATS";
+    case 11:
+      return "HANDSHAKE";
+    case 12:
+      return "KEEPALIVE";
     default:
       return "UNKNOWN";
   }

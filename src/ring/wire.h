@@ -1,4 +1,4 @@
-// Ring protocol version 1: frozen message ids and fixed-width little-endian bodies. The
+// Ring protocol version 2: frozen message ids and fixed-width little-endian bodies. The
 // specification is docs/PROTOCOL.md; this header is its code. Every struct is packed and its size
 // asserted, so a layout change fails to compile instead of silently changing the wire.
 #pragma once
@@ -9,8 +9,10 @@
 namespace kvasir::wire {
 
 inline constexpr uint32_t kMagic = 0x3152564B;  // "KVR1"
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
+// STATS records: one per stage, so a ring of at most this many stages.
+inline constexpr uint32_t kMaxStatsRecords = 1024;
 inline constexpr uint32_t kMaxErrorMessage = 1024;
 inline constexpr uint32_t kMaxPromptBytes = 1u << 20;
 inline constexpr uint32_t kMaxStopStrings = 16;
@@ -26,8 +28,10 @@ enum class MsgType : uint16_t {
   kPing = 8,
   kPong = 9,
   kStats = 10,
+  kHandshake = 11,  // link handshake, before any other frame (unencrypted)
+  kKeepalive = 12,  // link liveness; consumed by the link, never forwarded
 };
-inline constexpr uint16_t kMaxMsgType = 10;
+inline constexpr uint16_t kMaxMsgType = 12;
 const char* MsgTypeName(uint16_t type);
 
 enum class ErrorCode : uint32_t {
@@ -40,6 +44,9 @@ enum class ErrorCode : uint32_t {
   kLinkDown = 7,
   kInternal = 8,
   kBusy = 9,
+  kUnauthenticated = 10,  // the handshake's proof of identity is missing or wrong
+  kTooLarge = 11,         // a message would exceed a limit of the protocol or of the receiver
+  kTimeout = 12,          // a deadline passed (handshake, link liveness)
 };
 
 enum class FinishReason : uint8_t {
@@ -183,10 +190,41 @@ struct StageStats {
   uint64_t busy_ns;        // time spent in Forward
   uint64_t decode_busy_ns; // time spent in Forward on batches of decode rows only
   uint32_t sessions_open;
-  uint32_t reserved;
+  uint32_t links_refused;  // connections refused: failed proofs, limits, deadlines
   uint8_t pad[16];
 };
 static_assert(sizeof(StageStats) == 128);
+
+// The link handshake (docs/PROTOCOL.md, "Handshake"): four HANDSHAKE frames, initiator (the
+// upstream end: a predecessor or a client) -> responder -> initiator -> responder -> initiator.
+// Fields a step does not use are zero.
+inline constexpr uint8_t kHandshakeInit = 1;    // initiator: ephemeral key
+inline constexpr uint8_t kHandshakeReply = 2;   // responder: ephemeral key, node key, proofs
+inline constexpr uint8_t kHandshakeFinish = 3;  // initiator: node key (stages), proofs
+inline constexpr uint8_t kHandshakeAccept = 4;  // responder: proofs checked, encryption starts
+inline constexpr uint8_t kProofSignature = 1;   // `signature` by `node_key` over the transcript
+inline constexpr uint8_t kProofRingSecret = 2;  // `mac` keyed with the ring secret
+inline constexpr uint8_t kProofClientSecret = 4;  // `mac` keyed with the client secret
+
+struct HandshakeBody {
+  uint32_t protocol_version;
+  uint8_t step;            // kHandshakeInit / Reply / Finish / Accept
+  uint8_t role;            // Role of the initiator (Init); 0 otherwise
+  uint8_t proofs;          // kProof* bits present in this step
+  uint8_t reserved;
+  uint8_t ephemeral[32];   // X25519 public key (Init, Reply)
+  uint8_t node_key[32];    // Ed25519 public key (Reply, Finish from a stage)
+  uint8_t signature[64];   // Ed25519 over the transcript (kProofSignature)
+  uint8_t mac[32];         // HMAC-SHA256 over the transcript (kProofRingSecret/ClientSecret)
+  uint8_t pad[32];
+};
+static_assert(sizeof(HandshakeBody) == 200);
+
+struct KeepaliveBody {
+  uint64_t sent_ns;        // sender's clock, for logs only
+  uint64_t reserved;
+};
+static_assert(sizeof(KeepaliveBody) == 16);
 
 #pragma pack(pop)
 

@@ -411,9 +411,9 @@ TEST(RingCodecTest, MalformedHeadersAreStickyErrors) {
             "frame magic 0x31525640 is not KVR1 (0x3152564B): not a Kvasir ring peer or a "
             "desynchronised stream");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 0, 0), wire::kMaxPayload),
-            "frame type 0 is unknown (this build knows 1..10)");
-  EXPECT_EQ(DecoderError(Header(wire::kMagic, 11, 0), wire::kMaxPayload),
-            "frame type 11 is unknown (this build knows 1..10)");
+            "frame type 0 is unknown (this build knows 1..12)");
+  EXPECT_EQ(DecoderError(Header(wire::kMagic, 13, 0), wire::kMaxPayload),
+            "frame type 13 is unknown (this build knows 1..12)");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 5, 99999999), wire::kMaxPayload),
             "HIDDEN frame length 99999999 exceeds the 64 MiB limit");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 5, 101), 100),
@@ -439,8 +439,8 @@ TEST(RingCodecTest, OversizedLengthIsRefusedBeforeAnyPayloadArrives) {
 }
 
 TEST(RingCodecTest, UnknownTypeInAFrame) {
-  EXPECT_EQ(DecodeError(Frame{11, {}}), "frame type 11 is unknown (this build knows 1..10)");
-  EXPECT_EQ(DecodeError(Frame{0, {}}), "frame type 0 is unknown (this build knows 1..10)");
+  EXPECT_EQ(DecodeError(Frame{13, {}}), "frame type 13 is unknown (this build knows 1..12)");
+  EXPECT_EQ(DecodeError(Frame{0, {}}), "frame type 0 is unknown (this build knows 1..12)");
 }
 
 TEST(RingCodecTest, ShortBodies) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,13 +19,26 @@ namespace {
 
 using testing::AssetPath;
 
+// The ring secret file and the node keys of the stage processes of one test.
+struct Trust {
+  testing::TempDir dir;
+  std::string secret = dir.File("ring.secret");
+  Trust() {
+    std::FILE* f = std::fopen(secret.c_str(), "w");
+    std::fputs(testing::kTestRingSecret.c_str(), f);
+    std::fclose(f);
+    chmod(secret.c_str(), 0600);
+  }
+};
+
 class StageProcess {
  public:
-  StageProcess(const std::string& model, const std::string& layers, uint16_t listen,
-               uint16_t next, const std::string& name) {
+  StageProcess(const Trust& trust, const std::string& model, const std::string& layers,
+               uint16_t listen, uint16_t next, const std::string& name) {
     args_ = {KVASIR_BINARY, "stage", "-m", model, "--layers", layers, "--listen",
              fmt::format("127.0.0.1:{}", listen), "--next", fmt::format("127.0.0.1:{}", next),
-             "--name", name, "-t", "1", "--log-level", "warn"};
+             "--name", name, "-t", "1", "--log-level", "warn", "--ring-secret-file",
+             trust.secret, "--key", trust.dir.File(name + ".key")};
     Start();
   }
   ~StageProcess() { Kill(SIGTERM); }
@@ -72,14 +86,15 @@ TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   const std::string model = AssetPath("models/stories260K.gguf");
   const auto ports = testing::ReservePorts(3);
+  Trust trust;
   std::vector<std::unique_ptr<StageProcess>> stages;
   const char* layers[] = {"0:1", "1:3", "3:5"};
   for (int i = 0; i < 3; ++i) {
-    stages.push_back(std::make_unique<StageProcess>(model, layers[i], ports[i], ports[(i + 1) % 3],
-                                                    fmt::format("p{}", i)));
+    stages.push_back(std::make_unique<StageProcess>(trust, model, layers[i], ports[i],
+                                                    ports[(i + 1) % 3], fmt::format("p{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
-  auto client = ring::RingClient::Connect(head, 20000);
+  auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
   ASSERT_TRUE(client.ok()) << client.status().message();
   ASSERT_TRUE((*client)->WaitReady(20000).ok());
 
@@ -125,16 +140,18 @@ TEST(RingProcessTest, StageMemoryCoversItsWindowNotTheModel) {
   ASSERT_TRUE(testing::WriteTinyModel(model, shape).ok());
   const uint64_t file_size = std::filesystem::file_size(model);
   const auto ports = testing::ReservePorts(4);
+  Trust trust;
   std::vector<std::unique_ptr<StageProcess>> stages;
   for (int i = 0; i < 4; ++i) {
-    stages.push_back(std::make_unique<StageProcess>(model, fmt::format("{}:{}", 2 * i, 2 * i + 2),
+    stages.push_back(std::make_unique<StageProcess>(trust, model,
+                                                    fmt::format("{}:{}", 2 * i, 2 * i + 2),
                                                     ports[i], ports[(i + 1) % 4],
                                                     fmt::format("m{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
   const auto got = testing::GenerateOnRing(head, "Once upon a time", Greedy(), 8);
   EXPECT_EQ(got.ids.size(), 8u);
-  auto client = ring::RingClient::Connect(head, 20000);
+  auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
   ASSERT_TRUE(client.ok());
   auto stats = (*client)->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status().message();

@@ -12,6 +12,7 @@
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/transport.h"
+#include "ring/secure_stream.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
 
@@ -171,8 +172,8 @@ TEST(RingTest, ChunksOfASessionNeverOvertakeEachOther) {
   }
 }
 
-// A raw TCP peer that speaks badly: each gets an ERROR frame and a closed link, and the ring
-// keeps serving.
+// Peers that speak badly, before the handshake (plaintext) and after it (encrypted): each gets
+// an ERROR frame and a closed link, and the ring keeps serving.
 TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   const std::string model = AssetPath("models/stories260K.gguf");
@@ -182,11 +183,21 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
   uint16_t port = 0;
   ASSERT_TRUE(ring::ParseHostPort(ring->head(), &host, &port).ok());
 
+  // handshake: run it (as a stage holding the ring secret) before sending `bytes`.
   auto expect_refused = [&](const std::vector<uint8_t>& bytes, wire::ErrorCode code,
-                            const std::string& needle) {
+                            const std::string& needle, bool handshake) {
     auto stream = ring::DialTcp(host, port, 2000);
     ASSERT_TRUE(stream.ok());
-    ring::Link link(std::move(stream).value(), "test peer");
+    std::unique_ptr<ring::Stream> s = std::move(stream).value();
+    if (handshake) {
+      ring::LinkAuth auth;
+      auth.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+      auth.ring_secret = kTestRingSecret;
+      auto hs = ring::HandshakeInitiate(*s, wire::Role::kStage, auth);
+      ASSERT_TRUE(hs.ok()) << hs.status().message();
+      s = std::make_unique<ring::SecureStream>(std::move(s), hs->tx, hs->rx, 1 << 20);
+    }
+    ring::Link link(std::move(s), "test peer");
     ASSERT_TRUE(link.SendFrame(bytes).ok());
     auto reply = link.Receive();
     ASSERT_TRUE(reply.ok()) << reply.status().message();
@@ -198,28 +209,35 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
   };
 
   // Garbage instead of a frame.
-  expect_refused(std::vector<uint8_t>(64, 0xAB), wire::ErrorCode::kMalformed, "magic");
-  // A frame header announcing more than the limit.
+  expect_refused(std::vector<uint8_t>(64, 0xAB), wire::ErrorCode::kMalformed, "magic", false);
+  // A frame header announcing more than a handshake frame may hold (before any proof).
   wire::FrameHeader big{wire::kMagic, static_cast<uint16_t>(wire::MsgType::kHidden), 0,
-                        wire::kMaxPayload + 1, 0};
+                        wire::kMaxPayload, 0};
   std::vector<uint8_t> big_bytes(sizeof(big));
   std::memcpy(big_bytes.data(), &big, sizeof(big));
-  expect_refused(big_bytes, wire::ErrorCode::kMalformed, "limit");
-  // Out of order: HIDDEN before HELLO.
+  expect_refused(big_bytes, wire::ErrorCode::kMalformed, "limit", false);
+  // Out of order: HIDDEN before the handshake.
   std::vector<float> rows(64, 0.5f);
   expect_refused(ring::EncodeMessage(ring::MakeHidden(1, 0, 1, 64, wire::Dtype::kF32, 0, rows)),
-                 wire::ErrorCode::kMalformed, "HELLO");
-  // Wrong protocol version.
+                 wire::ErrorCode::kMalformed, "HANDSHAKE", false);
+  // A protocol 1 peer (HELLO first).
   wire::Hello hello{};
+  hello.protocol_version = 1;
+  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kVersion,
+                 "protocol 1", false);
+  // After a good handshake: HIDDEN before HELLO, a wrong version in HELLO, a stage of another
+  // model, and a stage whose window is not adjacent.
+  expect_refused(ring::EncodeMessage(ring::MakeHidden(1, 0, 1, 64, wire::Dtype::kF32, 0, rows)),
+                 wire::ErrorCode::kMalformed, "HELLO", true);
   hello.protocol_version = 99;
-  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kVersion, "99");
-  // A stage of another model, and a stage whose window is not adjacent.
+  expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kVersion, "99",
+                 true);
   hello.protocol_version = wire::kProtocolVersion;
   hello.window_first = 0;
   hello.window_last = 5;
   hello.n_layer = 5;
   expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kWrongModel,
-                 "model");
+                 "model", true);
   auto file = GgufFile::Open(model);
   ASSERT_TRUE(file.ok());
   auto id = ComputeModelId(file->header(), model);
@@ -228,7 +246,7 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
   hello.window_first = 1;
   hello.window_last = 3;  // the head starts at 0; a predecessor must end at 5
   expect_refused(ring::EncodeMessage(ring::HelloMsg{hello}), wire::ErrorCode::kNotAdjacent,
-                 "not adjacent");
+                 "not adjacent", true);
 
   // The ring still produces the single-process answer.
   EXPECT_EQ(GenerateOnRing(ring->head(), "Once upon a time", Greedy(), 12).ids,
@@ -243,6 +261,8 @@ TEST(RingTest, WindowOutsideTheModelIsRefusedAtStart) {
   o.next = "127.0.0.1:1";
   o.first = 3;
   o.last = 9;
+  o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+  o.insecure = true;
   auto s = ring::Stage::Create(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("3:9"), std::string::npos) << s.status().message();

@@ -23,9 +23,9 @@ std::vector<uint16_t> ReservePorts(int n) {
   return ports;
 }
 
-std::unique_ptr<LocalRing> LocalRing::Start(const std::string& model, int n_stages,
-                                            wire::Dtype boundary, int n_ctx, int chunk,
-                                            int max_batch_rows) {
+std::unique_ptr<LocalRing> LocalRing::Start(
+    const std::string& model, int n_stages, wire::Dtype boundary, int n_ctx, int chunk,
+    int max_batch_rows, const std::function<void(int, ring::StageOptions&)>& configure) {
   auto file = GgufFile::Open(model);
   EXPECT_TRUE(file.ok()) << file.status().message();
   auto cfg = LoadModelConfig(*file);
@@ -45,6 +45,9 @@ std::unique_ptr<LocalRing> LocalRing::Start(const std::string& model, int n_stag
     o.n_ctx = n_ctx;
     o.chunk = chunk;
     o.max_batch_rows = max_batch_rows;
+    o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+    o.ring_secret = kTestRingSecret;
+    if (configure) configure(i, o);
     auto stage = ring::Stage::Create(o);
     EXPECT_TRUE(stage.ok()) << stage.status().message();
     if (!stage.ok()) return nullptr;
@@ -99,7 +102,7 @@ Generation GenerateLocally(const std::string& model, const std::string& prompt,
 Generation GenerateOnRing(const std::string& head, const std::string& prompt,
                           const SamplingParams& params, int n_predict) {
   Generation g;
-  auto client = ring::RingClient::Connect(head, 20000);
+  auto client = ring::RingClient::Connect(head, 20000, kTestRingSecret);
   EXPECT_TRUE(client.ok()) << client.status().message();
   if (!client.ok()) return g;
   ring::GenerateMsg req;

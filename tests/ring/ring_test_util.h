@@ -2,6 +2,7 @@
 // generation it must reproduce.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,13 +14,17 @@
 
 namespace kvasir::testing {
 
-// Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread.
+// The ring secret of LocalRing (and of clients that talk to it).
+inline const std::string kTestRingSecret = "local-ring-test-secret-0123456789";
+
+// Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread, each with a fresh node
+// key, authenticated by kTestRingSecret. `configure(i, options)` may change stage i's options.
 class LocalRing {
  public:
-  static std::unique_ptr<LocalRing> Start(const std::string& model, int n_stages,
-                                          wire::Dtype boundary = wire::Dtype::kF32,
-                                          int n_ctx = 256, int chunk = 64,
-                                          int max_batch_rows = 256);
+  static std::unique_ptr<LocalRing> Start(
+      const std::string& model, int n_stages, wire::Dtype boundary = wire::Dtype::kF32,
+      int n_ctx = 256, int chunk = 64, int max_batch_rows = 256,
+      const std::function<void(int, ring::StageOptions&)>& configure = nullptr);
   ~LocalRing();
   const std::string& head() const { return head_; }
   ring::Stage& stage(int i) { return *stages_[i]; }
@@ -42,7 +47,7 @@ struct Generation {
 Generation GenerateLocally(const std::string& model, const std::string& prompt,
                            const SamplingParams& params, int n_predict, int n_ctx = 256);
 
-// The same request through a ring's head.
+// The same request through a ring's head (authenticated with kTestRingSecret).
 Generation GenerateOnRing(const std::string& head, const std::string& prompt,
                           const SamplingParams& params, int n_predict);
 

@@ -1,0 +1,58 @@
+#include "ring/secret_file.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "base/log.h"
+#include "ring/node_key.h"
+
+namespace kvasir::ring {
+
+Result<std::string> ReadSecretFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("{}: cannot read the {}: {}", path, what, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  if (s.size() < kMinSecretBytes) {
+    return Error(
+        "{}: a {} needs at least {} bytes (got {}); e.g. head -c 32 /dev/urandom | od -An -tx1 "
+        "| tr -d ' \\n' > {}",
+        path, what, kMinSecretBytes, s.size(), path);
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    KV_LOG_WARN("{}: the {} may be read by others (mode {:04o}); chmod 600 {}", path, what,
+                st.st_mode & 07777, path);
+  }
+  return s;
+}
+
+Status WriteNewSecretFile(const std::string& path) {
+  InitCrypto();
+  uint8_t raw[32];
+  randombytes_buf(raw, sizeof(raw));
+  char hex[65];
+  sodium_bin2hex(hex, sizeof(hex), raw, sizeof(raw));
+  sodium_memzero(raw, sizeof(raw));
+  std::string text = std::string(hex, 64) + "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Error("{}: cannot create the secret file: {}", path, std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  ::close(fd);
+  sodium_memzero(text.data(), text.size());
+  if (!ok) return Error("{}: cannot write the secret file: {}", path, std::strerror(err));
+  return Status::Ok();
+}
+
+}  // namespace kvasir::ring
