@@ -69,7 +69,10 @@ Status Link::SendFrame(std::vector<uint8_t> frame) {
     // The writer makes room, or the watchdog closes a link whose peer stopped reading.
     cv_.wait(lock, room);
   }
-  if (closed_.load() || flush_then_close_) return ClosedStatus();
+  if (closed_.load() || flush_then_close_) {
+    lock.unlock();
+    return ClosedStatus();
+  }
   queued_bytes_ += n;
   queue_.push_back(std::move(frame));
   cv_.notify_all();
@@ -125,7 +128,9 @@ void Link::Watch() {
   if (closed_.load()) return;
   const int64_t now = Now();
   const int64_t timeout = int64_t{options_.timeout_ms} * kMs;
-  if (timeout > 0 && now - last_rx_ns_.load() > timeout) {
+  // Silence counts only while a reader waits: a link nobody reads (a client between requests)
+  // is not declared down for the keepalives piling up unread.
+  if (timeout > 0 && receiving_.load() && now - last_rx_ns_.load() > timeout) {
     return CloseWith(StatusCode::kTimeout,
                      fmt::format("{}: nothing received for {} (link timeout)", what_,
                                  Seconds(now - last_rx_ns_.load())));
@@ -145,6 +150,12 @@ void Link::Watch() {
 }
 
 Result<Message> Link::Receive() {
+  receiving_.store(true);
+  last_rx_ns_.store(std::max(last_rx_ns_.load(), Now()));
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false); }
+  } done{receiving_};
   while (true) {
     auto next = decoder_.Next();
     if (!next.ok()) return next.status().WithContext(what_);

@@ -2,8 +2,8 @@
 // One thread calls Receive(); any thread may Send(), which only queues: a writer thread of the
 // link writes the queue out, so a slow peer never blocks the sender beyond what LinkOptions
 // allow. The link also keeps itself alive and watches its peer: it sends KEEPALIVE when it has
-// written nothing for a while, and closes when the peer has sent nothing for `timeout_ms`, stops
-// reading for as long, or misses a receive deadline. Counts payload bytes both ways.
+// written nothing for a while, and closes when the peer has sent nothing for `timeout_ms` while a
+// Receive() waits, stops reading for as long, or misses a receive deadline. Counts payload bytes both ways.
 #pragma once
 
 #include <atomic>
@@ -93,7 +93,8 @@ class Link {
   std::string close_reason_;
 
   std::atomic<bool> closed_{false};
-  std::atomic<int64_t> last_rx_ns_;
+  std::atomic<bool> receiving_{false};          // a Receive() is waiting
+  std::atomic<int64_t> last_rx_ns_;             // last byte, or the start of this Receive()
   std::atomic<int64_t> last_tx_ns_;
   std::atomic<int64_t> writing_since_ns_{0};   // 0: not inside a write
   std::atomic<int64_t> rx_deadline_ns_{0};     // 0: none

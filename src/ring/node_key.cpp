@@ -142,8 +142,8 @@ Result<NodeKey> NodeKey::LoadOrCreate(const std::string& path, bool* created) {
   const std::string text = FileText(k, k.seed_);
   // Write a private temporary file, then link() it into place: link fails when another process
   // created the key first, and then that key is the one everybody uses.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());  // mode 0600, a name no other creator uses
   if (fd < 0) return Error("{}: cannot create the node key: {}", tmp, std::strerror(errno));
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                        ::fsync(fd) == 0;

@@ -79,6 +79,8 @@ class RelayedRing {
       o.listen = fmt::format("127.0.0.1:{}", ports[i]);
       o.name = fmt::format("r{}", i);
       o.n_ctx = 256;
+      o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+      o.ring_secret = testing::kTestRingSecret;
       const auto edge = [&](int from, int to) {
         return fmt::format("ws://127.0.0.1:{}/edge/test-{}-{}", relay_port, from, to);
       };
@@ -156,7 +158,7 @@ TEST(RelayRingTest, TheRingRecoversWhenTheRelayComesBack) {
   const auto t0 = Clock::now();
   auto again = StartRelay(port);
   ASSERT_TRUE(again.ok()) << again.status().message();
-  auto client = ring::RingClient::Connect(ring->head(), 5000);
+  auto client = ring::RingClient::Connect(ring->head(), 5000, testing::kTestRingSecret);
   ASSERT_TRUE(client.ok()) << client.status().message();
   ASSERT_TRUE((*client)->WaitReady(10000).ok()) << "the stages did not redial the relay";
   std::printf("ring closed again %.0f ms after the relay restarted\n",

@@ -300,7 +300,7 @@ TEST(RingCodecTest, MessageNames) {
   EXPECT_EQ(MessageName(StatsMsg{{Stats(0)}}), "STATS(1 records)");
   EXPECT_EQ(MessageType(PingMsg{false, {}}), MsgType::kPing);
   EXPECT_EQ(MessageType(PingMsg{true, {}}), MsgType::kPong);
-  EXPECT_STREQ(wire::MsgTypeName(11), "UNKNOWN");
+  EXPECT_STREQ(wire::MsgTypeName(13), "UNKNOWN");
 }
 
 // ---- Stream reassembly ---------------------------------------------------------------------

@@ -192,7 +192,7 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
     if (handshake) {
       ring::LinkAuth auth;
       auth.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
-      auth.ring_secret = kTestRingSecret;
+      auth.ring_secret = testing::kTestRingSecret;
       auto hs = ring::HandshakeInitiate(*s, wire::Role::kStage, auth);
       ASSERT_TRUE(hs.ok()) << hs.status().message();
       s = std::make_unique<ring::SecureStream>(std::move(s), hs->tx, hs->rx, 1 << 20);

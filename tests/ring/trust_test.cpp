@@ -69,7 +69,7 @@ struct Outcome {
   Result<HandshakeResult> responder = Status::Error("unset");
 };
 
-Outcome Run(wire::Role role, const LinkAuth& initiator, const LinkAuth& stage_auth,
+Outcome Shake(wire::Role role, const LinkAuth& initiator, const LinkAuth& stage_auth,
             const LinkAuth& client_auth = {}) {
   Pair p = Connected();
   Outcome o;
@@ -185,7 +185,7 @@ TEST(TrustTest, RingSecretHandshakeAgreesOnKeys) {
   a.key = NewKey();
   b.key = NewKey();
   a.ring_secret = b.ring_secret = "the-ring-secret-0123456789";
-  Outcome o = Run(wire::Role::kStage, a, b);
+  Outcome o = Shake(wire::Role::kStage, a, b);
   ASSERT_TRUE(o.initiator.ok()) << o.initiator.status().message();
   ASSERT_TRUE(o.responder.ok()) << o.responder.status().message();
   EXPECT_EQ(o.initiator->tx, o.responder->rx);
@@ -197,7 +197,7 @@ TEST(TrustTest, RingSecretHandshakeAgreesOnKeys) {
   EXPECT_EQ(o.responder->peer_key, a.key->public_key());
   EXPECT_EQ(o.responder->peer_role, wire::Role::kStage);
   // A second handshake between the same nodes gets fresh keys.
-  Outcome again = Run(wire::Role::kStage, a, b);
+  Outcome again = Shake(wire::Role::kStage, a, b);
   ASSERT_TRUE(again.initiator.ok());
   EXPECT_NE(again.initiator->tx, o.initiator->tx);
 }
@@ -208,7 +208,7 @@ TEST(TrustTest, WrongSecretOrKeyIsRefusedWithAReason) {
   b.key = NewKey();
   a.ring_secret = "the-ring-secret-0123456789";
   b.ring_secret = "another-secret-0123456789";
-  Outcome o = Run(wire::Role::kStage, a, b);
+  Outcome o = Shake(wire::Role::kStage, a, b);
   ASSERT_FALSE(o.initiator.ok());
   EXPECT_EQ(o.initiator.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(o.initiator.status().message().find("different ring secret"), std::string::npos)
@@ -224,7 +224,7 @@ TEST(TrustTest, WrongSecretOrKeyIsRefusedWithAReason) {
   const auto impostor = NewKey();
   succ.peer_key = impostor->public_key();
   pred.peer_key = succ.key->public_key();
-  Outcome k = Run(wire::Role::kStage, pred, succ);
+  Outcome k = Shake(wire::Role::kStage, pred, succ);
   ASSERT_FALSE(k.responder.ok());
   EXPECT_EQ(k.responder.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(k.responder.status().message().find("expected node " + ShortKey(impostor->public_key())),
@@ -234,14 +234,14 @@ TEST(TrustTest, WrongSecretOrKeyIsRefusedWithAReason) {
   EXPECT_NE(k.initiator.status().message().find("refused"), std::string::npos)
       << k.initiator.status().message();
   succ.peer_key = pred.key->public_key();
-  Outcome good = Run(wire::Role::kStage, pred, succ);
+  Outcome good = Shake(wire::Role::kStage, pred, succ);
   EXPECT_TRUE(good.initiator.ok()) << good.initiator.status().message();
   EXPECT_TRUE(good.responder.ok()) << good.responder.status().message();
 
   // A peer without any proof, against a responder that demands one.
   LinkAuth nobody;
   nobody.insecure = true;
-  Outcome none = Run(wire::Role::kStage, nobody, b);
+  Outcome none = Shake(wire::Role::kStage, nobody, b);
   ASSERT_FALSE(none.responder.ok());
   EXPECT_NE(none.responder.status().message().find("does not prove the ring secret"),
             std::string::npos)
@@ -254,7 +254,7 @@ TEST(TrustTest, ClientsAreAnonymousUnlessASecretIsDemanded) {
   head.ring_secret = "the-ring-secret-0123456789";
   LinkAuth client;
   client.peer_key = head.key->public_key();
-  Outcome o = Run(wire::Role::kClient, client, head);
+  Outcome o = Shake(wire::Role::kClient, client, head);
   ASSERT_TRUE(o.initiator.ok()) << o.initiator.status().message();
   ASSERT_TRUE(o.responder.ok()) << o.responder.status().message();
   EXPECT_EQ(o.responder->peer_role, wire::Role::kClient);
@@ -264,23 +264,23 @@ TEST(TrustTest, ClientsAreAnonymousUnlessASecretIsDemanded) {
   // A client that expects another head refuses before sending anything else.
   LinkAuth wrong_head;
   wrong_head.peer_key = NewKey()->public_key();
-  Outcome w = Run(wire::Role::kClient, wrong_head, head);
+  Outcome w = Shake(wire::Role::kClient, wrong_head, head);
   ASSERT_FALSE(w.initiator.ok());
   EXPECT_EQ(w.initiator.status().code(), StatusCode::kUnauthenticated);
 
   // --client-key-file on the head: the bearer secret is required and checked.
   LinkAuth demand;
   demand.client_secret = "client-bearer-secret-0123";
-  Outcome missing = Run(wire::Role::kClient, client, head, demand);
+  Outcome missing = Shake(wire::Role::kClient, client, head, demand);
   ASSERT_FALSE(missing.responder.ok());
   EXPECT_NE(missing.responder.status().message().find("client secret"), std::string::npos);
   LinkAuth bad = client;
   bad.client_secret = "not-the-bearer-secret-999";
-  Outcome wrong = Run(wire::Role::kClient, bad, head, demand);
+  Outcome wrong = Shake(wire::Role::kClient, bad, head, demand);
   ASSERT_FALSE(wrong.responder.ok());
   LinkAuth ok = client;
   ok.client_secret = demand.client_secret;
-  Outcome right = Run(wire::Role::kClient, ok, head, demand);
+  Outcome right = Shake(wire::Role::kClient, ok, head, demand);
   EXPECT_TRUE(right.responder.ok()) << right.responder.status().message();
 }
 
@@ -388,7 +388,8 @@ TEST(TrustTest, LinkKeepaliveAndLiveness) {
     Pair p = Connected();
     Link a(std::move(p.a), "a", o), b(std::move(p.b), "b", o);
     auto got = std::async(std::launch::async, [&] { return b.Receive(); });
-    EXPECT_EQ(got.wait_for(std::chrono::milliseconds(1500)), std::future_status::timeout);
+    ASSERT_EQ(got.wait_for(std::chrono::milliseconds(1500)), std::future_status::timeout)
+        << got.get().status().message();
     ASSERT_TRUE(a.Send(PingMsg{false, {42, 0}}).ok());
     auto m = got.get();
     ASSERT_TRUE(m.ok()) << m.status().message();

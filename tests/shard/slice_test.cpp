@@ -276,6 +276,8 @@ TEST(SliceTest, RingOfSlicesMatchesFullModel) {
     o.next = fmt::format("127.0.0.1:{}", ports[(i + 1) % 3]);
     o.name = fmt::format("s{}", i);
     o.n_ctx = 256;
+    o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+    o.ring_secret = testing::kTestRingSecret;
     auto stage = ring::Stage::Create(o);
     ASSERT_TRUE(stage.ok()) << stage.status().message();
     stages.push_back(std::move(stage).value());
