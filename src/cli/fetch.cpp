@@ -32,7 +32,8 @@ int FetchMain(int argc, char** argv) {
     bool json = false;
     FetchFlags flags;
     app.add_option("--url", url, "URL of the GGUF model (http:// or https://)");
-    auto* layers_opt = app.add_option("--layers", layers, "window of layers A:B (A included, B excluded)");
+    auto* layers_opt =
+        app.add_option("--layers", layers, "window of layers A:B (A included, B excluded)");
     auto* manifest_opt = app.add_option(
         "--manifest", manifest_path, "rank manifest: window, model identity and SHA-256 from it");
     app.add_option("--rank", rank, "rank of the manifest to fetch")->needs(manifest_opt);
@@ -61,13 +62,17 @@ int FetchMain(int argc, char** argv) {
         url = m.model;
       }
     } else {
-      if (layers.empty()) return UsageError(kCmd, "--layers A:B (or --manifest with --rank) is required");
+      if (layers.empty()) {
+        return UsageError(kCmd, "--layers A:B (or --manifest with --rank) is required");
+      }
       if (Status s = ParseLayers(layers, &o.first, &o.last); !s.ok()) {
         return UsageError(kCmd, s.message());
       }
     }
     if (url.empty()) return UsageError(kCmd, "--url is required");
-    if (auto parsed = net::ParseUrl(url); !parsed.ok()) return UsageError(kCmd, parsed.status().message());
+    if (auto parsed = net::ParseUrl(url); !parsed.ok()) {
+      return UsageError(kCmd, parsed.status().message());
+    }
     o.url = url;
     if (Status s = CheckWritable(out_path); !s.ok()) return Fail(kCmd, s);
 
@@ -86,7 +91,11 @@ int FetchMain(int argc, char** argv) {
                           {"downloaded_bytes", summary.downloaded_bytes},
                           {"resumed_bytes", summary.resumed_bytes},
                           {"requests", summary.requests},
+                          {"verified", summary.digests > 0},
+                          {"verification", DescribeVerification(summary)},
+                          {"digests", summary.digests},
                           {"verified_tensors", summary.verified_tensors},
+                          {"pinned_by", summary.pinned_by},
                           {"seconds", summary.seconds}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {

@@ -18,11 +18,15 @@ void AddFetchFlags(CLI::App& app, FetchFlags* f) {
   app.add_option("--ca", f->ca_file,
                  "PEM file of CA certificates to trust for https:// (and a relay's wss://)")
       ->check(CLI::ExistingFile);
-  app.add_option("-j,--connections", f->connections, "parallel connections")
+  app.add_option("-j,--connections", f->connections, "parallel connections")->capture_default_str();
+  app.add_option("--timeout", f->timeout_s,
+                 "seconds one request may take in all (connect, send and the whole reply, however "
+                 "slowly it arrives); a request that runs over counts as failed and is retried")
       ->capture_default_str();
-  app.add_option("--timeout", f->timeout_s, "seconds before a stalled connection is retried")
-      ->capture_default_str();
-  app.add_option("--retries", f->retries, "attempts per request before giving up")
+  app.add_option("--retries", f->retries,
+                 "times a failed request (network error, timeout, cut-off body, 5xx) is tried "
+                 "again, with backoff from 0.5 s: at most N+1 attempts of each request, header "
+                 "reads included")
       ->capture_default_str();
   app.add_option("--request-size", f->request_mib,
                  "MiB per range request (also the unit an interrupted fetch resumes from)")
@@ -36,17 +40,17 @@ Status ApplyFetchFlags(const FetchFlags& f, FetchOptions* o) {
   if (f.timeout_s < 1 || f.timeout_s > 3600) {
     return Error("--timeout must be in 1..3600 seconds (got {})", f.timeout_s);
   }
-  if (f.retries < 1 || f.retries > 100) {
-    return Error("--retries must be in 1..100 (got {})", f.retries);
+  if (f.retries < 0 || f.retries > 100) {
+    return Error("--retries must be in 0..100 (got {})", f.retries);
   }
   if (!(f.request_mib >= 1.0 / 16 && f.request_mib <= 1024)) {
     return Error("--request-size must be in 0.0625..1024 MiB (got {})", f.request_mib);
   }
   o->max_request_bytes = static_cast<uint64_t>(f.request_mib * 1024 * 1024);
   o->connections = f.connections;
-  o->max_attempts = f.retries;
+  o->retry.retries = f.retries;
   o->http.ca_file = f.ca_file;
-  o->http.io_timeout_ms = f.timeout_s * 1000;
+  o->http.request_timeout_ms = f.timeout_s * 1000;
   o->http.connect_timeout_ms = std::min(f.timeout_s, 15) * 1000;
   return Status::Ok();
 }
@@ -105,7 +109,7 @@ Status EnsureSlice(const FetchOptions& o) {
     if (o.expected_model_id) {
       model_id = *o.expected_model_id;
     } else {
-      auto rh = ReadRemoteHeader(o.url, o.http);
+      auto rh = ReadRemoteHeader(o.url, o.http, o.retry);
       if (!rh.ok()) {
         // Offline: the local slice is all there is. It must at least hold the window.
         auto file = GgufFile::Open(o.out_path);
@@ -151,10 +155,10 @@ std::string DescribeFetch(const FetchOptions& o, const FetchSummary& s) {
       o.first, o.last, s.url, s.n_tensors, HumanBytes(s.window_bytes), HumanBytes(s.file_bytes),
       pct, HumanBytes(s.downloaded_bytes), s.seconds, HumanBytes(static_cast<uint64_t>(rate)),
       s.requests, o.connections);
-  if (s.resumed_bytes > 0) out += fmt::format("; {} resumed from an earlier run", HumanBytes(s.resumed_bytes));
-  if (s.verified_tensors > 0) {
-    out += fmt::format("; SHA-256 verified for {} of {} tensors", s.verified_tensors, s.n_tensors);
+  if (s.resumed_bytes > 0) {
+    out += fmt::format("; {} resumed from an earlier run", HumanBytes(s.resumed_bytes));
   }
+  out += "; " + DescribeVerification(s);
   return out;
 }
 

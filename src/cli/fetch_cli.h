@@ -15,7 +15,7 @@ struct FetchFlags {
   std::string ca_file;
   int connections = 4;
   int timeout_s = 30;
-  int retries = 5;
+  int retries = 4;  // at most 5 attempts of each request
   double request_mib = 16;
 };
 
@@ -39,7 +39,8 @@ std::string SlicePathFor(const std::string& dir, const std::string& url, int fir
 // right window is used with a warning.
 Status EnsureSlice(const FetchOptions& o);
 
-// "layers 3:4 of URL: 26 tensors, 254.0 MiB of 77.6 GiB (0.3% of the file) ..."
+// "layers 3:4 of URL: 26 tensors, 254.0 MiB of 77.6 GiB (0.3% of the file) ...; verified: 26
+// tensors SHA-256" (or "not verified: no digests (...)", see DescribeVerification).
 std::string DescribeFetch(const FetchOptions& o, const FetchSummary& s);
 
 }  // namespace kvasir::cli

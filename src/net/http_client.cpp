@@ -1,8 +1,6 @@
 #include "net/http_client.h"
 
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
-#include <utility>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -14,6 +12,7 @@
 #include <chrono>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
@@ -26,10 +25,12 @@ namespace http = boost::beast::http;
 namespace ssl = boost::asio::ssl;
 using tcp = boost::asio::ip::tcp;
 using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr size_t kBodyBuffer = size_t{256} << 10;
+constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr const char* kUserAgent = "kvasir-fetch/0.1";
 
 bool ParseU64(std::string_view s, uint64_t* out) {
@@ -44,9 +45,42 @@ bool IsIpLiteral(const std::string& host) {
   return !ec;
 }
 
+bool IsTimeout(const error_code& ec) {
+  return ec == beast::error::timeout || ec == asio::error::timed_out;
+}
+
 std::string Describe(const error_code& ec) {
-  if (ec == beast::error::timeout) return "timed out";
+  if (IsTimeout(ec)) return "timed out";
   return ec.message();
+}
+
+// The fields of a parsed Beast header that JudgeReply looks at.
+template <class Fields>
+ResponseHead HeadOf(const http::response_header<Fields>& h, boost::optional<uint64_t> length) {
+  ResponseHead head;
+  head.status = h.result_int();
+  head.reason = std::string(h.reason());
+  head.content_range = std::string(h[http::field::content_range]);
+  head.etag = std::string(h[http::field::etag]);
+  head.last_modified = std::string(h[http::field::last_modified]);
+  head.location = std::string(h[http::field::location]);
+  if (length) head.content_length = *length;
+  return head;
+}
+
+// "ETag "x"" or "Last-Modified <date>": what an If-Range value pinned.
+std::string DescribePin(std::string_view if_range) {
+  return fmt::format("{} {}", IsStrongEtag(if_range) ? "ETag" : "Last-Modified", if_range);
+}
+
+// What the reply says now about the validator the request was pinned to.
+std::string DescribeNow(const ResponseHead& head, std::string_view if_range) {
+  if (IsStrongEtag(if_range)) return head.etag.empty() ? "no ETag" : "ETag " + head.etag;
+  return head.last_modified.empty() ? "no Last-Modified" : "Last-Modified " + head.last_modified;
+}
+
+bool SameVersion(const ResponseHead& head, std::string_view if_range) {
+  return IsStrongEtag(if_range) ? head.etag == if_range : head.last_modified == if_range;
 }
 
 }  // namespace
@@ -70,6 +104,162 @@ bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last, 
   return *first <= *last;
 }
 
+bool IsStrongEtag(std::string_view etag) {
+  if (etag.size() < 2 || etag.front() != '"' || etag.back() != '"') return false;
+  for (char c : etag.substr(1, etag.size() - 2)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x21 || u == '"' || u == 0x7f) return false;
+  }
+  return true;
+}
+
+std::optional<int64_t> ParseHttpDate(std::string_view s) {
+  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  static constexpr std::string_view kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  static constexpr int kMonthDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (s.size() != 29 || s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
+      s[19] != ':' || s[22] != ':' || s.substr(25) != " GMT") {
+    return std::nullopt;
+  }
+  auto number = [&](size_t at, size_t n, int* out) {
+    *out = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      *out = *out * 10 + (s[i] - '0');
+    }
+    return true;
+  };
+  int day = 0, year = 0, hour = 0, minute = 0, second = 0;
+  if (!number(5, 2, &day) || !number(12, 4, &year) || !number(17, 2, &hour) ||
+      !number(20, 2, &minute) || !number(23, 2, &second)) {
+    return std::nullopt;
+  }
+  int month = 0;
+  while (month < 12 && kMonths[month] != s.substr(8, 3)) ++month;
+  int weekday = 0;
+  while (weekday < 7 && kDays[weekday] != s.substr(0, 3)) ++weekday;
+  if (month == 12 || weekday == 7 || hour > 23 || minute > 59 || second > 60) return std::nullopt;
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  if (day < 1 || day > kMonthDays[month] + (month == 1 && leap ? 1 : 0)) return std::nullopt;
+  // Days since 1970-01-01: whole years (with their leap days), then whole months of this year.
+  auto leaps_through = [](int64_t y) { return y / 4 - y / 100 + y / 400; };
+  int64_t days = 365 * (int64_t{year} - 1970) + leaps_through(year - 1) - leaps_through(1969);
+  for (int m = 0; m < month; ++m) days += kMonthDays[m] + (m == 1 && leap ? 1 : 0);
+  days += day - 1;
+  // 1970-01-01 was a Thursday; a date whose weekday is wrong is not a date.
+  if (((days % 7) + 7 + 4) % 7 != weekday) return std::nullopt;
+  return days * 86400 + hour * 3600 + minute * 60 + second;
+}
+
+std::string IfRangeValidator(std::string_view etag, std::string_view last_modified) {
+  if (IsStrongEtag(etag)) return std::string(etag);
+  if (ParseHttpDate(last_modified)) return std::string(last_modified);
+  return "";
+}
+
+Result<ResponseHead> ParseResponseHead(std::string_view bytes) {
+  http::response_parser<http::empty_body> parser;
+  parser.header_limit(kHeaderLimit);
+  parser.eager(false);
+  error_code ec;
+  size_t used = 0;
+  while (!parser.is_header_done() && used < bytes.size()) {
+    const size_t n = parser.put(asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec) break;
+    if (n == 0) break;
+    used += n;
+  }
+  if (ec && ec != http::error::need_more) {
+    return Error("not an HTTP response head: {}", ec.message());
+  }
+  if (!parser.is_header_done()) return Error("incomplete HTTP response head");
+  return HeadOf(parser.get().base(), parser.content_length());
+}
+
+ReplyVerdict JudgeReply(const ResponseHead& head, const RangeRequest& rq, std::string_view where) {
+  ReplyVerdict v;
+  auto fail = [&](HttpFailure kind, Status status) {
+    v.failure = kind;
+    v.status = std::move(status);
+    return v;
+  };
+  if (rq.length == 0 || rq.length - 1 > std::numeric_limits<uint64_t>::max() - rq.offset) {
+    return fail(HttpFailure::kRefused,
+                Error("{}: cannot ask for {} bytes at offset {}", where, rq.length, rq.offset));
+  }
+  const uint64_t want_last = rq.offset + rq.length - 1;
+  const unsigned status = head.status;
+  if (status == 301 || status == 302 || status == 303 || status == 307 || status == 308) {
+    if (head.location.empty()) {
+      return fail(HttpFailure::kRefused,
+                  Error("{}: redirect {} without a Location header", where, status));
+    }
+    v.redirect = head.location;
+    return v;
+  }
+  if (status == 200) {
+    if (!rq.if_range.empty() && !SameVersion(head, rq.if_range)) {
+      // If-Range did not match: the server sends the whole of a file that is no longer the one
+      // the download started from.
+      return fail(HttpFailure::kChanged,
+                  Error("the file at {} changed during the download (it was {}, the server now "
+                        "has {} and sent the whole file instead of bytes {}-{})",
+                        where, DescribePin(rq.if_range), DescribeNow(head, rq.if_range), rq.offset,
+                        want_last));
+    }
+    return fail(HttpFailure::kRefused,
+                Error("{}: the server ignored the Range request (it answered 200 with the whole "
+                      "file instead of 206 with bytes {}-{}); kvasir fetch needs a server that "
+                      "honours HTTP Range requests",
+                      where, rq.offset, want_last));
+  }
+  if (status == 416) {
+    return fail(HttpFailure::kRefused,
+                Error("{}: bytes {}-{} are past the end of the file (416 Range Not Satisfiable, "
+                      "Content-Range: {}); the file on the server is shorter than expected",
+                      where, rq.offset, want_last, head.content_range));
+  }
+  if (status == 408 || status == 429 || status >= 500) {
+    return fail(
+        HttpFailure::kServerBusy,
+        Error(StatusCode::kUnavailable, "{}: server answered {} {}", where, status, head.reason));
+  }
+  if (status != 206) {
+    return fail(HttpFailure::kRefused,
+                Error("{}: server answered {} {}", where, status, head.reason));
+  }
+  if (!rq.if_range.empty() && !SameVersion(head, rq.if_range)) {
+    // A server that does not implement If-Range sends the range of whatever file it has now.
+    return fail(HttpFailure::kChanged,
+                Error("the file at {} changed during the download (it was {}, the server now "
+                      "has {})",
+                      where, DescribePin(rq.if_range), DescribeNow(head, rq.if_range)));
+  }
+  uint64_t first = 0, last = 0, total = 0;
+  if (!ParseContentRange(head.content_range, &first, &last, &total)) {
+    return fail(HttpFailure::kRefused,
+                Error("{}: 206 reply with a missing or malformed Content-Range '{}' (asked for "
+                      "bytes {}-{}; multi-range replies are not supported)",
+                      where, head.content_range, rq.offset, want_last));
+  }
+  const bool clamped = rq.clamp_at_eof && total != 0 && last == total - 1 && last < want_last;
+  if (first != rq.offset || (last != want_last && !clamped)) {
+    return fail(HttpFailure::kRefused, Error("{}: asked for bytes {}-{}, the server sent '{}'",
+                                             where, rq.offset, want_last, head.content_range));
+  }
+  if (head.content_length && *head.content_length != last - first + 1) {
+    return fail(HttpFailure::kRefused,
+                Error("{}: Content-Length {} does not match Content-Range '{}'", where,
+                      *head.content_length, head.content_range));
+  }
+  v.first = first;
+  v.last = last;
+  v.total = total;
+  return v;
+}
+
 struct HttpClient::Impl {
   asio::io_context ioc;
   std::optional<ssl::context> tls_ctx;
@@ -80,10 +270,11 @@ struct HttpClient::Impl {
 
   beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
 
-  // Runs one asynchronous operation to completion on this thread. Socket operations carry their
-  // own deadline (tcp_stream::expires_after); `limit` bounds everything else (name lookup).
+  // Runs one asynchronous operation to completion on this thread, or until `until`: then it is
+  // cancelled and the result is a timeout. Socket operations also carry the deadline themselves
+  // (tcp_stream::expires_at); `until` bounds everything else (name lookup).
   template <class Start>
-  error_code Run(Start&& start, std::chrono::milliseconds limit, const std::function<void()>& cancel) {
+  error_code Run(Start&& start, Clock::time_point until, const std::function<void()>& cancel) {
     error_code result;
     bool done = false;
     start([&](error_code ec, auto&&...) {
@@ -91,13 +282,12 @@ struct HttpClient::Impl {
       done = true;
     });
     ioc.restart();
-    ioc.run_for(limit);
+    ioc.run_until(until);
     if (!done) {
       cancel();
       ioc.restart();
       ioc.run();
-      if (!done) return asio::error::timed_out;
-      if (!result) result = beast::error::timeout;
+      return beast::error::timeout;
     }
     return result;
   }
@@ -143,27 +333,37 @@ void HttpClient::Close() { impl_->Close(); }
 Status HttpClient::Fail(HttpFailure kind, Status status) {
   failure_ = kind;
   impl_->Close();
+  const bool transient = kind == HttpFailure::kNetwork || kind == HttpFailure::kTruncated ||
+                         kind == HttpFailure::kServerBusy;
+  if (transient && status.code() != StatusCode::kTimeout) {
+    return status.WithCode(StatusCode::kUnavailable);
+  }
   return status;
 }
 
-Status HttpClient::GetRange(uint64_t offset, uint64_t length, bool clamp_at_eof,
-                            const BodySink& sink, RangeReply* reply) {
-  KV_CHECK(length > 0);
+Status HttpClient::GetRange(const RangeRequest& rq, const BodySink& sink, RangeReply* reply) {
+  KV_CHECK(rq.length > 0);
   failure_ = HttpFailure::kNone;
+  if (!rq.if_range.empty() && !IsStrongEtag(rq.if_range) && !ParseHttpDate(rq.if_range)) {
+    return Fail(HttpFailure::kRefused,
+                Error("{}: '{}' is neither a strong ETag nor an HTTP date, so it cannot pin the "
+                      "file with If-Range",
+                      url_.ToString(), rq.if_range));
+  }
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(options_.request_timeout_ms);
   for (int hop = 0;; ++hop) {
     std::string redirect;
     *reply = RangeReply{};
     const bool reused = !impl_->connected_to.empty();
-    Status s = RequestOnce(offset, length, clamp_at_eof, sink, reply, &redirect);
+    Status s = RequestOnce(rq, deadline, sink, reply, &redirect);
     // A kept-alive connection the server has since closed fails before any reply byte: that is
     // not a failure of the server, so try once more on a fresh connection.
     if (!s.ok() && reused && failure_ == HttpFailure::kNetwork && reply->received == 0 &&
-        !stale_retry_used_) {
-      stale_retry_used_ = true;
+        s.code() != StatusCode::kTimeout) {
       *reply = RangeReply{};
-      s = RequestOnce(offset, length, clamp_at_eof, sink, reply, &redirect);
+      s = RequestOnce(rq, deadline, sink, reply, &redirect);
     }
-    stale_retry_used_ = false;
     if (!s.ok() || redirect.empty()) return s;
     if (hop >= options_.max_redirects) {
       return Fail(HttpFailure::kRefused,
@@ -172,25 +372,39 @@ Status HttpClient::GetRange(uint64_t offset, uint64_t length, bool clamp_at_eof,
     auto next = ResolveLocation(url_, redirect);
     if (!next.ok()) return Fail(HttpFailure::kRefused, next.status());
     if (url_.tls() && !next->tls()) {
-      return Fail(HttpFailure::kRefused,
-                  Error("{}: refusing a redirect from https to {}", url_.ToString(),
-                        next->ToString()));
+      return Fail(HttpFailure::kRefused, Error("{}: refusing a redirect from https to {}",
+                                               url_.ToString(), next->ToString()));
     }
     url_ = *next;
   }
 }
 
-Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_eof,
+Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadline,
                                const BodySink& sink, RangeReply* reply, std::string* redirect) {
   Impl& im = *impl_;
   const std::string where = url_.ToString();
-  const auto connect_limit = std::chrono::milliseconds(options_.connect_timeout_ms);
-  const auto io_limit = std::chrono::milliseconds(options_.io_timeout_ms);
-  // A generous outer bound: the socket deadline fires first.
-  const auto outer = io_limit + std::chrono::seconds(5);
+  // Socket deadlines fire first; this margin only bounds the event loop around them.
+  const Clock::time_point backstop = deadline + std::chrono::seconds(1);
+  // A network failure: a timeout (the request's deadline passed) or another error.
+  auto net_fail = [&](HttpFailure kind, const error_code& ec, std::string message,
+                      StatusCode code = StatusCode::kUnavailable) {
+    if (IsTimeout(ec)) {
+      return Fail(kind, Status::Error(fmt::format("{} (the whole request must finish within {:.1f} "
+                                                  "s)",
+                                                  message, options_.request_timeout_ms / 1000.0),
+                                      StatusCode::kTimeout));
+    }
+    return Fail(kind, Status::Error(std::move(message), code));
+  };
+  if (Clock::now() >= deadline) {
+    return net_fail(HttpFailure::kNetwork, beast::error::timeout,
+                    fmt::format("{}: the request timed out before it was sent", where));
+  }
 
   if (im.connected_to != url_.Authority() || (!im.plain && !im.tls)) {
     im.Close();
+    const Clock::time_point connect_by =
+        std::min(deadline, Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms));
     tcp::resolver resolver(im.ioc);
     tcp::resolver::results_type endpoints;
     error_code ec = im.Run(
@@ -201,10 +415,11 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
                                    handler(e);
                                  });
         },
-        connect_limit, [&] { resolver.cancel(); });
+        connect_by, [&] { resolver.cancel(); });
     if (ec) {
-      return Fail(HttpFailure::kNetwork,
-                  Error("{}: cannot resolve host {}: {}", where, url_.host, Describe(ec)));
+      return net_fail(
+          HttpFailure::kNetwork, ec,
+          fmt::format("{}: cannot resolve host {}: {}", where, url_.host, Describe(ec)));
     }
     if (url_.tls()) {
       im.tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(im.ioc, *im.tls_ctx);
@@ -212,12 +427,13 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
       im.plain = std::make_unique<beast::tcp_stream>(im.ioc);
     }
     beast::tcp_stream& sock = im.lowest();
-    sock.expires_after(connect_limit);
+    sock.expires_at(connect_by);
     ec = im.Run([&](auto handler) { sock.async_connect(endpoints, std::move(handler)); },
-                connect_limit + std::chrono::seconds(5), [&] { sock.cancel(); });
+                connect_by + std::chrono::seconds(1), [&] { sock.cancel(); });
     if (ec) {
-      return Fail(HttpFailure::kNetwork,
-                  Error("{}: cannot connect to {}: {}", where, url_.Authority(), Describe(ec)));
+      return net_fail(
+          HttpFailure::kNetwork, ec,
+          fmt::format("{}: cannot connect to {}: {}", where, url_.Authority(), Describe(ec)));
     }
     error_code ignored;
     sock.socket().set_option(tcp::no_delay(true), ignored);
@@ -227,30 +443,36 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
         return Fail(HttpFailure::kRefused, Error("{}: cannot set TLS server name", where));
       }
       im.tls->set_verify_callback(ssl::host_name_verification(url_.host));
-      sock.expires_after(connect_limit);
+      sock.expires_at(connect_by);
       ec = im.Run(
-          [&](auto handler) { im.tls->async_handshake(ssl::stream_base::client, std::move(handler)); },
-          connect_limit + std::chrono::seconds(5), [&] { sock.cancel(); });
+          [&](auto handler) {
+            im.tls->async_handshake(ssl::stream_base::client, std::move(handler));
+          },
+          connect_by + std::chrono::seconds(1), [&] { sock.cancel(); });
       if (ec) {
         // A certificate that does not verify will not verify on a second try either.
         const bool cert = ec.category() == asio::error::get_ssl_category();
-        return Fail(cert ? HttpFailure::kRefused : HttpFailure::kNetwork,
-                    Error("{}: TLS handshake failed: {}{}", where, Describe(ec),
-                          cert ? " (use --ca FILE to trust a private certificate authority)"
-                               : ""));
+        return net_fail(cert ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
+                        fmt::format("{}: TLS handshake failed: {}{}", where, Describe(ec),
+                                    cert ? " (use --ca FILE to trust a private certificate "
+                                           "authority)"
+                                         : ""),
+                        cert ? StatusCode::kUnauthenticated : StatusCode::kUnavailable);
       }
     }
     im.connected_to = url_.Authority();
   }
 
+  const uint64_t want_last = rq.offset + rq.length - 1;
   http::request<http::empty_body> req{http::verb::get, url_.target, 11};
   req.set(http::field::host, url_.port == (url_.tls() ? 443 : 80) ? url_.host : url_.Authority());
   req.set(http::field::user_agent, kUserAgent);
   req.set(http::field::accept_encoding, "identity");
-  req.set(http::field::range, "bytes=" + std::to_string(offset) + "-" +
-                                  std::to_string(offset + length - 1));
+  req.set(http::field::range,
+          "bytes=" + std::to_string(rq.offset) + "-" + std::to_string(want_last));
+  if (!rq.if_range.empty()) req.set(http::field::if_range, rq.if_range);
   ++requests_;
-  im.lowest().expires_after(io_limit);
+  im.lowest().expires_at(deadline);
   error_code ec = im.Run(
       [&](auto handler) {
         if (im.tls) {
@@ -259,18 +481,18 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
           http::async_write(*im.plain, req, std::move(handler));
         }
       },
-      outer, [&] { im.lowest().cancel(); });
+      backstop, [&] { im.lowest().cancel(); });
   if (ec) {
-    return Fail(HttpFailure::kNetwork, Error("{}: sending the request failed: {}", where,
-                                             Describe(ec)));
+    return net_fail(HttpFailure::kNetwork, ec,
+                    fmt::format("{}: sending the request failed: {}", where, Describe(ec)));
   }
 
   // Beast reads at most the buffer's free capacity per call: a large one keeps system calls few.
   im.buffer.reserve(kBodyBuffer);
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  parser.header_limit(64 * 1024);
-  im.lowest().expires_after(io_limit);
+  parser.header_limit(kHeaderLimit);
+  im.lowest().expires_at(deadline);
   ec = im.Run(
       [&](auto handler) {
         if (im.tls) {
@@ -279,79 +501,36 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
           http::async_read_header(*im.plain, im.buffer, parser, std::move(handler));
         }
       },
-      outer, [&] { im.lowest().cancel(); });
+      backstop, [&] { im.lowest().cancel(); });
   if (ec) {
     // A reply that is not valid HTTP will not become valid on a second try.
-    const bool garbage = ec.category() == http::make_error_code(http::error::bad_version).category();
-    return Fail(garbage ? HttpFailure::kRefused : HttpFailure::kNetwork,
-                Error("{}: reading the response header failed: {}", where, Describe(ec)));
+    const bool garbage =
+        ec.category() == http::make_error_code(http::error::bad_version).category();
+    return net_fail(garbage ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
+                    fmt::format("{}: reading the response header failed: {}", where, Describe(ec)),
+                    garbage ? StatusCode::kInvalidInput : StatusCode::kUnavailable);
   }
-  const auto& head = parser.get();
-  const unsigned status = head.result_int();
-  reply->etag = std::string(head[http::field::etag]);
-  reply->last_modified = std::string(head[http::field::last_modified]);
-  if (status == 301 || status == 302 || status == 303 || status == 307 || status == 308) {
-    auto loc = head[http::field::location];
-    if (loc.empty()) {
-      return Fail(HttpFailure::kRefused,
-                  Error("{}: redirect {} without a Location header", where, status));
-    }
-    *redirect = std::string(loc);
+  const ResponseHead head = HeadOf(parser.get().base(), parser.content_length());
+  reply->etag = head.etag;
+  reply->last_modified = head.last_modified;
+  ReplyVerdict verdict = JudgeReply(head, rq, where);
+  if (verdict.failure != HttpFailure::kNone) return Fail(verdict.failure, verdict.status);
+  if (!verdict.redirect.empty()) {
+    *redirect = verdict.redirect;
     im.Close();
     return Status::Ok();
   }
-  if (status == 200) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: the server ignored the Range request (it answered 200 with the whole "
-                      "file instead of 206 with bytes {}-{}); kvasir fetch needs a server that "
-                      "honours HTTP Range requests",
-                      where, offset, offset + length - 1));
-  }
-  if (status == 416) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: bytes {}-{} are past the end of the file (416 Range Not Satisfiable, "
-                      "Content-Range: {}); the file on the server is shorter than expected",
-                      where, offset, offset + length - 1,
-                      std::string(head[http::field::content_range])));
-  }
-  if (status == 408 || status == 429 || status >= 500) {
-    return Fail(HttpFailure::kServerBusy,
-                Error("{}: server answered {} {}", where, status, std::string(head.reason())));
-  }
-  if (status != 206) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: server answered {} {}", where, status, std::string(head.reason())));
-  }
-  const std::string content_range(head[http::field::content_range]);
-  uint64_t first = 0, last = 0, total = 0;
-  if (!ParseContentRange(content_range, &first, &last, &total)) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: 206 reply with a missing or malformed Content-Range '{}' (asked for bytes "
-                      "{}-{}; multi-range replies are not supported)",
-                      where, content_range, offset, offset + length - 1));
-  }
-  const uint64_t want_last = offset + length - 1;
-  const bool clamped = clamp_at_eof && total != 0 && last == total - 1 && last < want_last;
-  if (first != offset || (last != want_last && !clamped)) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: asked for bytes {}-{}, the server sent '{}'", where, offset, want_last,
-                      content_range));
-  }
+  const uint64_t first = verdict.first, last = verdict.last;
   reply->first = first;
   reply->last = last;
-  reply->total_size = total;
+  reply->total_size = verdict.total;
   const uint64_t expect = last - first + 1;
-  if (auto cl = head.payload_size(); cl && *cl != expect) {
-    return Fail(HttpFailure::kRefused,
-                Error("{}: Content-Length {} does not match Content-Range '{}'", where, *cl,
-                      content_range));
-  }
 
   std::vector<uint8_t> buf(kBodyBuffer);
   while (!parser.is_done()) {
     parser.get().body().data = buf.data();
     parser.get().body().size = buf.size();
-    im.lowest().expires_after(io_limit);
+    im.lowest().expires_at(deadline);
     ec = im.Run(
         [&](auto handler) {
           if (im.tls) {
@@ -360,13 +539,13 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
             http::async_read_some(*im.plain, im.buffer, parser, std::move(handler));
           }
         },
-        outer, [&] { im.lowest().cancel(); });
+        backstop, [&] { im.lowest().cancel(); });
     if (ec == http::error::need_buffer) ec = {};
     const size_t n = buf.size() - parser.get().body().size;
     if (n > 0) {
       if (reply->received + n > expect) {
         return Fail(HttpFailure::kRefused,
-                    Error("{}: body longer than Content-Range '{}'", where, content_range));
+                    Error("{}: body longer than Content-Range '{}'", where, head.content_range));
       }
       if (Status s = sink(std::span<const uint8_t>(buf.data(), n)); !s.ok()) {
         return Fail(HttpFailure::kRefused, s);
@@ -376,15 +555,14 @@ Status HttpClient::RequestOnce(uint64_t offset, uint64_t length, bool clamp_at_e
     if (ec) {
       const bool cut = ec == http::error::partial_message || ec == http::error::end_of_stream ||
                        ec == asio::error::eof || ec == asio::error::connection_reset;
-      return Fail(cut ? HttpFailure::kTruncated : HttpFailure::kNetwork,
-                  Error("{}: body of bytes {}-{} ended after {} of {} bytes: {}", where, first,
-                        last, reply->received, expect, Describe(ec)));
+      return net_fail(cut ? HttpFailure::kTruncated : HttpFailure::kNetwork, ec,
+                      fmt::format("{}: body of bytes {}-{} ended after {} of {} bytes: {}", where,
+                                  first, last, reply->received, expect, Describe(ec)));
     }
   }
   if (reply->received != expect) {
-    return Fail(HttpFailure::kTruncated,
-                Error("{}: body of bytes {}-{} ended after {} of {} bytes", where, first, last,
-                      reply->received, expect));
+    return Fail(HttpFailure::kTruncated, Error("{}: body of bytes {}-{} ended after {} of {} bytes",
+                                               where, first, last, reply->received, expect));
   }
   if (!parser.keep_alive()) im.Close();
   return Status::Ok();

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "gguf/gguf_file.h"
+#include "net/http_client.h"
 #include "shard/slice.h"
 
 namespace kvasir {
@@ -37,27 +38,48 @@ constexpr int kStateVersion = 1;
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// Runs `attempt` until it succeeds, fails for good, or has failed `max_attempts` times, waiting
-// delay, 2*delay, ... (at most 8 s) between attempts.
-Status WithRetries(net::HttpClient& client, int max_attempts, int delay_ms,
+// Runs `attempt` until it succeeds, fails for good, or has been tried retry.retries + 1 times,
+// waiting delay, 2*delay, ... (at most 8 s) in between.
+Status WithRetries(net::HttpClient& client, const RetryPolicy& retry,
                    const std::function<Status()>& attempt, const std::atomic<bool>* abort) {
+  const int attempts = std::max(retry.retries, 0) + 1;
+  int delay_ms = retry.delay_ms;
   Status last;
   for (int i = 1;; ++i) {
     last = attempt();
-    if (last.ok() || !client.retryable() || i >= max_attempts) break;
+    if (last.ok() || !client.retryable() || i >= attempts) break;
     if (abort != nullptr && abort->load()) break;
-    KV_LOG_WARN("fetch: {} (attempt {} of {}; retrying in {:.1f} s)", last.message(), i,
-                max_attempts, delay_ms / 1000.0);
+    KV_LOG_WARN("fetch: {} (attempt {} of {}; retrying in {:.1f} s)", last.message(), i, attempts,
+                delay_ms / 1000.0);
     SleepMs(delay_ms);
     delay_ms = std::min(delay_ms * 2, 8000);
   }
   if (!last.ok() && client.retryable()) {
-    return last.WithContext(fmt::format("gave up after {} attempts", max_attempts));
+    return last.WithContext(
+        fmt::format("gave up after {} attempt{}", attempts, attempts == 1 ? "" : "s"));
   }
   return last;
+}
+
+// The validators of `reply` against those of the header read: equal, or an error saying the file
+// changed (a server that ignored If-Range, or a weak ETag that moved).
+Status SameFile(const RemoteHeader& rh, const net::RangeReply& reply) {
+  if (reply.total_size == rh.file_size && reply.etag == rh.etag &&
+      reply.last_modified == rh.last_modified) {
+    return Status::Ok();
+  }
+  std::string what;
+  auto add = [&](const char* name, const std::string& a, const std::string& b) {
+    if (a == b) return;
+    if (!what.empty()) what += ", ";
+    what += fmt::format("{} '{}' -> '{}'", name, a, b);
+  };
+  add("size", std::to_string(rh.file_size), std::to_string(reply.total_size));
+  add("ETag", rh.etag, reply.etag);
+  add("Last-Modified", rh.last_modified, reply.last_modified);
+  return Error("the file at {} changed during the download ({})", rh.url, what);
 }
 
 // One place in the output that bytes of the parent go to.
@@ -76,7 +98,8 @@ struct Piece {
 };
 
 std::vector<Piece> PlanPieces(std::vector<Segment> segs, uint64_t max_gap, uint64_t max_len) {
-  std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.src < b.src; });
+  std::sort(segs.begin(), segs.end(),
+            [](const Segment& a, const Segment& b) { return a.src < b.src; });
   std::vector<Piece> pieces;
   size_t i = 0;
   while (i < segs.size()) {
@@ -197,8 +220,8 @@ std::set<std::pair<uint64_t, uint64_t>> LoadState(const std::string& state_path,
   }
   for (const auto& [key, value] : identity.items()) {
     if (!j.contains(key) || j[key] != value) {
-      KV_LOG_WARN("fetch: {} is from a different download ({} differs); starting over",
-                  state_path, key);
+      KV_LOG_WARN("fetch: {} is from a different download ({} differs); starting over", state_path,
+                  key);
       return done;
     }
   }
@@ -208,7 +231,9 @@ std::set<std::pair<uint64_t, uint64_t>> LoadState(const std::string& state_path,
     return done;
   }
   try {
-    for (const auto& e : j.at("done")) done.insert({e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>()});
+    for (const auto& e : j.at("done")) {
+      done.insert({e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>()});
+    }
   } catch (const std::exception&) {
     KV_LOG_WARN("fetch: {} is malformed; starting over", state_path);
     done.clear();
@@ -233,7 +258,8 @@ Status CheckSha256(const GgufFile& file, const std::map<std::string, std::string
 
 }  // namespace
 
-Result<RemoteHeader> ReadRemoteHeader(const std::string& url_text, const net::HttpOptions& http) {
+Result<RemoteHeader> ReadRemoteHeader(const std::string& url_text, const net::HttpOptions& http,
+                                      const RetryPolicy& retry) {
   KV_ASSIGN_OR_RETURN(net::Url url, net::ParseUrl(url_text));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<net::HttpClient> client, net::HttpClient::Create(url, http));
   RemoteHeader rh;
@@ -242,11 +268,11 @@ Result<RemoteHeader> ReadRemoteHeader(const std::string& url_text, const net::Ht
     const uint64_t have = rh.bytes.size();
     net::RangeReply reply;
     Status s = WithRetries(
-        *client, 5, 500,
+        *client, retry,
         [&]() -> Status {
           rh.bytes.resize(have);
           return client->GetRange(
-              have, want - have, /*clamp_at_eof=*/true,
+              net::RangeRequest{have, want - have, /*clamp_at_eof=*/true, rh.if_range},
               [&](std::span<const uint8_t> b) {
                 rh.bytes.insert(rh.bytes.end(), b.begin(), b.end());
                 return Status::Ok();
@@ -260,10 +286,10 @@ Result<RemoteHeader> ReadRemoteHeader(const std::string& url_text, const net::Ht
       rh.file_size = reply.total_size;
       rh.etag = reply.etag;
       rh.last_modified = reply.last_modified;
+      rh.if_range = net::IfRangeValidator(reply.etag, reply.last_modified);
       rh.url = client->url().ToString();
-    } else if (reply.total_size != rh.file_size || reply.etag != rh.etag) {
-      return Error("{}: the file changed on the server while its header was being read",
-                   rh.url);
+    } else {
+      KV_RETURN_IF_ERROR(SameFile(rh, reply));
     }
     rh.requests = client->requests();
     uint64_t needed = 0;
@@ -294,7 +320,14 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   const std::string state_path = o.out_path + ".part.state";
 
   // 1. Header and tensor index.
-  KV_ASSIGN_OR_RETURN(RemoteHeader rh, ReadRemoteHeader(o.url, o.http));
+  KV_ASSIGN_OR_RETURN(RemoteHeader rh, ReadRemoteHeader(o.url, o.http, o.retry));
+  if (rh.if_range.empty() && o.sha256.empty()) {
+    KV_LOG_WARN(
+        "fetch: {} sends no strong ETag and no Last-Modified date, and there are no "
+        "digests: the download cannot be checked (a file replaced on the server during "
+        "it would go unnoticed)",
+        rh.url);
+  }
   KV_ASSIGN_OR_RETURN(GgufHeader header, ParseGgufHeader(rh.bytes, rh.file_size, rh.url));
   const uint64_t data_offset = header.data_offset;
   const uint32_t alignment = header.alignment;
@@ -320,7 +353,8 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   std::vector<Segment> segments;
   for (size_t i = 0; i < infos.size(); ++i) {
     const uint64_t end = out_header.size() + infos[i].offset + infos[i].n_bytes;
-    out_size = std::max<uint64_t>(out_size, out_header.size() + AlignUp(end - out_header.size(), alignment));
+    out_size = std::max<uint64_t>(out_size,
+                                  out_header.size() + AlignUp(end - out_header.size(), alignment));
     if (infos[i].n_bytes == 0) continue;
     segments.push_back({data_offset + plan.source[i].offset, out_header.size() + infos[i].offset,
                         infos[i].n_bytes});
@@ -351,6 +385,11 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   sum.downloaded_bytes = rh.bytes_read;
   sum.requests = 0;
   sum.out_bytes = out_size;
+  sum.digests = static_cast<int>(o.sha256.size());
+  if (!rh.if_range.empty()) {
+    sum.pinned_by = fmt::format("{} {}", net::IsStrongEtag(rh.if_range) ? "ETag" : "Last-Modified",
+                                rh.if_range);
+  }
 
   // 3. Resume what an earlier run left, or start a fresh part file.
   const std::string layout_sha = Sha256Hex(Sha256Of(out_header));
@@ -367,8 +406,8 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
     RemoveQuietly(part_path);
     RemoveQuietly(state_path);
   } else {
-    KV_LOG_INFO("fetch: resuming {}: {} of {} already on disk", part_path, HumanBytes(sum.resumed_bytes),
-                HumanBytes(sum.window_bytes));
+    KV_LOG_INFO("fetch: resuming {}: {} of {} already on disk", part_path,
+                HumanBytes(sum.resumed_bytes), HumanBytes(sum.window_bytes));
   }
   const int fd = ::open(part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Error("{}: cannot create: {}", part_path, std::strerror(errno));
@@ -386,13 +425,13 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
     return s;
   };
   if (::ftruncate(fd, static_cast<off_t>(out_size)) != 0) {
-    return fail_remove(Error("{}: cannot size to {} bytes: {}", part_path, out_size,
-                             std::strerror(errno)));
+    return fail_remove(
+        Error("{}: cannot size to {} bytes: {}", part_path, out_size, std::strerror(errno)));
   }
-  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(out_size)); e != 0 && e != EOPNOTSUPP &&
-                                                                         e != EINVAL) {
-    return fail_remove(Error("{}: cannot reserve {} for the slice: {}", part_path, HumanBytes(out_size),
-                             std::strerror(e)));
+  if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(out_size));
+      e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+    return fail_remove(Error("{}: cannot reserve {} for the slice: {}", part_path,
+                             HumanBytes(out_size), std::strerror(e)));
   }
   if (Status s = WriteAllAt(fd, out_header.data(), out_header.size(), 0, part_path); !s.ok()) {
     return fail_remove(s);
@@ -412,6 +451,7 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   std::atomic<uint64_t> requests{0};
   Status first_error;
   bool error_retryable = false;
+  bool file_changed = false;
   net::Url final_url;
   {
     auto u = net::ParseUrl(rh.url);
@@ -438,13 +478,13 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
       uint64_t got = 0;  // bytes of the piece received so far (kept across retries)
       size_t seg = 0;
       Status s = WithRetries(
-          client, o.max_attempts, o.retry_delay_ms,
+          client, o.retry,
           [&]() -> Status {
             if (abort.load()) return Error("stopped");
             net::RangeReply reply;
             const uint64_t start = p.src + got;
             Status r = client.GetRange(
-                start, p.len - got, false,
+                net::RangeRequest{start, p.len - got, false, rh.if_range},
                 [&](std::span<const uint8_t> b) -> Status {
                   // Scatter the bytes of parent range [src+got, +b.size()) into the segments.
                   uint64_t pos = p.src + got;
@@ -470,13 +510,12 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
                 },
                 &reply);
             if (!r.ok()) return r;
-            if (reply.total_size != rh.file_size || reply.etag != rh.etag ||
-                reply.last_modified != rh.last_modified) {
-              return Error("{}: the file changed on the server during the download (size {} -> "
-                           "{}, ETag '{}' -> '{}'); run the fetch again",
-                           rh.url, rh.file_size, reply.total_size, rh.etag, reply.etag);
+            Status same = SameFile(rh, reply);
+            if (!same.ok()) {
+              std::lock_guard<std::mutex> lock(mu);
+              file_changed = true;
             }
-            return Status::Ok();
+            return same;
           },
           &abort);
       if (!s.ok()) {
@@ -485,13 +524,15 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
           first_error = s;
           error_retryable = client.retryable();
         }
+        if (client.failure() == net::HttpFailure::kChanged) file_changed = true;
         abort = true;
         break;
       }
       std::lock_guard<std::mutex> lock(mu);
       done[i] = 1;
       ::fdatasync(fd);
-      if (Status st = SaveState(state_path, o.url, identity, pieces, done); !st.ok() && first_error.ok()) {
+      if (Status st = SaveState(state_path, o.url, identity, pieces, done);
+          !st.ok() && first_error.ok()) {
         first_error = st;
         abort = true;
       }
@@ -514,7 +555,8 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
       }
     });
   }
-  const int n_workers = static_cast<int>(std::min<size_t>(o.connections, std::max<size_t>(pieces.size(), 1)));
+  const int n_workers =
+      static_cast<int>(std::min<size_t>(o.connections, std::max<size_t>(pieces.size(), 1)));
   std::vector<std::thread> workers;
   for (int w = 0; w < n_workers; ++w) workers.emplace_back(worker);
   for (std::thread& t : workers) t.join();
@@ -525,20 +567,30 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
   report_cv.notify_all();
   if (reporter.joinable()) reporter.join();
   if (o.progress) {
-    o.progress({done_bytes.load(), sum.window_bytes, sum.resumed_bytes,
-                seconds_since(transfer_start)});
+    o.progress(
+        {done_bytes.load(), sum.window_bytes, sum.resumed_bytes, seconds_since(transfer_start)});
   }
   sum.downloaded_bytes += downloaded.load();
   sum.requests = rh.requests + requests.load();
 
   if (!first_error.ok()) {
+    if (file_changed) {
+      // Pieces of two versions of a file make no model: none of them can be kept.
+      return fail_remove(Status::Error(fmt::format("{}; the pieces fetched so far are unusable "
+                                                   "and were removed: run the fetch again",
+                                                   first_error.message()),
+                                       first_error.code()));
+    }
     const bool any_done = std::any_of(done.begin(), done.end(), [](char d) { return d != 0; });
     if (error_retryable && any_done) {
       uint64_t kept = 0;
       for (size_t i = 0; i < pieces.size(); ++i) kept += done[i] ? pieces[i].window_bytes : 0;
       if (summary != nullptr) *summary = sum;
-      return Error("{}; {} of {} are kept in {}: run the same command again to resume",
-                   first_error.message(), HumanBytes(kept), HumanBytes(sum.window_bytes), part_path);
+      return Status::Error(fmt::format("{}; {} of {} are kept in {}: run the same command again "
+                                       "to resume",
+                                       first_error.message(), HumanBytes(kept),
+                                       HumanBytes(sum.window_bytes), part_path),
+                           first_error.code());
     }
     return fail_remove(first_error);
   }
@@ -553,22 +605,41 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
     auto file = GgufFile::Open(part_path);
     if (!file.ok()) return fail_remove(file.status().WithContext("the fetched slice is invalid"));
     if (file->file_size() != out_size) {
-      return fail_remove(Error("{}: size {} differs from the planned {}", part_path,
-                               file->file_size(), out_size));
+      return fail_remove(
+          Error("{}: size {} differs from the planned {}", part_path, file->file_size(), out_size));
     }
     int verified = 0;
     if (Status s = CheckSha256(*file, o.sha256, rh.url, &verified); !s.ok()) return fail_remove(s);
     sum.verified_tensors = verified;
   }
   if (::rename(part_path.c_str(), o.out_path.c_str()) != 0) {
-    return fail_remove(Error("{}: cannot rename {} to it: {}", o.out_path, part_path,
-                             std::strerror(errno)));
+    return fail_remove(
+        Error("{}: cannot rename {} to it: {}", o.out_path, part_path, std::strerror(errno)));
   }
   RemoveQuietly(state_path);
   (void)SyncDirOf(o.out_path);
   sum.seconds = seconds_since(t0);
   if (summary != nullptr) *summary = sum;
   return Status::Ok();
+}
+
+std::string DescribeVerification(const FetchSummary& s) {
+  if (s.digests > 0) {
+    std::string out = fmt::format("verified: {} tensors SHA-256", s.verified_tensors);
+    if (s.verified_tensors < s.n_tensors) {
+      out += fmt::format(" ({} of {} tensors have no digest)", s.n_tensors - s.verified_tensors,
+                         s.n_tensors);
+    }
+    return out;
+  }
+  if (!s.pinned_by.empty()) {
+    return fmt::format(
+        "not verified: no digests (the download was pinned to one version of the "
+        "file by {})",
+        s.pinned_by);
+  }
+  return "not verified: no digests (and the server sent no strong ETag or Last-Modified date to "
+         "pin the file with: a file replaced during the download would go unnoticed)";
 }
 
 Status VerifySlice(const std::string& path, const std::string& model_id, int first, int last,

@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include "fake_http_server.h"
@@ -15,9 +18,9 @@
 namespace kvasir::net {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeHttpServer;
 using testing::FakeRequest;
+using ::testing::HasSubstr;
 
 std::string Pattern(size_t n) {
   std::string s(n, '\0');
@@ -29,7 +32,7 @@ std::string Pattern(size_t n) {
 HttpOptions FastOptions() {
   HttpOptions o;
   o.connect_timeout_ms = 2000;
-  o.io_timeout_ms = 2000;
+  o.request_timeout_ms = 2000;
   return o;
 }
 
@@ -115,13 +118,15 @@ TEST(HttpClientTest, RefusesTheWrongBytes) {
 
 TEST(HttpClientTest, RefusesMissingContentRangeAndGarbage) {
   FakeHttpServer no_range([&](const FakeRequest&) {
-    return std::string("HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
+    return std::string(
+        "HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
   });
   Got g = Get(no_range.Url("/m"), 0, 3);
   EXPECT_THAT(g.status.message(), HasSubstr("malformed Content-Range"));
   EXPECT_EQ(g.failure, HttpFailure::kRefused);
 
-  FakeHttpServer garbage([&](const FakeRequest&) { return std::string("SSH-2.0-OpenSSH\r\n\r\n"); });
+  FakeHttpServer garbage(
+      [&](const FakeRequest&) { return std::string("SSH-2.0-OpenSSH\r\n\r\n"); });
   g = Get(garbage.Url("/m"), 0, 3);
   EXPECT_THAT(g.status.message(), HasSubstr("reading the response header failed"));
   EXPECT_EQ(g.failure, HttpFailure::kRefused);
@@ -129,7 +134,8 @@ TEST(HttpClientTest, RefusesMissingContentRangeAndGarbage) {
 
 TEST(HttpClientTest, ClassifiesStatusCodes) {
   FakeHttpServer busy([&](const FakeRequest&) {
-    return std::string("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    return std::string(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   });
   Got g = Get(busy.Url("/m"), 0, 3);
   EXPECT_THAT(g.status.message(), HasSubstr("503"));
@@ -165,7 +171,8 @@ TEST(HttpClientTest, FollowsRedirectsButNotForever) {
   EXPECT_EQ(client->url().ToString(), target.Url("/real.gguf"));
 
   FakeHttpServer loop([&](const FakeRequest&) {
-    return std::string("HTTP/1.1 301 Moved\r\nLocation: /again\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    return std::string(
+        "HTTP/1.1 301 Moved\r\nLocation: /again\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   });
   Got g = Get(loop.Url("/m"), 0, 3);
   EXPECT_THAT(g.status.message(), HasSubstr("more than 5 redirects"));
@@ -185,10 +192,151 @@ TEST(HttpClientTest, NothingListeningIsANetworkError) {
 TEST(HttpClientTest, SilentServerTimesOut) {
   auto listener = ring::Listener::Bind("127.0.0.1", 0).value();  // accepts (backlog), never answers
   HttpOptions o = FastOptions();
-  o.io_timeout_ms = 300;
+  o.request_timeout_ms = 300;
   Got g = Get("http://127.0.0.1:" + std::to_string(listener.port()) + "/m", 0, 3, false, o);
   EXPECT_THAT(g.status.message(), HasSubstr("timed out"));
+  EXPECT_EQ(g.status.code(), StatusCode::kTimeout);
   EXPECT_EQ(g.failure, HttpFailure::kNetwork);
+}
+
+TEST(HttpClientTest, ValidatorsThatCanPinAFile) {
+  EXPECT_TRUE(IsStrongEtag("\"abc\""));
+  EXPECT_TRUE(IsStrongEtag("\"\""));
+  EXPECT_FALSE(IsStrongEtag("W/\"abc\""));
+  EXPECT_FALSE(IsStrongEtag("abc"));
+  EXPECT_FALSE(IsStrongEtag("\"a\"b\""));
+  EXPECT_FALSE(IsStrongEtag("\"a b\""));
+  EXPECT_FALSE(IsStrongEtag("\""));
+
+  EXPECT_EQ(ParseHttpDate("Thu, 01 Jan 1970 00:00:00 GMT"), 0);
+  EXPECT_EQ(ParseHttpDate("Sun, 06 Nov 1994 08:49:37 GMT"), 784111777);
+  EXPECT_EQ(ParseHttpDate("Thu, 29 Feb 2024 12:00:00 GMT"), 1709208000);
+  EXPECT_EQ(ParseHttpDate("Sat, 06 Nov 1994 08:49:37 GMT"), std::nullopt);   // wrong weekday
+  EXPECT_EQ(ParseHttpDate("Thu, 29 Feb 2023 12:00:00 GMT"), std::nullopt);   // not a leap year
+  EXPECT_EQ(ParseHttpDate("Sunday, 06-Nov-94 08:49:37 GMT"), std::nullopt);  // obsolete form
+  EXPECT_EQ(ParseHttpDate("Sun, 06 Nov 1994 08:49:37 UTC"), std::nullopt);
+  EXPECT_EQ(ParseHttpDate(""), std::nullopt);
+
+  const std::string date = "Mon, 01 Jan 2024 00:00:00 GMT";
+  EXPECT_EQ(IfRangeValidator("\"v1\"", date), "\"v1\"");
+  // A weak ETag cannot be used with If-Range: the date is, when there is one.
+  EXPECT_EQ(IfRangeValidator("W/\"v1\"", date), date);
+  EXPECT_EQ(IfRangeValidator("W/\"v1\"", ""), "");
+  EXPECT_EQ(IfRangeValidator("", "yesterday"), "");
+  EXPECT_EQ(IfRangeValidator("", ""), "");
+}
+
+TEST(HttpClientTest, ParsesAndJudgesResponseHeads) {
+  auto head = ParseResponseHead(
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 10-19/100\r\nContent-Length: 10\r\n"
+      "ETag: \"v1\"\r\nLast-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n");
+  ASSERT_TRUE(head.ok()) << head.status().message();
+  EXPECT_EQ(head->status, 206u);
+  EXPECT_EQ(head->etag, "\"v1\"");
+  EXPECT_EQ(head->content_length, 10u);
+  ReplyVerdict v = JudgeReply(*head, RangeRequest{10, 10, false, "\"v1\""}, "u");
+  EXPECT_EQ(v.failure, HttpFailure::kNone) << v.status.message();
+  EXPECT_EQ(v.first, 10u);
+  EXPECT_EQ(v.last, 19u);
+  EXPECT_EQ(v.total, 100u);
+  // The same range of another version (a server that does not implement If-Range).
+  v = JudgeReply(*head, RangeRequest{10, 10, false, "\"v0\""}, "u");
+  EXPECT_EQ(v.failure, HttpFailure::kChanged);
+  EXPECT_THAT(v.status.message(), HasSubstr("the file at u changed during the download"));
+  // A Content-Length that disagrees with Content-Range.
+  head->content_length = 11;
+  EXPECT_EQ(JudgeReply(*head, RangeRequest{10, 10, false, ""}, "u").failure, HttpFailure::kRefused);
+  // Impossible requests are refused, not trusted.
+  EXPECT_EQ(JudgeReply(*head, RangeRequest{~uint64_t{0}, 2, false, ""}, "u").failure,
+            HttpFailure::kRefused);
+
+  EXPECT_FALSE(ParseResponseHead("HTTP/1.1 206 Partial").ok());
+  EXPECT_FALSE(ParseResponseHead("SSH-2.0-OpenSSH\r\n\r\n").ok());
+  EXPECT_FALSE(
+      ParseResponseHead("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").ok());
+}
+
+TEST(HttpClientTest, IfRangePinsTheFileAndAChangedFileIsRefused) {
+  testing::FakeFile v1{Pattern(5000), "ETag: \"v1\"\r\n"};
+  testing::FakeFile v2{Pattern(5000), "ETag: \"v2\"\r\n"};
+  v2.bytes[20] ^= 1;
+  std::atomic<bool> changed{false};
+  std::mutex mu;
+  std::string if_range;
+  FakeHttpServer server([&](const FakeRequest& r) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if_range = r.Header("If-Range");
+    }
+    return FakeHttpServer::Serve(r, changed ? v2 : v1);
+  });
+  auto client = HttpClient::Create(ParseUrl(server.Url("/m")).value(), FastOptions()).value();
+  std::string body;
+  auto sink = [&](std::span<const uint8_t> b) {
+    body.append(reinterpret_cast<const char*>(b.data()), b.size());
+    return Status::Ok();
+  };
+  RangeReply reply;
+  Status s = client->GetRange(RangeRequest{10, 20, false, "\"v1\""}, sink, &reply);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(body, v1.bytes.substr(10, 20));
+  EXPECT_EQ(if_range, "\"v1\"");
+
+  changed = true;
+  body.clear();
+  s = client->GetRange(RangeRequest{10, 20, false, "\"v1\""}, sink, &reply);
+  EXPECT_THAT(s.message(), HasSubstr("the file at " + server.Url("/m") +
+                                     " changed during the download (it was ETag \"v1\", the "
+                                     "server now has ETag \"v2\""));
+  EXPECT_EQ(client->failure(), HttpFailure::kChanged);
+  EXPECT_FALSE(client->retryable());
+  EXPECT_EQ(body, "");  // not one byte of the other version reaches the sink
+
+  // Only a strong ETag or an HTTP date can go into If-Range.
+  s = client->GetRange(RangeRequest{10, 20, false, "W/\"v1\""}, sink, &reply);
+  EXPECT_THAT(s.message(), HasSubstr("neither a strong ETag nor an HTTP date"));
+}
+
+// 206 with a 100-byte body, then one body byte a second: each read makes progress, the request
+// as a whole does not.
+void Trickle(const FakeRequest&, FakeHttpServer::Conn& conn) {
+  if (!conn.Write("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-99/100\r\n"
+                  "Content-Length: 100\r\nConnection: close\r\n\r\n")) {
+    return;
+  }
+  for (int i = 0; i < 100 && conn.Write("x"); ++i) {
+    if (!conn.Pause(std::chrono::seconds(1))) return;
+  }
+}
+
+TEST(HttpClientTest, ATricklingServerFailsAtTheRequestDeadline) {
+  FakeHttpServer server{FakeHttpServer::Handler(Trickle)};
+  HttpOptions o = FastOptions();
+  o.request_timeout_ms = 1500;
+  const auto t0 = std::chrono::steady_clock::now();
+  Got g = Get(server.Url("/m"), 0, 100, false, o);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(g.status.code(), StatusCode::kTimeout) << g.status.message();
+  EXPECT_THAT(g.status.message(), HasSubstr("timed out"));
+  EXPECT_THAT(g.status.message(), HasSubstr("within 1.5 s"));
+  EXPECT_EQ(g.failure, HttpFailure::kNetwork);  // retryable
+  EXPECT_GE(seconds, 1.4);
+  EXPECT_LT(seconds, 1.5 + 3);
+  EXPECT_GE(g.reply.received, 1u);
+  EXPECT_LT(g.reply.received, 100u);
+
+  // A status line that trickles in is held to the same deadline.
+  FakeHttpServer slow_head{FakeHttpServer::Handler([](const FakeRequest&, FakeHttpServer::Conn& c) {
+    for (char ch : std::string("HTTP/1.1 206 Partial Content\r\n")) {
+      if (!c.Write(std::string(1, ch)) || !c.Pause(std::chrono::milliseconds(300))) return;
+    }
+  })};
+  const auto t1 = std::chrono::steady_clock::now();
+  g = Get(slow_head.Url("/m"), 0, 100, false, o);
+  EXPECT_EQ(g.status.code(), StatusCode::kTimeout) << g.status.message();
+  EXPECT_THAT(g.status.message(), HasSubstr("reading the response header failed: timed out"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 1.5 + 3);
 }
 
 class NginxClientTest : public ::testing::Test {
@@ -203,7 +351,8 @@ class NginxClientTest : public ::testing::Test {
 
 TEST_F(NginxClientTest, RangesOverHttpAndHttpsOnOneKeptAliveConnection) {
   KV_START_NGINX(nginx, (testing::Nginx::Options{dir_.path()}));
-  auto client = HttpClient::Create(ParseUrl(nginx->Url("/blob.bin")).value(), FastOptions()).value();
+  auto client =
+      HttpClient::Create(ParseUrl(nginx->Url("/blob.bin")).value(), FastOptions()).value();
   for (uint64_t off : {uint64_t{0}, uint64_t{1} << 20, uint64_t{3 << 20} - 10}) {
     std::string body;
     RangeReply reply;

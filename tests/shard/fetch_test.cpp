@@ -17,25 +17,26 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/sha256.h"
 #include "fake_http_server.h"
 #include "gguf/gguf_file.h"
+#include "kvasir_process.h"
 #include "model/model_id.h"
 #include "nginx_fixture.h"
 #include "ring_test_util.h"
 #include "shard/slice.h"
-#include "kvasir_process.h"
 #include "test_assets.h"
 #include "tiny_model.h"
 
 namespace kvasir {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::AssetPath;
+using ::testing::HasSubstr;
 using testing::Nginx;
 using testing::ReadFileToString;
 using testing::TempDir;
@@ -71,17 +72,18 @@ FetchOptions Options(const std::string& url, int first, int last, const std::str
   o.last = last;
   o.out_path = out;
   o.http.connect_timeout_ms = 3000;
-  o.http.io_timeout_ms = 3000;
-  o.retry_delay_ms = 20;
-  o.max_attempts = 3;
+  o.http.request_timeout_ms = 3000;
+  o.retry.delay_ms = 20;
+  o.retry.retries = 2;
   return o;
 }
 
 std::string Ratio(const FetchSummary& s) {
-  return fmt::format("{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests",
-                     s.n_tensors, s.window_bytes, s.file_bytes,
-                     100.0 * static_cast<double>(s.window_bytes) / static_cast<double>(s.file_bytes),
-                     s.downloaded_bytes, s.requests);
+  return fmt::format(
+      "{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests", s.n_tensors,
+      s.window_bytes, s.file_bytes,
+      100.0 * static_cast<double>(s.window_bytes) / static_cast<double>(s.file_bytes),
+      s.downloaded_bytes, s.requests);
 }
 
 class FetchTest : public ::testing::Test {
@@ -123,7 +125,8 @@ TempDir* FetchTest::served_ = nullptr;
 TEST_F(FetchTest, EveryOneLayerWindowOfStoriesIsTheLocalSlice) {
   KV_REQUIRE_ASSET(kStories);
   KV_START_NGINX(nginx, NginxOptions());
-  for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {0, 5}}) {
+  for (auto [first, last] :
+       std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {0, 5}}) {
     SCOPED_TRACE(fmt::format("layers {}:{}", first, last));
     const std::string out = out_.File("stage.gguf");
     FetchSummary sum;
@@ -201,7 +204,9 @@ TEST_F(FetchTest, ChecksumsFromTheManifestAreVerified) {
   ASSERT_TRUE(parent.ok());
   FetchOptions o = Options(nginx->Url("/synth.gguf"), 1, 2, out_.File("stage.gguf"));
   for (const auto& t : parent->tensors()) {
-    if (t.name.rfind("blk.1.", 0) == 0) o.sha256[t.name] = Sha256Hex(Sha256Of(parent->TensorData(t)));
+    if (t.name.rfind("blk.1.", 0) == 0) {
+      o.sha256[t.name] = Sha256Hex(Sha256Of(parent->TensorData(t)));
+    }
   }
   ASSERT_EQ(o.sha256.size(), 9u);
   o.expected_model_id = ModelIdHex(ComputeModelId(parent->header(), "synth").value());
@@ -236,9 +241,285 @@ TEST_F(FetchTest, BadRequestsAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("are not a window of the model's 4 layers"));
   s = FetchSlice(Options(nginx->Url("/missing.gguf"), 0, 1, out_.File("s.gguf")), nullptr);
   EXPECT_THAT(s.message(), HasSubstr("404"));
-  s = FetchSlice(Options(nginx->Url("/synth.gguf"), 0, 1, out_.File("no/such/dir/s.gguf")), nullptr);
+  s = FetchSlice(Options(nginx->Url("/synth.gguf"), 0, 1, out_.File("no/such/dir/s.gguf")),
+                 nullptr);
   EXPECT_THAT(s.message(), HasSubstr("does not exist"));
   EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+// A server whose file is replaced by a tampered copy of the same size right after the first
+// request (the header read): the validators of both versions are `v1` and `v2` (header lines),
+// and If-Range is honoured as RFC 9110 says. Records the If-Range of every request.
+class SwappingServer {
+ public:
+  SwappingServer(const std::string& bytes, std::string v1, std::string v2)
+      : v1_{bytes, std::move(v1)},
+        v2_{bytes, std::move(v2)},
+        server_([this](const testing::FakeRequest& r) {
+          const int n = n_++;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            if_ranges_.push_back(r.Header("If-Range"));
+          }
+          return testing::FakeHttpServer::Serve(r, n == 0 ? v1_ : v2_);
+        }) {
+    // Flip one byte in every 4 KiB past the first 64 KiB: the tensors change, the header does not.
+    for (size_t i = 64 << 10; i < v2_.bytes.size(); i += 4096) v2_.bytes[i] ^= 0x5a;
+  }
+  std::string Url() const { return server_.Url("/synth.gguf"); }
+  std::vector<std::string> if_ranges() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return if_ranges_;
+  }
+
+ private:
+  testing::FakeFile v1_, v2_;
+  std::atomic<int> n_{0};
+  std::mutex mu_;
+  std::vector<std::string> if_ranges_;
+  testing::FakeHttpServer server_;
+};
+
+constexpr const char* kDate1 = "Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\n";
+constexpr const char* kDate2 = "Last-Modified: Tue, 02 Jan 2024 00:00:00 GMT\r\n";
+
+TEST_F(FetchTest, ASameSizeSwapIsRefusedWhenThereIsALastModifiedDate) {
+  SwappingServer server(ReadFileToString(Served("synth.gguf")), kDate1, kDate2);
+  FetchSummary sum;
+  Status s = FetchSlice(Options(server.Url(), 1, 3, out_.File("stage.gguf")), &sum);
+  EXPECT_THAT(s.message(), HasSubstr("the file at " + server.Url() +
+                                     " changed during the download (it was Last-Modified Mon, 01 "
+                                     "Jan 2024 00:00:00 GMT, the server now has Last-Modified Tue, "
+                                     "02 Jan 2024 00:00:00 GMT"));
+  EXPECT_THAT(s.message(), HasSubstr("unusable and were removed"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidInput);
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+  const auto sent = server.if_ranges();
+  ASSERT_GE(sent.size(), 2u);
+  EXPECT_EQ(sent[0], "");  // the header read: nothing to pin yet
+  EXPECT_EQ(sent[1], "Mon, 01 Jan 2024 00:00:00 GMT");
+}
+
+TEST_F(FetchTest, ASameSizeSwapIsRefusedWhenThereIsAStrongEtag) {
+  SwappingServer server(ReadFileToString(Served("synth.gguf")),
+                        "ETag: \"v1\"\r\n" + std::string(kDate1),
+                        "ETag: \"v2\"\r\n" + std::string(kDate1));
+  Status s = FetchSlice(Options(server.Url(), 1, 3, out_.File("stage.gguf")), nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("changed during the download (it was ETag \"v1\", the server "
+                                     "now has ETag \"v2\""));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+  const auto sent = server.if_ranges();
+  ASSERT_GE(sent.size(), 2u);
+  EXPECT_EQ(sent[1], "\"v1\"");  // the ETag, not the (unchanged) date
+}
+
+TEST_F(FetchTest, AWeakEtagIsNotUsedForIfRangeButStillCompared) {
+  // Weak ETag and a date: the date pins the file.
+  {
+    SwappingServer server(ReadFileToString(Served("synth.gguf")),
+                          "ETag: W/\"v1\"\r\n" + std::string(kDate1),
+                          "ETag: W/\"v1\"\r\n" + std::string(kDate2));
+    Status s = FetchSlice(Options(server.Url(), 1, 3, out_.File("stage.gguf")), nullptr);
+    EXPECT_THAT(s.message(), HasSubstr("changed during the download (it was Last-Modified"));
+    const auto sent = server.if_ranges();
+    ASSERT_GE(sent.size(), 2u);
+    EXPECT_EQ(sent[1], "Mon, 01 Jan 2024 00:00:00 GMT");
+    EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+  }
+  // A weak ETag alone pins nothing (no If-Range is sent), but a reply with another one is refused.
+  {
+    SwappingServer server(ReadFileToString(Served("synth.gguf")), "ETag: W/\"v1\"\r\n",
+                          "ETag: W/\"v2\"\r\n");
+    Status s = FetchSlice(Options(server.Url(), 1, 3, out_.File("stage.gguf")), nullptr);
+    EXPECT_THAT(s.message(), HasSubstr("changed during the download (ETag 'W/\"v1\"' -> "
+                                       "'W/\"v2\"')"));
+    EXPECT_THAT(s.message(), HasSubstr("unusable and were removed"));
+    for (const std::string& v : server.if_ranges()) EXPECT_EQ(v, "");
+    EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+  }
+}
+
+using CliRun = testing::RunResult;
+
+// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
+CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
+  return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
+}
+
+TEST_F(FetchTest, WithoutValidatorsOrDigestsTheSummarySaysNotVerified) {
+  // Nothing can notice this swap: the fetch succeeds, and says that it is not verified.
+  SwappingServer server(ReadFileToString(Served("synth.gguf")), "", "");
+  TempDir cache;
+  const std::string out = out_.File("stage.gguf");
+  CliRun r = Kvasir({"fetch", "--url", server.Url(), "--layers", "1:3", "-o", out, "--json"},
+                    cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["verified"], false);
+  EXPECT_EQ(j["pinned_by"], "");
+  EXPECT_THAT(j["verification"].get<std::string>(),
+              ::testing::StartsWith("not verified: no digests"));
+  EXPECT_THAT(r.err, HasSubstr("cannot be checked"));
+  EXPECT_NE(ReadFileToString(out), SliceBytes(Served("synth.gguf"), 1, 3, out_));
+  for (const std::string& v : server.if_ranges()) EXPECT_EQ(v, "");
+  std::filesystem::remove(out);
+
+  r = Kvasir({"fetch", "--url", server.Url(), "--layers", "1:3", "-o", out}, cache.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("; not verified: no digests (and the server sent no strong ETag"));
+}
+
+TEST_F(FetchTest, TheSummarySaysWhatPinnedAndWhatVerified) {
+  KV_START_NGINX(nginx, NginxOptions());
+  FetchSummary sum;
+  FetchOptions o = Options(nginx->Url("/synth.gguf"), 3, 4, out_.File("stage.gguf"));
+  ASSERT_TRUE(FetchSlice(o, &sum).ok());
+  EXPECT_THAT(sum.pinned_by, ::testing::StartsWith("ETag \""));
+  EXPECT_THAT(DescribeVerification(sum),
+              ::testing::StartsWith("not verified: no digests (the download was pinned to one "
+                                    "version of the file by ETag"));
+  std::filesystem::remove(o.out_path);
+  auto parent = GgufFile::Open(Served("synth.gguf"));
+  for (const auto& t : parent->tensors()) {
+    if (t.name.rfind("blk.3.", 0) == 0) {
+      o.sha256[t.name] = Sha256Hex(Sha256Of(parent->TensorData(t)));
+    }
+  }
+  ASSERT_TRUE(FetchSlice(o, &sum).ok());
+  // The last window also holds output_norm and output, which have no digest here.
+  EXPECT_EQ(DescribeVerification(sum),
+            "verified: 9 tensors SHA-256 (2 of 11 tensors have no digest)");
+  std::filesystem::remove(o.out_path);
+  for (const char* name : {"output_norm.weight", "output.weight"}) {
+    if (const GgufTensorInfo* t = parent->FindTensor(name)) {
+      o.sha256[name] = Sha256Hex(Sha256Of(parent->TensorData(*t)));
+    }
+  }
+  ASSERT_TRUE(FetchSlice(o, &sum).ok());
+  EXPECT_EQ(DescribeVerification(sum), fmt::format("verified: {} tensors SHA-256", sum.n_tensors));
+}
+
+TEST_F(FetchTest, AFileReplacedOnNginxMidDownloadIsRefused) {
+  KV_START_NGINX(nginx, NginxOptions());
+  const std::string original = ReadFileToString(Served("synth.gguf"));
+  const std::string swap = Served("swap.gguf");
+  std::ofstream(swap, std::ios::binary) << original;
+  FetchOptions o = Options(nginx->Url("/slow/swap.gguf"), 0, 3, out_.File("stage.gguf"));
+  o.max_request_bytes = 512 << 10;
+  std::atomic<uint64_t> done{0};
+  o.progress = [&](const FetchProgress& p) { done = p.done_bytes; };
+  Status s;
+  std::thread fetch([&] { s = FetchSlice(o, nullptr); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done.load() < (1u << 20) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The same size, other bytes, a later modification time (so nginx's ETag changes too).
+  std::string tampered = original;
+  for (size_t i = 64 << 10; i < tampered.size(); i += 4096) tampered[i] ^= 0x5a;
+  std::ofstream(swap + ".new", std::ios::binary) << tampered;
+  std::filesystem::last_write_time(
+      swap + ".new", std::filesystem::last_write_time(swap) + std::chrono::seconds(100));
+  std::filesystem::rename(swap + ".new", swap);
+  fetch.join();
+  std::filesystem::remove(swap);
+  EXPECT_THAT(s.message(), HasSubstr("changed during the download (it was ETag"));
+  EXPECT_THAT(s.message(), HasSubstr("unusable and were removed"));
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+// 503 to everything: counts the attempts of the header read.
+TEST_F(FetchTest, RetriesNMeansNPlusOneAttempts) {
+  testing::FakeHttpServer busy([](const testing::FakeRequest&) {
+    return std::string(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  });
+  TempDir cache;
+  for (int retries : {0, 2}) {
+    const int before = busy.requests();
+    CliRun r = Kvasir({"fetch", "--url", busy.Url("/m.gguf"), "--layers", "0:1", "-o",
+                       out_.File("s.gguf"), "--retries", std::to_string(retries)},
+                      cache.path());
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(busy.requests() - before, retries + 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("gave up after {} attempt", retries + 1)));
+  }
+  // The same for a piece: the header read is answered, every tensor range is not.
+  const std::string file = ReadFileToString(Served("synth.gguf"));
+  testing::FakeHttpServer pieces_busy([&](const testing::FakeRequest& r) {
+    if (r.first == 0) return testing::FakeHttpServer::Partial(r, file);
+    return std::string(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  });
+  FetchOptions o = Options(pieces_busy.Url("/synth.gguf"), 1, 2, out_.File("s.gguf"));
+  o.connections = 1;
+  o.retry.retries = 2;
+  Status s = FetchSlice(o, nullptr);
+  EXPECT_THAT(s.message(), HasSubstr("gave up after 3 attempts"));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(pieces_busy.requests(), 1 + 3);
+  EXPECT_EQ(Leftovers(out_), std::vector<std::string>{});
+}
+
+// 206 and its head at once, then one body byte a second.
+void TrickleFile(const std::string& file, const testing::FakeRequest& r,
+                 testing::FakeHttpServer::Conn& conn) {
+  const std::string whole = testing::FakeHttpServer::Partial(r, file);
+  const size_t body = whole.find("\r\n\r\n") + 4;
+  if (!conn.Write(std::string_view(whole).substr(0, body))) return;
+  for (size_t i = body; i < whole.size(); ++i) {
+    if (!conn.Write(std::string_view(whole).substr(i, 1))) return;
+    if (!conn.Pause(std::chrono::seconds(1))) return;
+  }
+}
+
+TEST_F(FetchTest, TimeoutIsADeadlineForTheWholeRequest) {
+  const std::string file = ReadFileToString(Served("synth.gguf"));
+  testing::FakeHttpServer trickle{testing::FakeHttpServer::Handler(
+      [&](const testing::FakeRequest& r, testing::FakeHttpServer::Conn& c) {
+        TrickleFile(file, r, c);
+      })};
+  TempDir cache;
+  for (int retries : {0, 1}) {
+    SCOPED_TRACE(fmt::format("--retries {}", retries));
+    const int before = trickle.requests();
+    const auto t0 = std::chrono::steady_clock::now();
+    CliRun r = Kvasir({"fetch", "--url", trickle.Url("/synth.gguf"), "--layers", "0:1", "-o",
+                       out_.File("s.gguf"), "--timeout", "2", "--retries", std::to_string(retries)},
+                      cache.path());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 1);
+    EXPECT_THAT(r.err, HasSubstr("timed out"));
+    EXPECT_THAT(r.err, HasSubstr("within 2.0 s"));
+    EXPECT_EQ(trickle.requests() - before, retries + 1);
+    // Each attempt ends at its 2 s deadline; 0.5 s of backoff between attempts.
+    EXPECT_LT(seconds, (retries + 1) * 2 + retries * 0.5 + 3) << r.err;
+  }
+}
+
+TEST_F(FetchTest, AStalledRequestIsRetriedWithBackoff) {
+  const std::string file = ReadFileToString(Served("synth.gguf"));
+  std::atomic<int> n{0};
+  // The header read is answered; the first tensor range stalls after its head; the rest are fine.
+  testing::FakeHttpServer server{testing::FakeHttpServer::Handler(
+      [&](const testing::FakeRequest& r, testing::FakeHttpServer::Conn& c) {
+        if (n++ == 1) {
+          const std::string whole = testing::FakeHttpServer::Partial(r, file);
+          c.Write(std::string_view(whole).substr(0, whole.find("\r\n\r\n") + 4 + 1000));
+          c.Pause(std::chrono::seconds(60));
+          return;
+        }
+        c.Write(testing::FakeHttpServer::Partial(r, file));
+      })};
+  FetchOptions o = Options(server.Url("/synth.gguf"), 1, 2, out_.File("stage.gguf"));
+  o.connections = 1;
+  o.http.request_timeout_ms = 1000;
+  FetchSummary sum;
+  Status s = FetchSlice(o, &sum);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(ReadFileToString(o.out_path), SliceBytes(Served("synth.gguf"), 1, 2, out_));
+  EXPECT_GE(server.requests(), 3);
 }
 
 // Starts `kvasir fetch ARGS` in the background with output to files in `dir`.
@@ -305,8 +586,8 @@ TEST_F(FetchTest, SurvivesTheServerBeingKilledAndRestarted) {
   KV_START_NGINX(nginx, NginxOptions());
   const std::string out = out_.File("stage.gguf");
   FetchOptions o = Options(nginx->Url("/slow/synth.gguf"), 0, 2, out);
-  o.max_attempts = 8;
-  o.retry_delay_ms = 100;
+  o.retry.retries = 7;
+  o.retry.delay_ms = 100;
   o.max_request_bytes = 512 << 10;
   std::atomic<uint64_t> done{0};
   o.progress = [&](const FetchProgress& p) { done = p.done_bytes; };
@@ -348,7 +629,8 @@ TEST_F(FetchTest, VerifySliceChecksIdentityWindowAndDigests) {
   const std::string id = ModelIdHex(ComputeModelId(parent->header(), "synth").value());
   EXPECT_TRUE(VerifySlice(out, id, 3, 4, {}).ok());
   EXPECT_THAT(VerifySlice(out, id, 2, 4, {}).message(), HasSubstr("holds layers 3:4, not 2:4"));
-  EXPECT_THAT(VerifySlice(out, std::string(32, 'f'), 3, 4, {}).message(), HasSubstr("a slice of model"));
+  EXPECT_THAT(VerifySlice(out, std::string(32, 'f'), 3, 4, {}).message(),
+              HasSubstr("a slice of model"));
   EXPECT_THAT(VerifySlice(out, id, 3, 4, {{"blk.3.attn_q.weight", std::string(64, '0')}}).message(),
               HasSubstr("does not match"));
 }
@@ -360,9 +642,13 @@ class FetchingStage {
   FetchingStage(const std::string& url, const std::string& layers, uint16_t listen, uint16_t next,
                 const std::string& slice_dir, const std::string& log)
       : log_(log) {
-    args_ = {KVASIR_BINARY, "stage", "--fetch", url, "--layers", layers, "--slice-dir", slice_dir,
-             "--listen", fmt::format("127.0.0.1:{}", listen), "--next",
-             fmt::format("127.0.0.1:{}", next), "-t", "1"};
+    args_ = {KVASIR_BINARY, "stage",
+             "--fetch",     url,
+             "--layers",    layers,
+             "--slice-dir", slice_dir,
+             "--listen",    fmt::format("127.0.0.1:{}", listen),
+             "--next",      fmt::format("127.0.0.1:{}", next),
+             "-t",          "1"};
     std::vector<char*> argv;
     for (auto& a : args_) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -393,7 +679,8 @@ TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   SamplingParams greedy;
   greedy.temperature = 0;
   const std::string prompt = "Once upon a time";
-  const testing::Generation local = testing::GenerateLocally(AssetPath(kStories), prompt, greedy, 24);
+  const testing::Generation local =
+      testing::GenerateLocally(AssetPath(kStories), prompt, greedy, 24);
   const std::vector<std::string> windows = {"0:2", "2:4", "4:5"};
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "fetching" : "reusing");
@@ -416,13 +703,6 @@ TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   EXPECT_TRUE(std::filesystem::exists(slices.File("stories260K.layers-2-4.gguf")));
 }
 
-using CliRun = testing::RunResult;
-
-// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
-CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
-  return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
-}
-
 // plan -m URL reads only the header; plan -m FILE --url URL adds the hashes; `run --manifest`
 // with a URL model starts stages that fetch (and verify) their own windows.
 TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
@@ -437,8 +717,9 @@ TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
     {"name": "b", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}},
     {"name": "c", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}}]})";
 
-  CliRun r = Kvasir({"plan", "-m", url, "--devices", devices, "--ctx", "256", "-o",
-                     work.File("url.json")}, cache.path());
+  CliRun r =
+      Kvasir({"plan", "-m", url, "--devices", devices, "--ctx", "256", "-o", work.File("url.json")},
+             cache.path());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("tensor hashes left out"));
   auto from_url = nlohmann::json::parse(ReadFileToString(work.File("url.json")));
@@ -447,7 +728,8 @@ TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
   EXPECT_FALSE(from_url["ranks"][0]["tensors"][0].contains("sha256"));
 
   r = Kvasir({"plan", "-m", AssetPath(kStories), "--url", url, "--devices", devices, "--ctx", "256",
-              "-o", work.File("m.json")}, cache.path());
+              "-o", work.File("m.json")},
+             cache.path());
   ASSERT_EQ(r.code, 0) << r.err;
   auto manifest = nlohmann::json::parse(ReadFileToString(work.File("m.json")));
   EXPECT_EQ(manifest["model"], url);
@@ -455,32 +737,37 @@ TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
   EXPECT_TRUE(manifest["ranks"][2]["tensors"][0].contains("sha256"));
 
   r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
-              "--temp", "0", "-t", "1", "--stage-log-level", "info"}, cache.path());
+              "--temp", "0", "-t", "1", "--stage-log-level", "info"},
+             cache.path());
   ASSERT_EQ(r.code, 0) << r.err;
   SamplingParams greedy;
   greedy.temperature = 0;
-  EXPECT_EQ(r.out, testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
-  EXPECT_THAT(r.err, HasSubstr("SHA-256 verified"));
+  EXPECT_EQ(r.out,
+            testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
+  EXPECT_THAT(r.err, HasSubstr("verified: "));
+  EXPECT_THAT(r.err, HasSubstr("tensors SHA-256"));
   for (const auto& rank : manifest["ranks"]) {
-    const std::string slice = cache.File(fmt::format("stories260K.layers-{}-{}.gguf",
-                                                     rank["layers"][0].get<int>(),
-                                                     rank["layers"][1].get<int>()));
+    const std::string slice =
+        cache.File(fmt::format("stories260K.layers-{}-{}.gguf", rank["layers"][0].get<int>(),
+                               rank["layers"][1].get<int>()));
     EXPECT_TRUE(std::filesystem::exists(slice)) << slice;
   }
 
   // A corrupted slice in the cache is not trusted: its digest differs, so it is fetched again.
-  const std::string first = cache.File(fmt::format("stories260K.layers-0-{}.gguf",
-                                                   manifest["ranks"][0]["layers"][1].get<int>()));
+  const std::string first = cache.File(
+      fmt::format("stories260K.layers-0-{}.gguf", manifest["ranks"][0]["layers"][1].get<int>()));
   {
     std::fstream f(first, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-100, std::ios::end);
     f.write("corrupt", 7);
   }
   r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
-              "--temp", "0", "-t", "1", "--stage-log-level", "info"}, cache.path());
+              "--temp", "0", "-t", "1", "--stage-log-level", "info"},
+             cache.path());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("not reusing"));
-  EXPECT_EQ(r.out, testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
+  EXPECT_EQ(r.out,
+            testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
 }
 
 TEST_F(FetchTest, CommandLine) {
@@ -488,8 +775,9 @@ TEST_F(FetchTest, CommandLine) {
   KV_START_NGINX(nginx, NginxOptions());
   TempDir cache;
   const std::string out = out_.File("s.gguf");
-  CliRun r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "2:3", "-o", out,
-                     "--json"}, cache.path());
+  CliRun r = Kvasir(
+      {"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "2:3", "-o", out, "--json"},
+      cache.path());
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["n_tensors"], 9);
@@ -513,12 +801,14 @@ TEST_F(FetchTest, CommandLine) {
   r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "-o", out}, cache.path());
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--layers"));
-  r = Kvasir({"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "0:1", "-o", out, "-j",
-              "0"}, cache.path());
+  r = Kvasir(
+      {"fetch", "--url", nginx->Url("/stories260K.gguf"), "--layers", "0:1", "-o", out, "-j", "0"},
+      cache.path());
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--connections must be in 1..64"));
   r = Kvasir({"fetch", "--url", nginx->Url("/norange/stories260K.gguf"), "--layers", "0:1", "-o",
-              out_.File("n.gguf")}, cache.path());
+              out_.File("n.gguf")},
+             cache.path());
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("kvasir fetch: "));
   EXPECT_THAT(r.err, HasSubstr("ignored the Range request"));
