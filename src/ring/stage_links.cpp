@@ -482,7 +482,13 @@ void StageImpl::SendToClient(uint64_t client, const Message& m) {
   }
   // A client that does not read is closed by its link (bounded queue); the compute loop never
   // waits for a client.
-  if (link != nullptr && !link->Send(m).ok()) link->Close();
+  if (link == nullptr) return;
+  if (Status s = link->Send(m); !s.ok()) {
+    if (!link->closed() || s.code() == StatusCode::kTooLarge) {
+      KV_LOG_WARN("{}: dropped client {}: {}", options_.name, client, s.message());
+    }
+    link->Close();
+  }
 }
 
 }  // namespace kvasir::ring

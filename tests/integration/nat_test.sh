@@ -88,7 +88,8 @@ ip netns exec "$pub" "$bin" relay --listen 10.77.0.1:8443 --tls-cert "$work/cert
   --secret-file "$work/secret" 2>"$work/relay.log" &
 pids+=($!)
 relay="wss://10.77.0.1:8443/edge"
-common=(-t 1 -c 256 --relay-secret-file "$work/secret" --ca "$work/cert.pem" --log-level info)
+export XDG_STATE_HOME="$work/state"  # node keys of the stages, created on first use
+common=(-t 1 -c 256 --ring-secret-file "$work/secret" --ca "$work/cert.pem" --log-level info)
 ip netns exec "$pub" "$bin" stage -m "$model" --layers 0:2 --listen 10.77.0.1:7000 --next-via "$relay/nat-$tag-01" \
   --name head "${common[@]}" 2>"$work/stage0.log" &
 pids+=($!)
@@ -115,7 +116,7 @@ in_phone timeout 3 bash -c 'exec 3<>/dev/tcp/10.77.0.1/8443' || fail "the phone 
 
 want=$("$bin" generate -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 2>/dev/null) ||
   fail "single-process generate failed"
-got=$(in_pub "$bin" generate --ring 10.77.0.1:7000 -p "Once upon a time" -n 24 --temp 0 2>"$work/client.log")
+got=$(in_pub "$bin" generate --ring 10.77.0.1:7000 --ring-secret-file "$work/secret" -p "Once upon a time" -n 24 --temp 0 2>"$work/client.log")
 status=$?
 if [ $status -ne 0 ] || [ "$got" != "$want" ]; then
   echo "--- want: $want"

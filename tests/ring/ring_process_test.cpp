@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model/arch/registry.h"
+#include "ring/sampling_wire.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
 #include "tiny_model.h"
@@ -101,8 +102,7 @@ TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
   // Kill the middle stage after the fifth token of a long generation.
   ring::GenerateMsg req;
   req.prompt = "Once upon a time";
-  req.sampling.max_tokens = 1500;
-  req.sampling.flags = wire::kSamplingIgnoreEog;
+  req.sampling = ring::SamplingToWire(Greedy(), 1500, /*ignore_eog=*/true);
   int seen = 0;
   auto r = (*client)->Generate(req, [&](const ring::TokenMsg&) {
     if (++seen == 5) stages[1]->Kill(SIGKILL);

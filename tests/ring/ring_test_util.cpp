@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
@@ -10,6 +14,23 @@
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::testing {
+
+std::vector<std::string> StageTrustArgs(const std::string& name) {
+  static const std::string dir = [] {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "kvasir-trust-XXXXXX").string();
+    const char* made = mkdtemp(tmpl.data());
+    EXPECT_NE(made, nullptr);
+    const std::string secret = tmpl + "/ring.secret";
+    std::FILE* f = std::fopen(secret.c_str(), "w");
+    EXPECT_NE(f, nullptr);
+    std::fputs(kTestRingSecret.c_str(), f);
+    std::fclose(f);
+    chmod(secret.c_str(), 0600);
+    return tmpl;
+  }();
+  return {"--ring-secret-file", dir + "/ring.secret", "--key", dir + "/" + name + ".key"};
+}
 
 std::vector<uint16_t> ReservePorts(int n) {
   std::vector<ring::Listener> held;

@@ -17,6 +17,11 @@ namespace kvasir::testing {
 // The ring secret of LocalRing (and of clients that talk to it).
 inline const std::string kTestRingSecret = "local-ring-test-secret-0123456789";
 
+// Flags for a `kvasir stage` process of a test ring: --ring-secret-file (kTestRingSecret, in a
+// private file made once per test process) and --key (a node key file for `name`, created by the
+// stage on first use in the same directory).
+std::vector<std::string> StageTrustArgs(const std::string& name);
+
 // Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread, each with a fresh node
 // key, authenticated by kTestRingSecret. `configure(i, options)` may change stage i's options.
 class LocalRing {

@@ -649,6 +649,7 @@ class FetchingStage {
              "--listen",    fmt::format("127.0.0.1:{}", listen),
              "--next",      fmt::format("127.0.0.1:{}", next),
              "-t",          "1"};
+    for (const std::string& a : testing::StageTrustArgs(layers)) args_.push_back(a);
     std::vector<char*> argv;
     for (auto& a : args_) argv.push_back(a.data());
     argv.push_back(nullptr);
