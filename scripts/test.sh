@@ -9,7 +9,8 @@ cmake --preset release
 cmake --build --preset release -j "$(nproc)"
 
 # Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 30).
-for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz url_fuzz; do
+for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz url_fuzz relay_hello_fuzz \
+  relay_request_fuzz; do
   ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-30}"
 done
 
