@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 cmake --preset release
 cmake --build --preset release -j "$(nproc)"
 
-# Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 30).
-for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz url_fuzz http_response_fuzz; do
-  ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-30}"
+# Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 20).
+for target in gguf_reader_fuzz tokenizer_fuzz frame_decoder_fuzz url_fuzz http_response_fuzz \
+  relay_hello_fuzz relay_request_fuzz handshake_fuzz; do
+  ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-20}"
 done
 
 ctest --preset release -j "$(nproc)"

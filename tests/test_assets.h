@@ -50,7 +50,32 @@ class TempDir {
   std::string path_;
 };
 
+// Writes a self-signed P-256 certificate (`cert`) and its key (`key`), PEM, valid for two days, for
+// `alt_names` (e.g. "IP:127.0.0.1" or "IP:127.0.0.1,DNS:localhost"), with the openssl command.
+// Returns "" on success, else why not (openssl's own words included).
+inline std::string MakeTestCertificate(const std::string& cert, const std::string& key,
+                                       const std::string& alt_names) {
+  const std::string log = key + ".openssl.log";
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+      "-subj /CN=127.0.0.1 -addext subjectAltName=" +
+      alt_names + " -keyout " + key + " -out " + cert + " >" + log + " 2>&1";
+  if (std::system(cmd.c_str()) == 0) return "";
+  return "openssl cannot make a test certificate: " + ReadFileToString(log);
+}
+
 }  // namespace kvasir::testing
+
+// Skips the test with `why`, or fails it under KVASIR_REQUIRE_ASSETS=1 (CI), where everything a
+// test needs must be there: a missing tool must not pass as a skip.
+#define KV_SKIP_OR_FAIL(why)                                                     \
+  do {                                                                           \
+    if (::kvasir::testing::AssetsRequired()) {                                   \
+      FAIL() << (why) << " (KVASIR_REQUIRE_ASSETS=1: this must not be skipped)"; \
+    } else {                                                                     \
+      GTEST_SKIP() << (why);                                                     \
+    }                                                                            \
+  } while (0)
 
 // Skips (or fails under KVASIR_REQUIRE_ASSETS=1) when the asset `rel` is missing.
 #define KV_REQUIRE_ASSET(rel)                                                              \

@@ -54,6 +54,42 @@ std::string EdgeHello(std::span<const uint8_t> secret, std::string_view edge_id,
   return hello;
 }
 
+Result<std::string> ParseEdgePath(std::string_view target) {
+  constexpr std::string_view kPrefix = "/edge/";
+  if (target.substr(0, kPrefix.size()) != kPrefix) {
+    return Error("{}: a relay edge has the path /edge/<edge-id>", target);
+  }
+  const std::string_view id = target.substr(kPrefix.size());
+  if (!ValidEdgeId(id)) {
+    return Error("{}: '{}' is not an edge id (1 to {} characters from A-Z a-z 0-9 . _ -)", target,
+                 id, kMaxEdgeIdChars);
+  }
+  return std::string(id);
+}
+
+Result<Role> CheckEdgeHello(std::span<const uint8_t> secret, std::string_view edge_id,
+                            std::span<const uint8_t> message, bool binary) {
+  if (!binary) return Error("bad preamble: a text first message (it must be binary)");
+  if (message.size() != kHelloBytes) {
+    return Error("bad preamble: a first message of {} bytes (it must be {})", message.size(),
+                 kHelloBytes);
+  }
+  const uint8_t first = message[0];
+  if (first != static_cast<uint8_t>(Role::kPredecessorSide) &&
+      first != static_cast<uint8_t>(Role::kSuccessorSide)) {
+    return Error("bad preamble: role byte 0x{:02x} (0x01 or 0x02 expected)", first);
+  }
+  const Role role = static_cast<Role>(first);
+  if (!secret.empty()) {
+    const EdgeToken want = MakeEdgeToken(secret, edge_id, role);
+    if (!TokensEqual(want, message.subspan(1))) {
+      return Error(StatusCode::kUnauthenticated, "bad token for edge {} ({})", edge_id,
+                   RoleName(role));
+    }
+  }
+  return role;
+}
+
 Result<std::string> ReadSecretFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error("{}: cannot read the ring secret: {}", path, std::strerror(errno));

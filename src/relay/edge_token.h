@@ -34,6 +34,17 @@ bool TokensEqual(std::span<const uint8_t> a, std::span<const uint8_t> b);
 // The first message an end sends: role byte then token (a zero token when `secret` is empty).
 std::string EdgeHello(std::span<const uint8_t> secret, std::string_view edge_id, Role role);
 
+// The edge id of a request target "/edge/<id>". Errors name the target and the rule it breaks.
+Result<std::string> ParseEdgePath(std::string_view target);
+
+// Checks an end's first message on edge `edge_id` (binary or text as the WebSocket frame said):
+// it must be binary, exactly kHelloBytes long, start with a known role byte and, when `secret` is
+// not empty, carry MakeEdgeToken(secret, edge_id, role). Returns the role. Errors: kInvalidInput
+// ("bad preamble: ...") for the shape, kUnauthenticated ("bad token ...") for the token. Any bytes
+// are safe to pass; nothing here aborts.
+Result<Role> CheckEdgeHello(std::span<const uint8_t> secret, std::string_view edge_id,
+                            std::span<const uint8_t> message, bool binary);
+
 // Reads a ring secret file: its bytes minus one trailing newline; at least 16 bytes. Errors name the
 // file.
 Result<std::string> ReadSecretFile(const std::string& path);

@@ -3,6 +3,9 @@
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
 #include <utility>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,7 +16,9 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <list>
 #include <map>
 #include <thread>
@@ -21,6 +26,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "relay/edge_token.h"
+#include "relay/upgrade_request.h"
 #include "ring/transport.h"
 
 namespace kvasir::relay {
@@ -78,10 +84,23 @@ struct RelayServer::Impl : std::enable_shared_from_this<RelayServer::Impl> {
   };
   std::map<std::string, Slots> edges;     // by edge id
   std::map<std::string, int> pending;     // not-yet-paired connections by address
+  int pending_total = 0;                  // the sum of `pending`
   std::list<std::weak_ptr<EndBase>> ends;  // for Stop()
 
   std::atomic<uint64_t> connections{0}, refused{0}, edges_paired{0}, edges_active{0},
-      bytes_forwarded{0};
+      bytes_forwarded{0}, pending_now{0};
+
+  void CountPending(const std::string& address) {
+    ++pending[address];
+    ++pending_total;
+    pending_now = static_cast<uint64_t>(pending_total);
+  }
+  void UncountPending(const std::string& address) {
+    auto it = pending.find(address);
+    if (it != pending.end() && --it->second <= 0) pending.erase(it);
+    --pending_total;
+    pending_now = static_cast<uint64_t>(pending_total);
+  }
 
   std::span<const uint8_t> secret() const {
     return {reinterpret_cast<const uint8_t*>(o.secret.data()), o.secret.size()};
@@ -144,16 +163,11 @@ class End final : public EndBase {
     this->address = std::move(address);
     deadline_ = Clock::now() + std::chrono::milliseconds(srv_->o.hello_timeout_ms);
   }
-  ~End() override {
-    if (counted_) {
-      auto it = srv_->pending.find(address);
-      if (it != srv_->pending.end() && --it->second <= 0) srv_->pending.erase(it);
-    }
-  }
+  ~End() override { Uncount(); }
 
   void Run() {
     counted_ = true;
-    ++srv_->pending[address];
+    srv_->CountPending(address);
     if constexpr (kTls) {
       beast::get_lowest_layer(ws_).expires_at(deadline_);
       ws_.next_layer().async_handshake(
@@ -255,8 +269,7 @@ class End final : public EndBase {
   void Uncount() {
     if (!counted_) return;
     counted_ = false;
-    auto it = srv_->pending.find(address);
-    if (it != srv_->pending.end() && --it->second <= 0) srv_->pending.erase(it);
+    srv_->UncountPending(address);
   }
 
   // Before the WebSocket exists: drop without ceremony.
@@ -285,27 +298,25 @@ class End final : public EndBase {
   void ReadRequest() {
     beast::get_lowest_layer(ws_).expires_at(deadline_);
     parser_.emplace();
-    parser_->header_limit(8 * 1024);
+    parser_->header_limit(kMaxRequestHeaderBytes);
     parser_->body_limit(0);
-    http::async_read(ws_.next_layer(), buf_, *parser_, [self = Self()](error_code ec, size_t) {
-      self->OnRequest(ec);
-    });
+    // The request's own buffer, bounded: an unauthenticated peer holds at most this much.
+    http_buf_.emplace(kMaxRequestHeaderBytes + 1024);
+    http::async_read(ws_.next_layer(), *http_buf_, *parser_,
+                     [self = Self()](error_code ec, size_t) { self->OnRequest(ec); });
   }
 
   void OnRequest(error_code ec) {
-    if (ec) return Drop(fmt::format("no upgrade request: {}", ec == beast::error::timeout ? "timed out" : ec.message()));
+    http_buf_.reset();
+    if (ec) {
+      return Drop(fmt::format("no upgrade request: {}",
+                              ec == beast::error::timeout ? "timed out" : ec.message()));
+    }
     auto req = parser_->release();
-    const std::string target(req.target());
-    constexpr std::string_view kPrefix = "/edge/";
-    const std::string id = target.rfind(kPrefix, 0) == 0 ? target.substr(kPrefix.size()) : "";
-    if (!ValidEdgeId(id)) {
-      return HttpRefuse(http::status::not_found,
-                        "no such path: use /edge/<id> with an id of 1-64 characters A-Z a-z 0-9 . _ -");
-    }
-    if (!websocket::is_upgrade(req)) {
-      return HttpRefuse(http::status::upgrade_required, "this is a WebSocket relay endpoint");
-    }
-    edge = id;
+    parser_.reset();
+    UpgradeVerdict verdict = JudgeUpgradeRequest(req);
+    if (!verdict.ok()) return HttpRefuse(verdict.refusal, verdict.why);
+    edge = std::move(verdict.edge_id);
     beast::get_lowest_layer(ws_).expires_never();
     websocket::stream_base::timeout t;
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
@@ -313,7 +324,9 @@ class End final : public EndBase {
     t.idle_timeout = std::chrono::milliseconds(srv_->o.idle_timeout_ms);
     t.keep_alive_pings = true;
     ws_.set_option(t);
-    ws_.read_message_max(srv_->o.max_message_bytes);
+    // Until its token passes, an end may send one message of the hello's size: a larger frame is
+    // refused on its header (close 1009), before any of its payload is buffered.
+    ws_.read_message_max(kHelloBytes);
     ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
       res.set(http::field::server, "kvasir-relay");
     }));
@@ -336,33 +349,33 @@ class End final : public EndBase {
     ws_.async_read(buf_, [self = Self()](error_code ec, size_t n) { self->OnHello(ec, n); });
   }
 
-  void OnHello(error_code ec, size_t n) {
+  void OnHello(error_code ec, size_t) {
     hello_done_ = true;
     timer_.cancel();
+    if (ec == websocket::error::message_too_big) {
+      // The stream has already sent close 1009 and dropped the connection.
+      ++srv_->refused;
+      KV_LOG_WARN("relay: {} on edge {}: bad preamble: a first message over {} bytes (closed 1009)",
+                  address, edge, kHelloBytes);
+      return Kill();
+    }
     if (ec) {
       if (!closing_) Drop(fmt::format("edge {}: no hello: {}", edge, ec.message()));
       return;
     }
-    const auto* p = static_cast<const uint8_t*>(buf_.data().data());
-    const bool ok_shape = ws_.got_binary() && n == kHelloBytes && buf_.size() == kHelloBytes &&
-                          (p[0] == static_cast<uint8_t>(Role::kPredecessorSide) ||
-                           p[0] == static_cast<uint8_t>(Role::kSuccessorSide));
-    if (!ok_shape) {
-      ++srv_->refused;
-      KV_LOG_WARN("relay: {} on edge {}: bad preamble (first message of {} bytes, first byte {})",
-                  address, edge, n, n > 0 ? static_cast<int>(p[0]) : -1);
-      return Shut(websocket::close_code::policy_error, "bad preamble");
-    }
-    role = static_cast<Role>(p[0]);
-    if (!srv_->o.secret.empty()) {
-      const EdgeToken want = MakeEdgeToken(srv_->secret(), edge, role);
-      if (!TokensEqual(want, std::span<const uint8_t>(p + 1, kTokenBytes))) {
-        ++srv_->refused;
-        KV_LOG_WARN("relay: {} on edge {} ({}): bad token", address, edge, RoleName(role));
-        return Shut(websocket::close_code::policy_error, "bad token");
-      }
-    }
+    const std::span<const uint8_t> message(static_cast<const uint8_t*>(buf_.data().data()),
+                                           buf_.size());
+    Result<Role> checked = CheckEdgeHello(srv_->secret(), edge, message, ws_.got_binary());
     buf_.consume(buf_.size());
+    if (!checked.ok()) {
+      ++srv_->refused;
+      KV_LOG_WARN("relay: {} on edge {}: {}", address, edge, checked.status().message());
+      const bool token = checked.status().code() == StatusCode::kUnauthenticated;
+      return Shut(websocket::close_code::policy_error, token ? "bad token" : "bad preamble");
+    }
+    role = *checked;
+    // Authenticated: from here on an end may send messages up to the relay's limit.
+    ws_.read_message_max(srv_->o.max_message_bytes);
     srv_->Register(shared_from_this());
   }
 
@@ -418,7 +431,8 @@ class End final : public EndBase {
   std::shared_ptr<Impl> srv_;
   websocket::stream<Next> ws_;
   asio::steady_timer timer_;
-  beast::flat_buffer buf_;
+  beast::flat_buffer buf_;                      // WebSocket messages
+  std::optional<beast::flat_buffer> http_buf_;  // the upgrade request, while it is read
   std::optional<http::request_parser<http::empty_body>> parser_;
   Clock::time_point deadline_;
   std::weak_ptr<EndBase> partner_;
@@ -440,10 +454,16 @@ void RelayServer::Impl::Launch(tcp::socket socket) {
   const std::string address = ec ? "?" : ep.address().to_string();
   ++connections;
   auto it = pending.find(address);
-  if (it != pending.end() && it->second >= o.max_pending_per_address) {
+  const bool address_full = it != pending.end() && it->second >= o.max_pending_per_address;
+  if (address_full || pending_total >= o.max_pending_total) {
     ++refused;
-    KV_LOG_WARN("relay: {}: more than {} connections not yet paired; refused", address,
-                o.max_pending_per_address);
+    if (address_full) {
+      KV_LOG_WARN("relay: {}: more than {} connections not yet paired; refused", address,
+                  o.max_pending_per_address);
+    } else {
+      KV_LOG_WARN("relay: {}: more than {} connections in all not yet paired; refused", address,
+                  o.max_pending_total);
+    }
     static const std::string kBusy =
         "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
     socket.non_blocking(true, ec);
@@ -498,6 +518,14 @@ Result<std::unique_ptr<RelayServer>> RelayServer::Start(const RelayOptions& o) {
   if (!o.secret.empty() && o.secret.size() < kMinSecretBytes) {
     return Error("the ring secret needs at least {} bytes", kMinSecretBytes);
   }
+  if (o.max_message_bytes < kHelloBytes) {
+    return Error("the largest message ({} bytes) must hold the edge hello ({} bytes)",
+                 o.max_message_bytes, kHelloBytes);
+  }
+  if (o.max_pending_per_address < 1 || o.max_pending_total < 1) {
+    return Error("the pending-connection limits must be at least 1 (got {} per address, {} in all)",
+                 o.max_pending_per_address, o.max_pending_total);
+  }
   if (!o.tls_cert.empty()) {
     impl->tls.emplace(ssl::context::tls_server);
     error_code ec;
@@ -509,21 +537,39 @@ Result<std::unique_ptr<RelayServer>> RelayServer::Start(const RelayOptions& o) {
     impl->tls->use_private_key_file(o.tls_key, ssl::context::pem, ec);
     if (ec) return Error("{}: cannot load the private key: {}", o.tls_key, ec.message());
   }
-  std::string host;
-  uint16_t port = 0;
-  KV_RETURN_IF_ERROR(ring::ParseHostPort(o.listen, &host, &port));
-  error_code ec;
-  const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  if (ec) return Error("--listen {}: '{}' is not an IP address", o.listen, host);
   impl->acceptor.emplace(impl->ioc);
   tcp::acceptor& acc = *impl->acceptor;
-  const tcp::endpoint ep(address, port);
-  acc.open(ep.protocol(), ec);
-  if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acc.bind(ep, ec);
-  if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Error("cannot listen on {}: {}", o.listen, ec.message());
-  impl->port = acc.local_endpoint().port();
+  error_code ec;
+  if (o.listen_fd >= 0) {
+    const int fd = ::dup(o.listen_fd);
+    if (fd < 0) return Error("listening socket {}: {}", o.listen_fd, std::strerror(errno));
+    sockaddr_storage sa{};
+    socklen_t len = sizeof(sa);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      ::close(fd);
+      return Error("listening socket {}: {}", o.listen_fd, std::strerror(errno));
+    }
+    acc.assign(sa.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return Error("listening socket {}: {}", o.listen_fd, ec.message());
+    }
+  } else {
+    std::string host;
+    uint16_t port = 0;
+    KV_RETURN_IF_ERROR(ring::ParseHostPort(o.listen, &host, &port));
+    const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+    if (ec) return Error("--listen {}: '{}' is not an IP address", o.listen, host);
+    const tcp::endpoint ep(address, port);
+    acc.open(ep.protocol(), ec);
+    if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acc.bind(ep, ec);
+    if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Error("cannot listen on {}: {}", o.listen, ec.message());
+  }
+  const auto local = acc.local_endpoint(ec);
+  if (ec) return Error("listening socket: {}", ec.message());
+  impl->port = local.port();
   impl->Accept();
   impl->thread = std::thread([impl] { impl->ioc.run(); });
   return std::unique_ptr<RelayServer>(new RelayServer(impl));
@@ -539,6 +585,7 @@ RelayStats RelayServer::stats() const {
   s.edges_paired = impl_->edges_paired.load();
   s.edges_active = impl_->edges_active.load();
   s.bytes_forwarded = impl_->bytes_forwarded.load();
+  s.pending = impl_->pending_now.load();
   return s;
 }
 

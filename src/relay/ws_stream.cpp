@@ -413,16 +413,9 @@ class WsStream final : public ring::Stream {
 
 Result<RelayEdgeUrl> ParseRelayEdgeUrl(const std::string& text) {
   KV_ASSIGN_OR_RETURN(net::Url url, net::ParseWebSocketUrl(text));
-  constexpr std::string_view kPrefix = "/edge/";
-  if (url.target.rfind(kPrefix, 0) != 0) {
-    return Error("{}: a relay edge URL has the path /edge/<edge-id>", text);
-  }
-  std::string id = url.target.substr(kPrefix.size());
-  if (!ValidEdgeId(id)) {
-    return Error("{}: '{}' is not an edge id (1 to {} characters from A-Z a-z 0-9 . _ -)", text,
-                 id, kMaxEdgeIdChars);
-  }
-  return RelayEdgeUrl{std::move(url), std::move(id)};
+  Result<std::string> id = ParseEdgePath(url.target);
+  if (!id.ok()) return id.status().WithContext(text);
+  return RelayEdgeUrl{std::move(url), std::move(id).value()};
 }
 
 Result<std::unique_ptr<ring::Stream>> DialRelayEdge(const std::string& url, Role role,

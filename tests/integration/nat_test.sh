@@ -5,22 +5,27 @@
 # shows that a direct connection into the phone fails, then runs a 3-stage ring of stories260K whose
 # phone stage has both links relayed over wss (the third link is direct TCP) and checks that it
 # generates exactly the single-process tokens.
-# Usage: nat_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) only where namespaces are not
-# permitted. Namespaces and processes are removed on every exit path.
+# Usage: nat_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) where namespaces are not permitted
+# (not root, or the kernel refuses one), and, unless KVASIR_REQUIRE_ASSETS=1 (CI), where the model,
+# iproute2 (ip) or nftables (nft) is missing: under KVASIR_REQUIRE_ASSETS=1 those fail the test, so
+# a CI image that lost them cannot pass it by skipping. Namespaces and processes are removed on
+# every exit path.
 set -uo pipefail
 bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
 assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
 model="$assets/models/stories260K.gguf"
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
+# Something the test needs is missing: a skip, or a failure where everything is required.
+missing() {
+  if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "$* (KVASIR_REQUIRE_ASSETS=1: required)"; fi
+  skip "$*"
+}
 
-if [ ! -f "$model" ]; then
-  if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "missing asset $model"; fi
-  skip "missing asset $model"
-fi
+[ -f "$model" ] || missing "missing asset $model"
+command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
+command -v nft >/dev/null || missing "nftables (nft) is not installed"
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
-command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
-command -v nft >/dev/null || skip "nftables (nft) is not installed"
 
 tag=$$
 pub=kv-pub-$tag

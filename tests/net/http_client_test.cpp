@@ -371,7 +371,7 @@ TEST_F(NginxClientTest, RangesOverHttpAndHttpsOnOneKeptAliveConnection) {
   }
   EXPECT_EQ(client->requests(), 3u);
 
-  if (nginx->TlsUrl("/").empty()) GTEST_SKIP() << "openssl could not make a test certificate";
+  if (nginx->TlsUrl("/").empty()) KV_SKIP_OR_FAIL(nginx->tls_why());
   HttpOptions tls = FastOptions();
   tls.ca_file = nginx->ca_file();
   Got g = Get(nginx->TlsUrl("/blob.bin"), 5, 1000, false, tls);

@@ -47,14 +47,17 @@ std::unique_ptr<Nginx> Nginx::Start(const Options& o, std::string* why) {
   n->error_log_ = n->dir_ + "/error.log";
   n->port_ = FreePort();
   std::string tls_server;
+  if (!o.tls) n->tls_why_ = "TLS is off (Nginx::Options::tls = false)";
   if (o.tls) {
     n->cert_ = n->dir_ + "/cert.pem";
     const std::string key = n->dir_ + "/key.pem";
-    const std::string cmd =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-        "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
-        key + " -out " + n->cert_ + " >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) == 0) {
+    n->tls_why_ = MakeTestCertificate(n->cert_, key, "IP:127.0.0.1,DNS:localhost");
+    if (!n->tls_why_.empty() && AssetsRequired()) {
+      // CI must run the https half too: no certificate is a failure, not a quiet http-only nginx.
+      *why = n->tls_why_ + " (KVASIR_REQUIRE_ASSETS=1: https is required)";
+      return nullptr;
+    }
+    if (n->tls_why_.empty()) {
       n->tls_port_ = FreePort();
       tls_server = "  server {\n    listen 127.0.0.1:" + std::to_string(n->tls_port_) +
                    " ssl;\n    ssl_certificate " + n->cert_ + ";\n    ssl_certificate_key " +

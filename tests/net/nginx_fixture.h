@@ -1,7 +1,8 @@
 // A real nginx (the Debian package) on loopback for fetch tests, run from a private config in a
 // temporary directory: `/` serves `root` with byte ranges, `/norange/` the same files with ranges
 // switched off (max_ranges 0), `/slow/` at a limited rate per connection; and, when openssl can
-// make a self-signed certificate, the same over https on a second port.
+// make a self-signed certificate, the same over https on a second port. Under
+// KVASIR_REQUIRE_ASSETS=1 a certificate openssl cannot make fails Start instead.
 #pragma once
 
 #include <sys/types.h>
@@ -26,8 +27,9 @@ class Nginx {
   ~Nginx();
 
   std::string Url(const std::string& path) const;
-  // https URL, "" when TLS is off; ca_file() is the certificate to trust.
+  // https URL, "" when TLS is off (then tls_why() says why); ca_file() is the certificate to trust.
   std::string TlsUrl(const std::string& path) const;
+  const std::string& tls_why() const { return tls_why_; }
   const std::string& ca_file() const { return cert_; }
   // Kills nginx at once (SIGKILL: open transfers are cut) / starts it again on the same ports.
   void Kill();
@@ -37,7 +39,7 @@ class Nginx {
  private:
   Nginx() = default;
   bool Launch(std::string* why);
-  std::string dir_, conf_, cert_, error_log_;
+  std::string dir_, conf_, cert_, error_log_, tls_why_;
   uint16_t port_ = 0, tls_port_ = 0;
   pid_t pid_ = -1;
 };

@@ -1,10 +1,13 @@
 // Rings whose links run through the relay: one link or every link relayed gives the tokens one
 // process gives, a ring survives the relay going away and coming back, and the CLI's relay flags
 // (`kvasir stage --pred-via/--next-via`, `kvasir run --relay`) work end to end.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,9 +42,30 @@ SamplingParams Greedy() {
   return p;
 }
 
-Result<std::unique_ptr<relay::RelayServer>> StartRelay(uint16_t port = 0) {
+// A listening socket on 127.0.0.1 (port 0), held by the test, so that a relay can stop and a new
+// one serve the same port without it ever being free for another process to take.
+class HeldPort {
+ public:
+  HeldPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 128), 0);
+  }
+  ~HeldPort() { ::close(fd_); }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// A relay on a free port, or serving `held` when given.
+Result<std::unique_ptr<relay::RelayServer>> StartRelay(const HeldPort* held = nullptr) {
   relay::RelayOptions o;
-  o.listen = fmt::format("127.0.0.1:{}", port);
+  o.listen = "127.0.0.1:0";
+  if (held != nullptr) o.listen_fd = held->fd();
   o.secret = std::string(kSecret);
   return relay::RelayServer::Start(o);
 }
@@ -57,8 +81,9 @@ ring::DialHook Hook(const std::string& url, relay::Role role) {
   };
 }
 
-// Three in-process stages of a model; link i (stage i -> stage i+1) goes through the relay on
-// `relay_port` when relayed[i], else over direct TCP.
+// In-process stages of a model; link i (stage i -> stage i+1) goes through the relay on
+// `relay_port` when relayed[i], else over direct TCP. Every stage binds port 0; a stage whose
+// successor is direct is created after it, to learn its port, so at least one link is relayed.
 class RelayedRing {
  public:
   static std::unique_ptr<RelayedRing> Start(const std::string& model, uint16_t relay_port,
@@ -69,14 +94,23 @@ class RelayedRing {
     if (!file.ok()) return nullptr;
     const int n_layer = LoadModelConfig(*file)->n_layer;
     auto ring = std::unique_ptr<RelayedRing>(new RelayedRing());
-    const std::vector<uint16_t> ports = testing::ReservePorts(n);
+    int start = -1;  // a stage whose successor link is relayed: it needs no port but its own
     for (int i = 0; i < n; ++i) {
+      if (relayed[i]) start = i;
+    }
+    EXPECT_GE(start, 0) << "a ring of direct links needs its ports known in advance";
+    if (start < 0) return nullptr;
+    std::vector<uint16_t> ports(n, 0);
+    std::vector<std::unique_ptr<ring::Stage>> stages(n);
+    // start, start-1, ..., start+1: each stage's successor exists before it does.
+    for (int k = 0; k < n; ++k) {
+      const int i = (start - k + n) % n;
       const int next = (i + 1) % n, prev = (i + n - 1) % n;
       ring::StageOptions o;
       o.model_path = model;
       o.first = i * n_layer / n;
       o.last = (i + 1) * n_layer / n;
-      o.listen = fmt::format("127.0.0.1:{}", ports[i]);
+      o.listen = "127.0.0.1:0";
       o.name = fmt::format("r{}", i);
       o.n_ctx = 256;
       o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
@@ -97,8 +131,10 @@ class RelayedRing {
       auto stage = ring::Stage::Create(o);
       EXPECT_TRUE(stage.ok()) << stage.status().message();
       if (!stage.ok()) return nullptr;
-      ring->stages_.push_back(std::move(stage).value());
+      ports[i] = (*stage)->port();
+      stages[i] = std::move(stage).value();
     }
+    ring->stages_ = std::move(stages);
     for (auto& s : ring->stages_) ring->threads_.emplace_back([st = s.get()] { (void)st->Run(); });
     ring->head_ = fmt::format("127.0.0.1:{}", ports[0]);
     return ring;
@@ -144,7 +180,8 @@ TEST(RelayRingTest, EveryLinkRelayedGivesTheTokensOfOneProcess) {
 TEST(RelayRingTest, TheRingRecoversWhenTheRelayComesBack) {
   KV_REQUIRE_ASSET(kStories);
   const std::string model = AssetPath(kStories);
-  auto relay = StartRelay();
+  HeldPort held;
+  auto relay = StartRelay(&held);
   ASSERT_TRUE(relay.ok()) << relay.status().message();
   const uint16_t port = (*relay)->port();
   auto ring = RelayedRing::Start(model, port, {true, true, true});
@@ -156,7 +193,7 @@ TEST(RelayRingTest, TheRingRecoversWhenTheRelayComesBack) {
   (*relay)->Stop();
   relay->reset();
   const auto t0 = Clock::now();
-  auto again = StartRelay(port);
+  auto again = StartRelay(&held);
   ASSERT_TRUE(again.ok()) << again.status().message();
   auto client = ring::RingClient::Connect(ring->head(), 5000, testing::kTestRingSecret);
   ASSERT_TRUE(client.ok()) << client.status().message();

@@ -1,9 +1,16 @@
 // The relay server against raw WebSocket clients: pairing and bridging, and every refusal of
 // docs/RELAY.md (wrong token, bad preamble, a taken role, an oversized message, a silent client, a
-// missing partner, too many pending connections, bad paths) without disturbing an established edge.
+// missing partner, too many pending connections, bad paths) without disturbing an established edge;
+// an unauthenticated peer cannot make the relay buffer a large message. Every wait is on an event
+// (a reply, a counter of the relay) with a generous deadline; nothing sleeps for a fixed time.
 #include "relay/relay_server.h"
 
 #include <utility>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -16,7 +23,10 @@
 #include <cstdlib>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "relay/edge_token.h"
@@ -33,6 +43,11 @@ namespace ssl = boost::asio::ssl;
 using tcp = boost::asio::ip::tcp;
 using boost::system::error_code;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using Clock = std::chrono::steady_clock;
+
+// Every wait below ends on its event; these deadlines only stop a broken relay from hanging a test.
+constexpr int kDeadlineMs = 10000;
 
 const std::string kSecret = "a ring secret of 32 bytes.......";
 
@@ -63,13 +78,13 @@ class Client {
   std::string Hello(const std::string& edge, Role role, const std::string& secret = kSecret) {
     return Send(EdgeHello(Bytes(secret), edge, role));
   }
-  std::string Send(const std::string& bytes, bool binary = true) {
+  std::string Send(const std::string& bytes, bool binary = true, int timeout_ms = kDeadlineMs) {
     ws_.binary(binary);
-    error_code ec = Run([&](auto h) { ws_.async_write(asio::buffer(bytes), h); });
+    error_code ec = Run([&](auto h) { ws_.async_write(asio::buffer(bytes), h); }, timeout_ms);
     return ec ? ec.message() : "";
   }
   // The next message, or "closed: <reason>" / "error: <text>".
-  std::string Read(int timeout_ms = 3000) {
+  std::string Read(int timeout_ms = kDeadlineMs) {
     beast::flat_buffer buf;
     error_code ec = Run([&](auto h) { ws_.async_read(buf, h); }, timeout_ms);
     if (ec == websocket::error::closed) return "closed: " + std::string(ws_.reason().reason.data(), ws_.reason().reason.size());
@@ -83,7 +98,7 @@ class Client {
 
  private:
   template <class Start>
-  error_code Run(Start&& start, int timeout_ms = 3000) {
+  error_code Run(Start&& start, int timeout_ms = kDeadlineMs) {
     error_code result = asio::error::timed_out;
     bool done = false;
     start([&](error_code ec, auto&&...) {
@@ -121,6 +136,132 @@ std::unique_ptr<RelayServer> StartRelay(const RelayOptions& o) {
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? std::move(r).value() : nullptr;
 }
+
+// Polls `done` until it holds or the deadline passes; returns whether it holds.
+bool WaitUntil(const std::function<bool()>& done, int deadline_ms = kDeadlineMs) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(deadline_ms);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// A TCP connection to the relay whose reads give up after kDeadlineMs.
+std::unique_ptr<tcp::iostream> Raw(uint16_t port) {
+  auto s = std::make_unique<tcp::iostream>();
+  s->expires_after(std::chrono::milliseconds(kDeadlineMs));
+  s->connect("127.0.0.1", std::to_string(port));
+  return s;
+}
+
+// This process's resident memory (VmRSS in /proc/self/status), in bytes.
+uint64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  return 0;
+}
+
+// A WebSocket client written with plain sockets, so it can send what a real client library never
+// would: a frame header announcing a huge message, then its payload, without holding it in memory.
+class RawWsClient {
+ public:
+  explicit RawWsClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timeval tv{kDeadlineMs / 1000, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  }
+  ~RawWsClient() { ::close(fd_); }
+
+  // Sends the upgrade request for `path` and reads the response head. Returns its status line.
+  std::string Upgrade(const std::string& path) {
+    if (!connected_) return "not connected";
+    const std::string req = "GET " + path +
+                            " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                            "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    if (!SendAll(req.data(), req.size())) return "send failed";
+    std::string head;
+    char c;
+    while (head.find("\r\n\r\n") == std::string::npos && head.size() < 4096) {
+      if (::recv(fd_, &c, 1, 0) != 1) break;
+      head.push_back(c);
+    }
+    return head.substr(0, head.find("\r\n"));
+  }
+  // A masked (all-zero mask) binary frame header announcing `len` payload bytes, then `len` zero
+  // bytes from one small buffer. Returns how many payload bytes went out before the relay stopped
+  // taking them.
+  uint64_t SendHugeMessage(uint64_t len) {
+    uint8_t h[14] = {0x82, 0x80 | 127};
+    for (int i = 0; i < 8; ++i) h[2 + i] = static_cast<uint8_t>(len >> (56 - 8 * i));
+    if (!SendAll(h, sizeof(h))) return 0;
+    static const std::string kZeros(256 * 1024, '\0');
+    uint64_t sent = 0;
+    while (sent < len) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeros.size(), len - sent));
+      if (!SendAll(kZeros.data(), n)) break;
+      sent += n;
+    }
+    return sent;
+  }
+  // Reads frames until a close frame; returns its code (0: the connection ended without one).
+  int ReadCloseCode() {
+    while (true) {
+      uint8_t h[2];
+      if (!RecvAll(h, 2)) return 0;
+      uint64_t len = h[1] & 0x7f;
+      if (len == 126 || len == 127) {
+        uint8_t ext[8];
+        const int n = len == 126 ? 2 : 8;
+        if (!RecvAll(ext, n)) return 0;
+        len = 0;
+        for (int i = 0; i < n; ++i) len = (len << 8) | ext[i];
+      }
+      std::string payload(static_cast<size_t>(std::min<uint64_t>(len, 1 << 20)), '\0');
+      if (len > payload.size() || !RecvAll(payload.data(), payload.size())) return 0;
+      if ((h[0] & 0x0f) == 0x8) {
+        return payload.size() >= 2
+                   ? (static_cast<uint8_t>(payload[0]) << 8) | static_cast<uint8_t>(payload[1])
+                   : 1005;
+      }
+    }
+  }
+
+ private:
+  bool SendAll(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t k = ::send(fd_, c, n, MSG_NOSIGNAL);
+      if (k <= 0) return false;
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+  bool RecvAll(void* p, size_t n) {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t k = ::recv(fd_, c, n, 0);
+      if (k <= 0) return false;
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+};
 
 // An edge of two connected ends, checked to carry messages both ways.
 struct Edge {
@@ -192,11 +333,18 @@ TEST(RelayServerTest, RefusalsLeaveTheEstablishedEdgeAlone) {
     EXPECT_EQ(d.Read(), "closed: bad token");
   }
   for (const std::string& bad : {std::string("\x07") + std::string(32, 'a'), std::string("\x01"),
-                                 std::string(100, '\x01')}) {  // bad preamble byte, bad length
+                                 std::string(32, '\x01')}) {  // bad preamble byte, short
     WsClient c;
     ASSERT_EQ(c.Connect(relay->port(), "/edge/other"), "");
     ASSERT_EQ(c.Send(bad), "");
     EXPECT_EQ(c.Read(), "closed: bad preamble");
+  }
+  {  // longer than a hello: refused on the frame header, with close 1009 (message too big)
+    WsClient c;
+    ASSERT_EQ(c.Connect(relay->port(), "/edge/other"), "");
+    (void)c.Send(std::string(100, '\x01'));
+    EXPECT_THAT(c.Read(), HasSubstr("closed"));
+    EXPECT_EQ(c.ws().reason().code, websocket::close_code::too_big);
   }
   {  // a text first message (valid UTF-8, else WebSocket itself refuses it)
     WsClient c;
@@ -211,14 +359,14 @@ TEST(RelayServerTest, RefusalsLeaveTheEstablishedEdgeAlone) {
     EXPECT_EQ(c.Read(), "closed: role taken");
   }
   {  // connects and says nothing: over TCP, and after the upgrade
-    tcp::iostream raw("127.0.0.1", std::to_string(relay->port()));
+    auto raw = Raw(relay->port());
     WsClient c;
     ASSERT_EQ(c.Connect(relay->port(), "/edge/quiet"), "");
-    const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_THAT(c.Read(2000), HasSubstr("error"));  // dropped after the hello timeout
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+    // Dropped by the relay after its hello timeout (400 ms), long before this read's deadline.
+    EXPECT_THAT(c.Read(), ::testing::AllOf(HasSubstr("error"), Not(HasSubstr("timed out"))));
     std::string line;
-    EXPECT_FALSE(std::getline(raw, line));  // the silent TCP client was dropped too
+    EXPECT_FALSE(std::getline(*raw, line));  // the silent TCP client was dropped too
+    EXPECT_NE(raw->error(), asio::error::timed_out);
   }
   live.ExpectWorks();
 
@@ -248,7 +396,8 @@ TEST(RelayServerTest, AnEndWithoutPartnerIsClosedAfterThePairTimeout) {
 TEST(RelayServerTest, BadPathsAndPlainHttpAreRefused) {
   auto relay = StartRelay(Fast());
   auto get = [&](const std::string& target, bool upgrade) {
-    tcp::iostream s("127.0.0.1", std::to_string(relay->port()));
+    auto raw = Raw(relay->port());
+    tcp::iostream& s = *raw;
     s << "GET " << target << " HTTP/1.1\r\nHost: x\r\n";
     if (upgrade) {
       s << "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
@@ -272,18 +421,108 @@ TEST(RelayServerTest, TooManyPendingConnectionsFromOneAddressAreRefused) {
   o.hello_timeout_ms = 3000;
   auto relay = StartRelay(o);
   std::vector<std::unique_ptr<tcp::iostream>> held;
-  for (int i = 0; i < 3; ++i) {
-    held.push_back(std::make_unique<tcp::iostream>("127.0.0.1", std::to_string(relay->port())));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  tcp::iostream extra("127.0.0.1", std::to_string(relay->port()));
+  for (int i = 0; i < 3; ++i) held.push_back(Raw(relay->port()));
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 3; }));
+  auto extra = Raw(relay->port());
   std::string status;
-  std::getline(extra, status);
+  std::getline(*extra, status);
   EXPECT_THAT(status, HasSubstr("503"));
   held.clear();  // once they go, connections are accepted again
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
   Edge e;
   e.Open(relay->port(), "after");
+}
+
+TEST(RelayServerTest, TooManyPendingConnectionsInAllAreRefused) {
+  RelayOptions o = Fast();
+  o.max_pending_per_address = 100;
+  o.max_pending_total = 4;
+  o.hello_timeout_ms = 5000;
+  auto relay = StartRelay(o);
+  // Pending covers every stage before pairing: TCP only, upgraded, and waiting for a partner.
+  std::vector<std::unique_ptr<tcp::iostream>> raw;
+  for (int i = 0; i < 2; ++i) raw.push_back(Raw(relay->port()));
+  WsClient upgraded, waiting;
+  ASSERT_EQ(upgraded.Connect(relay->port(), "/edge/a"), "");
+  ASSERT_EQ(waiting.Connect(relay->port(), "/edge/b"), "");
+  ASSERT_EQ(waiting.Hello("b", Role::kPredecessorSide), "");
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 4; }));
+  auto extra = Raw(relay->port());
+  std::string status;
+  std::getline(*extra, status);
+  EXPECT_THAT(status, HasSubstr("503"));
+  EXPECT_EQ(relay->stats().pending, 4u);
+  // A partner arriving pairs an edge and frees two places.
+  raw.clear();
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 2; }));
+  WsClient partner;
+  ASSERT_EQ(partner.Connect(relay->port(), "/edge/b"), "");
+  ASSERT_EQ(partner.Hello("b", Role::kSuccessorSide), "");
+  ASSERT_EQ(waiting.Send("x"), "");
+  EXPECT_EQ(partner.Read(), "x");
+  EXPECT_EQ(relay->stats().pending, 1u);  // only `upgraded` is left
+}
+
+// A first message larger than the hello is refused on its frame header: the relay never buffers
+// it, so sixteen such connections (the per-address limit) cost it almost nothing.
+TEST(RelayServerTest, AHugeFirstMessageIsRefusedBeforeItIsBuffered) {
+  RelayOptions o = Fast();
+  o.max_message_bytes = uint64_t{16} << 20;  // the default limit for paired edges
+  o.hello_timeout_ms = kDeadlineMs;
+  auto relay = StartRelay(o);
+  {  // warm up: allocations every connection makes once do not count below
+    Edge e;
+    e.Open(relay->port(), "warm");
+  }
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
+  const uint64_t before = ResidentBytes();
+  constexpr int kConnections = 16;
+  constexpr uint64_t kAnnounced = uint64_t{16} << 20;
+  std::vector<std::unique_ptr<RawWsClient>> clients;
+  for (int i = 0; i < kConnections; ++i) {
+    clients.push_back(std::make_unique<RawWsClient>(relay->port()));
+    ASSERT_THAT(clients.back()->Upgrade("/edge/huge" + std::to_string(i)), HasSubstr("101"));
+    // All of it goes out: the relay reads and discards what follows the refused header.
+    (void)clients.back()->SendHugeMessage(kAnnounced);
+    EXPECT_EQ(clients.back()->ReadCloseCode(), 1009) << "close 1009: message too big";
+  }
+  const uint64_t after = ResidentBytes();
+  const uint64_t grown = after > before ? after - before : 0;
+  std::printf("relay RSS %.1f MiB -> %.1f MiB after %d unauthenticated %.0f MiB first messages\n",
+              before / 1048576.0, after / 1048576.0, kConnections, kAnnounced / 1048576.0);
+  // Buffering them would take 16 x 16 MiB; what is left is a few KiB per connection.
+  EXPECT_LT(grown, uint64_t{8} << 20);
+  EXPECT_GE(relay->stats().refused, static_cast<uint64_t>(kConnections));
+  clients.clear();
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
+  // The limit rises once the token passes: a paired edge carries a message of 1 MiB.
+  Edge e;
+  e.Open(relay->port(), "after");
+  const std::string big(1 << 20, 'b');
+  ASSERT_EQ(e.pred.Send(big), "");
+  EXPECT_EQ(e.succ.Read(), big);
+}
+
+TEST(RelayServerTest, ASecondRelayServesTheSameHeldSocket) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);
+  RelayOptions o = Fast();
+  o.listen_fd = fd;
+  uint16_t port = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto relay = StartRelay(o);
+    ASSERT_NE(relay, nullptr);
+    if (round == 0) port = relay->port();
+    EXPECT_EQ(relay->port(), port);
+    Edge e;
+    e.Open(relay->port(), "held");
+  }
+  ::close(fd);
 }
 
 TEST(RelayServerTest, AStalledReceiverHoldsOnlyItsOwnEdge) {
@@ -291,34 +530,38 @@ TEST(RelayServerTest, AStalledReceiverHoldsOnlyItsOwnEdge) {
   Edge stalled;
   stalled.Open(relay->port(), "stalled");
   // The successor stops reading; its predecessor keeps writing until TCP flow control holds it.
+  // 64 MiB is far more than the socket buffers on the way can hold, so the flood must stall.
+  constexpr int kChunks = 128;
+  constexpr size_t kChunk = 512 * 1024;
+  std::atomic<int> sent{0};
   std::thread flood([&] {
-    const std::string chunk(512 * 1024, 'y');
-    for (int i = 0; i < 64; ++i) {
-      if (stalled.pred.Send(chunk) != "") break;
+    const std::string chunk(kChunk, 'y');
+    for (int i = 0; i < kChunks; ++i) {
+      if (stalled.pred.Send(chunk, true, 60000) != "") break;
+      ++sent;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const auto t0 = std::chrono::steady_clock::now();
+  // The relay is forwarding into the stalled receiver.
+  ASSERT_TRUE(WaitUntil([&] { return relay->stats().bytes_forwarded >= 2 * kChunk; }));
   Edge other;
   other.Open(relay->port(), "other");
   for (int i = 0; i < 20; ++i) other.ExpectWorks();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_LT(sent.load(), kChunks) << "the flood never stalled, so this showed nothing";
   // Drain the stalled edge so the flood can finish.
   stalled.succ.ws().read_message_max(0);
   int got = 0;
-  while (got < 64 && stalled.succ.Read(3000).size() == 512 * 1024) ++got;
+  while (got < kChunks && stalled.succ.Read().size() == kChunk) ++got;
   flood.join();
-  EXPECT_EQ(got, 64);
+  EXPECT_EQ(got, kChunks);
 }
 
 TEST(RelayServerTest, WssWithAVerifiedCertificate) {
   testing::TempDir dir;
   const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
-  const std::string cmd =
-      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-      "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
-      " >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl cannot make a test certificate";
+  if (const std::string why = testing::MakeTestCertificate(cert, key, "IP:127.0.0.1");
+      !why.empty()) {
+    KV_SKIP_OR_FAIL(why);
+  }
   RelayOptions o = Fast();
   o.tls_cert = cert;
   o.tls_key = key;
@@ -353,6 +596,12 @@ TEST(RelayServerTest, StartRefusesBadSettings) {
   o = Fast();
   o.secret = "short";
   EXPECT_THAT(RelayServer::Start(o).status().message(), HasSubstr("at least 16 bytes"));
+  o = Fast();
+  o.max_message_bytes = 32;
+  EXPECT_THAT(RelayServer::Start(o).status().message(), HasSubstr("must hold the edge hello"));
+  o = Fast();
+  o.max_pending_total = 0;
+  EXPECT_THAT(RelayServer::Start(o).status().message(), HasSubstr("at least 1"));
 }
 
 }  // namespace

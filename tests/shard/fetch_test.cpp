@@ -159,7 +159,7 @@ TEST_F(FetchTest, OneLayerWindowDownloadsAboutThatLayer) {
 
 TEST_F(FetchTest, HttpsWithAPrivateCa) {
   KV_START_NGINX(nginx, NginxOptions());
-  if (nginx->TlsUrl("/").empty()) GTEST_SKIP() << "openssl could not make a test certificate";
+  if (nginx->TlsUrl("/").empty()) KV_SKIP_OR_FAIL(nginx->tls_why());
   const std::string out = out_.File("stage.gguf");
   FetchOptions o = Options(nginx->TlsUrl("/synth.gguf"), 3, 4, out);
   o.http.ca_file = nginx->ca_file();
