@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# What an eavesdropper on the path sees. Two network namespaces joined by a veth pair: host "a"
+# runs the head and the last stage of a 3-stage stories260K ring, a relay (plain ws://, so that
+# the relay's own framing is visible and the operator's view is what is captured) and the client;
+# host "b" runs the middle stage, whose predecessor link goes through the relay and whose
+# successor link is direct TCP across the veth. tcpdump captures every interface of host "a"
+# while a generation runs. The capture must hold the traffic (the WebSocket upgrade is visible in
+# it) but neither the prompt nor any word of the generated text.
+# Usage: capture_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) without root or namespaces, and,
+# unless KVASIR_REQUIRE_ASSETS=1 (CI), without the model, ip or tcpdump.
+set -uo pipefail
+bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
+assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
+model="$assets/models/stories260K.gguf"
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+missing() {
+  if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "$* (KVASIR_REQUIRE_ASSETS=1: required)"; fi
+  skip "$*"
+}
+[ -f "$model" ] || missing "missing asset $model"
+command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
+command -v tcpdump >/dev/null || missing "tcpdump is not installed"
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+
+tag=$$
+na=kv-a-$tag
+nb=kv-b-$tag
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  ip netns del "$na" 2>/dev/null
+  ip netns del "$nb" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+ip netns add "$na" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
+ip netns add "$nb" || fail "cannot create the second namespace"
+ip link add "ca$tag" type veth peer name "cb$tag" || fail "cannot create a veth pair"
+ip link set "ca$tag" netns "$na"
+ip link set "cb$tag" netns "$nb"
+ip -n "$na" addr add 10.78.0.1/24 dev "ca$tag"
+ip -n "$nb" addr add 10.78.0.2/24 dev "cb$tag"
+for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
+ip -n "$na" link set "ca$tag" up
+ip -n "$nb" link set "cb$tag" up
+
+head -c 32 /dev/urandom >"$work/secret"
+export XDG_STATE_HOME="$work/state"
+common=(-t 1 -c 256 --ring-secret-file "$work/secret" --log-level info)
+ip netns exec "$na" tcpdump -i any -U -s 0 -w "$work/capture.pcap" 2>"$work/tcpdump.log" &
+pids+=($!)
+tcpdump_pid=$!
+for _ in $(seq 50); do grep -q "listening on" "$work/tcpdump.log" && break; sleep 0.1; done
+grep -q "listening on" "$work/tcpdump.log" || fail "tcpdump did not start: $(cat "$work/tcpdump.log")"
+
+relay="ws://10.78.0.1:8080/edge"
+ip netns exec "$na" "$bin" relay --listen 10.78.0.1:8080 --secret-file "$work/secret" \
+  2>"$work/relay.log" &
+pids+=($!)
+ip netns exec "$na" "$bin" stage -m "$model" --layers 0:2 --listen 10.78.0.1:7000 \
+  --next-via "$relay/cap-$tag-01" --name head "${common[@]}" 2>"$work/stage0.log" &
+pids+=($!)
+ip netns exec "$nb" "$bin" stage -m "$model" --layers 2:4 --listen 10.78.0.2:7001 \
+  --pred-via "$relay/cap-$tag-01" --next 10.78.0.1:7002 --name middle "${common[@]}" \
+  2>"$work/stage1.log" &
+pids+=($!)
+ip netns exec "$na" "$bin" stage -m "$model" --layers 4:5 --listen 10.78.0.1:7002 \
+  --next 10.78.0.1:7000 --name tail "${common[@]}" 2>"$work/stage2.log" &
+pids+=($!)
+
+prompt="Once upon a time, in a quiet harbor town"
+want=$("$bin" generate -m "$model" -p "$prompt" -n 48 --temp 0 -t 1 2>/dev/null) ||
+  fail "single-process generate failed"
+got=$(ip netns exec "$na" "$bin" generate --ring 10.78.0.1:7000 --ring-secret-file "$work/secret" \
+  -p "$prompt" -n 48 --temp 0 2>"$work/client.log")
+status=$?
+if [ $status -ne 0 ] || [ "$got" != "$want" ]; then
+  for f in client relay stage0 stage1 stage2; do echo "--- $f.log"; tail -n 20 "$work/$f.log"; done
+  fail "the ring did not reproduce the single-process text (exit $status): '$got'"
+fi
+kill -INT "$tcpdump_pid"
+wait "$tcpdump_pid" 2>/dev/null
+size=$(stat -c %s "$work/capture.pcap")
+[ "$size" -gt 20000 ] || fail "the capture holds only $size bytes: it did not see the ring"
+# The capture does see application bytes: the relay's HTTP upgrade travels in the clear.
+grep -aq "GET /edge/cap-$tag-01" "$work/capture.pcap" ||
+  fail "the WebSocket upgrade is not in the capture: it would not show plaintext either"
+leaks=0
+for needle in "$prompt" "quiet harbor" "Once upon"; do
+  if grep -aqF "$needle" "$work/capture.pcap"; then echo "LEAK: '$needle'"; leaks=1; fi
+done
+# Every word of 5 or more letters of the generated text.
+for word in $(echo "$got" | tr -cs 'A-Za-z' '\n' | awk 'length($0) >= 5' | sort -u); do
+  if grep -aqF "$word" "$work/capture.pcap"; then echo "LEAK: generated word '$word'"; leaks=1; fi
+done
+[ $leaks -eq 0 ] || fail "prompt or generated text appears in the captured traffic"
+echo "captured $size bytes on host a (veth, loopback, relay): no prompt text, no token text"
+echo "PASS"
