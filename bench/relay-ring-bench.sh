@@ -28,7 +28,7 @@ for relayed in $relayed_links; do
     next=$(((i + 1) % 3))
     prev=$(((i + 2) % 3))
     args=(stage -m "$model" --layers "$first:$last" --listen "127.0.0.1:$((base + i))" --name "s$i"
-      -t 1 --log-level error)
+      -t 1 --log-level error --ring-secret-file "$work/secret" --key "$work/s$i.key")
     # Edge i -> i+1 is relayed when i < relayed.
     if [ "$i" -lt "$relayed" ]; then
       args+=(--next-via "ws://127.0.0.1:$relay_port/edge/b$relayed-$i")
@@ -38,14 +38,11 @@ for relayed in $relayed_links; do
     if [ "$prev" -lt "$relayed" ]; then
       args+=(--pred-via "ws://127.0.0.1:$relay_port/edge/b$relayed-$prev")
     fi
-    if [ "$i" -lt "$relayed" ] || [ "$prev" -lt "$relayed" ]; then
-      args+=(--relay-secret-file "$work/secret")
-    fi
     $bin "${args[@]}" &
     pids+=($!)
   done
   echo "== 3 stages, $relayed of 3 links relayed"
-  $bin bench --ring "127.0.0.1:$base" "$@"
+  $bin bench --ring "127.0.0.1:$base" --ring-secret-file "$work/secret" "$@"
   stop
   base=$((base + 3))
 done

@@ -5,6 +5,8 @@
 // stderr.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <string>
 
@@ -167,6 +169,16 @@ int PlanMain(int argc, char **argv) {
     if (!keys_path.empty()) {
       auto keys = ReadJsonFile(keys_path);
       if (!keys.ok()) return Fail(kCmd, keys.status());
+      if (keys->is_object()) {
+        for (const auto& [device, key] : keys->items()) {
+          const bool known = std::any_of(devices->begin(), devices->end(),
+                                         [&](const auto& d) { return d.name == device; });
+          if (!known) {
+            return Fail(kCmd, fmt::format("{}: device '{}' is not in {}", keys_path, device,
+                                          devices_path));
+          }
+        }
+      }
       if (Status s = SetManifestKeys(&manifest, *keys, keys_path); !s.ok()) return Fail(kCmd, s);
     }
     if (!no_hash) {

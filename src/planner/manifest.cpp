@@ -195,7 +195,7 @@ Status SetManifestKeys(Manifest *m, const json &keys, const std::string &name) {
         found = true;
       }
     }
-    if (!found) return Error("{}: device '{}' has no rank in the plan", name, device);
+    (void)found;  // a device the plan leaves out needs no key
   }
   return Status::Ok();
 }

@@ -62,8 +62,8 @@ Manifest BuildManifest(const ModelCost &cost, const Plan &plan, std::string mode
 // digits.
 Status ValidateManifest(const Manifest &m);
 
-// Sets node_key of each rank whose device `keys` (device name -> 64 hex digits) names. Errors name
-// a device the manifest does not have or a key that is not 64 hex digits.
+// Sets node_key of each rank whose device `keys` (device name -> 64 hex digits) names; devices
+// without a rank are skipped. Errors name a key that is not 64 hex digits.
 Status SetManifestKeys(Manifest *m, const nlohmann::json &keys, const std::string &name);
 
 nlohmann::json ManifestToJson(const Manifest &m);

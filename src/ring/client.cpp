@@ -59,7 +59,7 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
       if (!hs.ok()) {
         // A head that answered but failed its proof will fail it again: do not retry.
         if (hs.status().code() == StatusCode::kUnauthenticated || guard.expired()) {
-          return hs.status().WithContext("head " + head);
+          return hs.status();
         }
         last = hs.status();
       } else {

@@ -98,6 +98,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
+  stage_auth_.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
   client_auth_.client_secret = options_.client_secret;
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");

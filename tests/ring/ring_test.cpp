@@ -253,6 +253,49 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
             GenerateLocally(model, "Once upon a time", Greedy(), 12).ids);
 }
 
+// Node keys from a manifest, no ring secret: each stage accepts only the nodes listed next to it.
+// A ring whose middle node is not the listed one never closes; with the right node it does.
+TEST(RingTest, ManifestNodeKeysAuthenticateNeighbours) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string model = AssetPath("models/stories260K.gguf");
+  std::vector<std::shared_ptr<const ring::NodeKey>> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate()));
+  }
+  auto configure = [&](bool impostor) {
+    return [&, impostor](int i, ring::StageOptions& o) {
+      o.ring_secret.clear();
+      o.key = keys[i];
+      if (impostor && i == 1) {
+        o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+      }
+      o.pred_key = keys[(i + 2) % 3]->public_key();
+      o.succ_key = keys[(i + 1) % 3]->public_key();
+    };
+  };
+  ring::ClientOptions client;
+  client.head_key = keys[0]->public_key();
+  client.connect_timeout_ms = 10000;
+  {
+    auto ring = LocalRing::Start(model, 3, wire::Dtype::kF32, 256, 64, 256, configure(true));
+    ASSERT_NE(ring, nullptr);
+    auto c = ring::RingClient::Connect(ring->head(), client);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_FALSE((*c)->WaitReady(1500).ok()) << "a ring with an impostor in rank 1 closed";
+  }
+  auto ring = LocalRing::Start(model, 3, wire::Dtype::kF32, 256, 64, 256, configure(false));
+  ASSERT_NE(ring, nullptr);
+  auto c = ring::RingClient::Connect(ring->head(), client);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE((*c)->WaitReady(10000).ok());
+  // A client that expects another head refuses it.
+  ring::ClientOptions wrong = client;
+  wrong.head_key = keys[1]->public_key();
+  auto refused = ring::RingClient::Connect(ring->head(), wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnauthenticated) << refused.status().message();
+}
+
 TEST(RingTest, WindowOutsideTheModelIsRefusedAtStart) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   ring::StageOptions o;
