@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "ring/secret_file.h"
+
 #include "base/check.h"
 
 namespace kvasir::relay {
@@ -91,18 +93,7 @@ Result<Role> CheckEdgeHello(std::span<const uint8_t> secret, std::string_view ed
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error("{}: cannot read the ring secret: {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  if (!s.empty() && s.back() == '\r') s.pop_back();
-  if (s.size() < kMinSecretBytes) {
-    return Error("{}: a ring secret needs at least {} bytes (got {}); e.g. head -c 32 /dev/urandom > {}",
-                 path, kMinSecretBytes, s.size(), path);
-  }
-  return s;
+  return ring::ReadSecretFile(path, "ring secret");
 }
 
 const char* RoleName(Role role) {

@@ -60,7 +60,7 @@ ip -n "$nb" link set "cb$tag" up
 head -c 32 /dev/urandom >"$work/secret"
 export XDG_STATE_HOME="$work/state"
 common=(-t 1 -c 256 --ring-secret-file "$work/secret" --log-level info)
-ip netns exec "$na" tcpdump -i any -U -s 0 -w "$work/capture.pcap" 2>"$work/tcpdump.log" &
+ip netns exec "$na" tcpdump -i any -U --immediate-mode -s 0 -w "$work/capture.pcap" 2>"$work/tcpdump.log" &
 pids+=($!)
 tcpdump_pid=$!
 for _ in $(seq 50); do grep -q "listening on" "$work/tcpdump.log" && break; sleep 0.1; done
@@ -91,6 +91,12 @@ if [ $status -ne 0 ] || [ "$got" != "$want" ]; then
   for f in client relay stage0 stage1 stage2; do echo "--- $f.log"; tail -n 20 "$work/$f.log"; done
   fail "the ring did not reproduce the single-process text (exit $status): '$got'"
 fi
+# Let tcpdump write out what the kernel still holds for it before stopping it.
+for _ in $(seq 50); do
+  [ "$(stat -c %s "$work/capture.pcap")" -gt 20000 ] && break
+  sleep 0.1
+done
+sleep 0.5
 kill -INT "$tcpdump_pid"
 wait "$tcpdump_pid" 2>/dev/null
 size=$(stat -c %s "$work/capture.pcap")
