@@ -212,6 +212,15 @@ struct Ephemeral {
   ~Ephemeral() { sodium_memzero(sk, sizeof(sk)); }
 };
 
+// Binds the crypto_kx keys to the transcript (then wipes them) and names the peer.
+void Finish(SessionKey& rx, SessionKey& tx, std::span<const uint8_t, 32> h3, HandshakeResult* r) {
+  r->rx = DeriveKey(rx, h3);
+  r->tx = DeriveKey(tx, h3);
+  sodium_memzero(rx.data(), rx.size());
+  sodium_memzero(tx.data(), tx.size());
+  r->peer_desc = Describe(*r);
+}
+
 std::array<uint8_t, 32> Hash3(std::span<const uint8_t, 32> h2, const wire::HandshakeBody& reply,
                               const wire::HandshakeBody& finish_without_proofs) {
   std::vector<uint8_t> both(Bytes(reply).begin(), Bytes(reply).end());
@@ -305,11 +314,7 @@ Result<HandshakeResult> HandshakeInitiate(Stream& stream, wire::Role role, const
   if (crypto_kx_client_session_keys(rx.data(), tx.data(), eph.pk, eph.sk, reply.ephemeral) != 0) {
     return Refuse(stream, wire::ErrorCode::kUnauthenticated, "the peer's ephemeral key is invalid");
   }
-  r.rx = DeriveKey(rx, h3);
-  r.tx = DeriveKey(tx, h3);
-  sodium_memzero(rx.data(), rx.size());
-  sodium_memzero(tx.data(), tx.size());
-  r.peer_desc = Describe(r);
+  Finish(rx, tx, h3, &r);
   return r;
 }
 
@@ -359,11 +364,7 @@ Result<HandshakeResult> HandshakeRespond(Stream& stream, const LinkAuth& stage_a
   accept.protocol_version = wire::kProtocolVersion;
   accept.step = wire::kHandshakeAccept;
   KV_RETURN_IF_ERROR(SendStep(stream, accept));
-  r.rx = DeriveKey(rx, h3);
-  r.tx = DeriveKey(tx, h3);
-  sodium_memzero(rx.data(), rx.size());
-  sodium_memzero(tx.data(), tx.size());
-  r.peer_desc = Describe(r);
+  Finish(rx, tx, h3, &r);
   return r;
 }
 

@@ -39,15 +39,15 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// VmRSS of a process, in bytes (0 if it is gone).
-uint64_t RssOf(pid_t pid) {
+// A number field of /proc/PID/status ("VmRSS:" in kB, "Threads:"), 0 if the process is gone.
+uint64_t StatusField(pid_t pid, const std::string& field) {
   std::ifstream in(fmt::format("/proc/{}/status", pid));
   std::string key;
   while (in >> key) {
-    if (key == "VmRSS:") {
-      uint64_t kb = 0;
-      in >> kb;
-      return kb * 1024;
+    if (key == field) {
+      uint64_t v = 0;
+      in >> v;
+      return v;
     }
     std::string rest;
     std::getline(in, rest);
@@ -55,20 +55,8 @@ uint64_t RssOf(pid_t pid) {
   return 0;
 }
 
-int ThreadsOf(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string key;
-  while (in >> key) {
-    if (key == "Threads:") {
-      int n = 0;
-      in >> n;
-      return n;
-    }
-    std::string rest;
-    std::getline(in, rest);
-  }
-  return 0;
-}
+uint64_t RssOf(pid_t pid) { return StatusField(pid, "VmRSS:") * 1024; }
+int ThreadsOf(pid_t pid) { return static_cast<int>(StatusField(pid, "Threads:")); }
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
