@@ -3,125 +3,15 @@
 // killed, or the server killed and restarted) resumes, and a server that ignores Range, a
 // truncated body, a checksum mismatch or the wrong model each fail with a clear message and leave
 // no file behind.
-#include "shard/fetch.h"
-
-#include <fcntl.h>
-#include <fmt/format.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <thread>
-
-#include "base/sha256.h"
-#include "fake_http_server.h"
-#include "gguf/gguf_file.h"
-#include "kvasir_process.h"
-#include "model/model_id.h"
-#include "nginx_fixture.h"
-#include "ring_test_util.h"
-#include "shard/slice.h"
-#include "test_assets.h"
-#include "tiny_model.h"
+#include "fetch_test_fixture.h"
 
 namespace kvasir {
 namespace {
 
+using namespace fetch_testing;  // NOLINT: the fixture's helpers
 using testing::AssetPath;
 using ::testing::HasSubstr;
 using testing::Nginx;
-using testing::ReadFileToString;
-using testing::TempDir;
-
-constexpr const char* kStories = "models/stories260K.gguf";
-
-// What a test directory holds besides `keep`: a failed fetch must leave nothing (no output, no
-// .part, no .part.state).
-std::vector<std::string> Leftovers(const TempDir& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
-  auto parent = GgufFile::Open(model);
-  EXPECT_TRUE(parent.ok()) << parent.status().message();
-  const std::string path = dir.File(fmt::format("ref-{}-{}.gguf", first, last));
-  Status s = WriteSlice(*parent, first, last, path, nullptr);
-  EXPECT_TRUE(s.ok()) << s.message();
-  std::string bytes = ReadFileToString(path);
-  std::filesystem::remove(path);
-  return bytes;
-}
-
-FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
-  FetchOptions o;
-  o.url = url;
-  o.first = first;
-  o.last = last;
-  o.out_path = out;
-  o.http.connect_timeout_ms = 3000;
-  o.http.request_timeout_ms = 3000;
-  o.retry.delay_ms = 20;
-  o.retry.retries = 2;
-  return o;
-}
-
-std::string Ratio(const FetchSummary& s) {
-  return fmt::format(
-      "{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests", s.n_tensors,
-      s.window_bytes, s.file_bytes,
-      100.0 * static_cast<double>(s.window_bytes) / static_cast<double>(s.file_bytes),
-      s.downloaded_bytes, s.requests);
-}
-
-class FetchTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    served_ = new TempDir();
-    // 4 layers of 512-wide f32 matrices: about 10 MiB a layer, enough for transfers to take time.
-    testing::TinyModelShape shape;
-    shape.n_layer = 4;
-    shape.n_embd = 512;
-    shape.n_head = 8;
-    shape.n_head_kv = 4;
-    shape.n_ff = 1024;
-    shape.n_vocab = 256;
-    Status s = testing::WriteTinyModel(served_->File("synth.gguf"), shape);
-    ASSERT_TRUE(s.ok()) << s.message();
-    if (std::filesystem::exists(AssetPath(kStories))) {
-      std::filesystem::create_symlink(std::filesystem::absolute(AssetPath(kStories)),
-                                      served_->File("stories260K.gguf"));
-    }
-  }
-  static void TearDownTestSuite() {
-    delete served_;
-    served_ = nullptr;
-  }
-  static std::string Served(const std::string& name) { return served_->File(name); }
-  static Nginx::Options NginxOptions() {
-    Nginx::Options o;
-    o.root = served_->path();
-    o.slow_rate = "2m";
-    return o;
-  }
-
-  static TempDir* served_;
-  TempDir out_;
-};
-TempDir* FetchTest::served_ = nullptr;
-
 TEST_F(FetchTest, EveryOneLayerWindowOfStoriesIsTheLocalSlice) {
   KV_REQUIRE_ASSET(kStories);
   KV_START_NGINX(nginx, NginxOptions());
@@ -339,12 +229,6 @@ TEST_F(FetchTest, AWeakEtagIsNotUsedForIfRangeButStillCompared) {
   }
 }
 
-using CliRun = testing::RunResult;
-
-// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
-CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
-  return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
-}
 
 TEST_F(FetchTest, WithoutValidatorsOrDigestsTheSummarySaysNotVerified) {
   // Nothing can notice this swap: the fetch succeeds, and says that it is not verified.
@@ -634,143 +518,6 @@ TEST_F(FetchTest, VerifySliceChecksIdentityWindowAndDigests) {
   EXPECT_THAT(VerifySlice(out, id, 3, 4, {{"blk.3.attn_q.weight", std::string(64, '0')}}).message(),
               HasSubstr("does not match"));
 }
-
-// `kvasir stage --fetch` processes: each fetches its window from nginx, the ring generates the
-// full model's tokens; started again, they reuse the verified slices instead of downloading.
-class FetchingStage {
- public:
-  FetchingStage(const std::string& url, const std::string& layers, uint16_t listen, uint16_t next,
-                const std::string& slice_dir, const std::string& log)
-      : log_(log) {
-    args_ = {KVASIR_BINARY, "stage",
-             "--fetch",     url,
-             "--layers",    layers,
-             "--slice-dir", slice_dir,
-             "--listen",    fmt::format("127.0.0.1:{}", listen),
-             "--next",      fmt::format("127.0.0.1:{}", next),
-             "-t",          "1"};
-    for (const std::string& a : testing::StageTrustArgs(layers)) args_.push_back(a);
-    std::vector<char*> argv;
-    for (auto& a : args_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      freopen(log_.c_str(), "w", stderr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~FetchingStage() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  std::string log() const { return ReadFileToString(log_); }
-
- private:
-  std::vector<std::string> args_;
-  std::string log_;
-  pid_t pid_ = -1;
-};
-
-TEST_F(FetchTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
-  KV_REQUIRE_ASSET(kStories);
-  KV_START_NGINX(nginx, NginxOptions());
-  TempDir slices, logs;
-  SamplingParams greedy;
-  greedy.temperature = 0;
-  const std::string prompt = "Once upon a time";
-  const testing::Generation local =
-      testing::GenerateLocally(AssetPath(kStories), prompt, greedy, 24);
-  const std::vector<std::string> windows = {"0:2", "2:4", "4:5"};
-  for (int round = 0; round < 2; ++round) {
-    SCOPED_TRACE(round == 0 ? "fetching" : "reusing");
-    const std::vector<uint16_t> ports = testing::ReservePorts(3);
-    std::vector<std::unique_ptr<FetchingStage>> stages;
-    for (int i = 0; i < 3; ++i) {
-      stages.push_back(std::make_unique<FetchingStage>(
-          nginx->Url("/stories260K.gguf"), windows[i], ports[i], ports[(i + 1) % 3], slices.path(),
-          logs.File(fmt::format("stage{}-{}.log", i, round))));
-    }
-    const testing::Generation ring =
-        testing::GenerateOnRing(fmt::format("127.0.0.1:{}", ports[0]), prompt, greedy, 24);
-    EXPECT_EQ(ring.ids, local.ids);
-    EXPECT_EQ(ring.text, local.text);
-    for (int i = 0; i < 3; ++i) {
-      const std::string log = stages[i]->log();
-      EXPECT_THAT(log, HasSubstr(round == 0 ? "fetched layers" : "not downloading")) << log;
-    }
-  }
-  EXPECT_TRUE(std::filesystem::exists(slices.File("stories260K.layers-2-4.gguf")));
-}
-
-// plan -m URL reads only the header; plan -m FILE --url URL adds the hashes; `run --manifest`
-// with a URL model starts stages that fetch (and verify) their own windows.
-TEST_F(FetchTest, PlanFromAUrlAndRunARingThatFetchesItsWindows) {
-  KV_REQUIRE_ASSET(kStories);
-  KV_START_NGINX(nginx, NginxOptions());
-  TempDir work, cache;
-  const std::string url = nginx->Url("/stories260K.gguf");
-  const std::string devices = work.File("devices.json");
-  // Budgets that fit one or two of stories260K's layers each: the plan needs all three devices.
-  std::ofstream(devices) << R"({"devices": [
-    {"name": "a", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}},
-    {"name": "b", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}},
-    {"name": "c", "memory_bytes": 67900000, "ms_per_gib": 10, "link": {"rtt_ms": 0.1}}]})";
-
-  CliRun r =
-      Kvasir({"plan", "-m", url, "--devices", devices, "--ctx", "256", "-o", work.File("url.json")},
-             cache.path());
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("tensor hashes left out"));
-  auto from_url = nlohmann::json::parse(ReadFileToString(work.File("url.json")));
-  EXPECT_EQ(from_url["model"], url);
-  ASSERT_EQ(from_url["ranks"].size(), 3u);
-  EXPECT_FALSE(from_url["ranks"][0]["tensors"][0].contains("sha256"));
-
-  r = Kvasir({"plan", "-m", AssetPath(kStories), "--url", url, "--devices", devices, "--ctx", "256",
-              "-o", work.File("m.json")},
-             cache.path());
-  ASSERT_EQ(r.code, 0) << r.err;
-  auto manifest = nlohmann::json::parse(ReadFileToString(work.File("m.json")));
-  EXPECT_EQ(manifest["model"], url);
-  EXPECT_EQ(manifest["model_id"], from_url["model_id"]);
-  EXPECT_TRUE(manifest["ranks"][2]["tensors"][0].contains("sha256"));
-
-  r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
-              "--temp", "0", "-t", "1", "--stage-log-level", "info"},
-             cache.path());
-  ASSERT_EQ(r.code, 0) << r.err;
-  SamplingParams greedy;
-  greedy.temperature = 0;
-  EXPECT_EQ(r.out,
-            testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
-  EXPECT_THAT(r.err, HasSubstr("verified: "));
-  EXPECT_THAT(r.err, HasSubstr("tensors SHA-256"));
-  for (const auto& rank : manifest["ranks"]) {
-    const std::string slice =
-        cache.File(fmt::format("stories260K.layers-{}-{}.gguf", rank["layers"][0].get<int>(),
-                               rank["layers"][1].get<int>()));
-    EXPECT_TRUE(std::filesystem::exists(slice)) << slice;
-  }
-
-  // A corrupted slice in the cache is not trusted: its digest differs, so it is fetched again.
-  const std::string first = cache.File(
-      fmt::format("stories260K.layers-0-{}.gguf", manifest["ranks"][0]["layers"][1].get<int>()));
-  {
-    std::fstream f(first, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-100, std::ios::end);
-    f.write("corrupt", 7);
-  }
-  r = Kvasir({"run", "--manifest", work.File("m.json"), "-p", "Once upon a time", "-n", "24",
-              "--temp", "0", "-t", "1", "--stage-log-level", "info"},
-             cache.path());
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("not reusing"));
-  EXPECT_EQ(r.out,
-            testing::GenerateLocally(AssetPath(kStories), "Once upon a time", greedy, 24).text);
-}
-
 TEST_F(FetchTest, CommandLine) {
   KV_REQUIRE_ASSET(kStories);
   KV_START_NGINX(nginx, NginxOptions());

@@ -1,0 +1,134 @@
+// The fixture of the fetch tests: a synthetic 4-layer model (and stories260K, when present)
+// served by nginx from a private directory, and helpers to compare fetched and local slices.
+#pragma once
+
+#include "shard/fetch.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/sha256.h"
+#include "fake_http_server.h"
+#include "gguf/gguf_file.h"
+#include "kvasir_process.h"
+#include "model/model_id.h"
+#include "nginx_fixture.h"
+#include "ring_test_util.h"
+#include "shard/slice.h"
+#include "test_assets.h"
+#include "tiny_model.h"
+
+namespace kvasir {
+namespace fetch_testing {
+// Unnamed: each test file that includes this gets its own copy.
+namespace {
+
+using testing::AssetPath;
+using ::testing::HasSubstr;
+using testing::Nginx;
+using testing::ReadFileToString;
+using testing::TempDir;
+
+constexpr const char* kStories = "models/stories260K.gguf";
+
+// What a test directory holds besides `keep`: a failed fetch must leave nothing (no output, no
+// .part, no .part.state).
+std::vector<std::string> Leftovers(const TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
+  auto parent = GgufFile::Open(model);
+  EXPECT_TRUE(parent.ok()) << parent.status().message();
+  const std::string path = dir.File(fmt::format("ref-{}-{}.gguf", first, last));
+  Status s = WriteSlice(*parent, first, last, path, nullptr);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::string bytes = ReadFileToString(path);
+  std::filesystem::remove(path);
+  return bytes;
+}
+
+FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
+  FetchOptions o;
+  o.url = url;
+  o.first = first;
+  o.last = last;
+  o.out_path = out;
+  o.http.connect_timeout_ms = 3000;
+  o.http.request_timeout_ms = 3000;
+  o.retry.delay_ms = 20;
+  o.retry.retries = 2;
+  return o;
+}
+
+std::string Ratio(const FetchSummary& s) {
+  return fmt::format(
+      "{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests", s.n_tensors,
+      s.window_bytes, s.file_bytes,
+      100.0 * static_cast<double>(s.window_bytes) / static_cast<double>(s.file_bytes),
+      s.downloaded_bytes, s.requests);
+}
+
+class FetchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    served_ = new TempDir();
+    // 4 layers of 512-wide f32 matrices: about 10 MiB a layer, enough for transfers to take time.
+    testing::TinyModelShape shape;
+    shape.n_layer = 4;
+    shape.n_embd = 512;
+    shape.n_head = 8;
+    shape.n_head_kv = 4;
+    shape.n_ff = 1024;
+    shape.n_vocab = 256;
+    Status s = testing::WriteTinyModel(served_->File("synth.gguf"), shape);
+    ASSERT_TRUE(s.ok()) << s.message();
+    if (std::filesystem::exists(AssetPath(kStories))) {
+      std::filesystem::create_symlink(std::filesystem::absolute(AssetPath(kStories)),
+                                      served_->File("stories260K.gguf"));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete served_;
+    served_ = nullptr;
+  }
+  static std::string Served(const std::string& name) { return served_->File(name); }
+  static Nginx::Options NginxOptions() {
+    Nginx::Options o;
+    o.root = served_->path();
+    o.slow_rate = "2m";
+    return o;
+  }
+
+  inline static TempDir* served_ = nullptr;
+  TempDir out_;
+};
+
+using CliRun = testing::RunResult;
+
+// Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
+CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
+  return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
+}
+
+}  // namespace
+}  // namespace fetch_testing
+}  // namespace kvasir
