@@ -14,13 +14,9 @@ set -uo pipefail
 bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
 assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
 model="$assets/models/stories260K.gguf"
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
-# Something the test needs is missing: a skip, or a failure where everything is required.
-missing() {
-  if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "$* (KVASIR_REQUIRE_ASSETS=1: required)"; fi
-  skip "$*"
-}
+pids=()
+# shellcheck source=netns_lib.sh
+source "$(dirname "$0")/netns_lib.sh"
 
 [ -f "$model" ] || missing "missing asset $model"
 command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
@@ -31,24 +27,9 @@ tag=$$
 pub=kv-pub-$tag
 phone=kv-phone-$tag
 work=$(mktemp -d)
-pids=()
 cleanup() {
   trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  # Stages stop on SIGTERM; anything still there after 5 s is killed.
-  for _ in $(seq 50); do
-    alive=0
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.1
-  done
-  for p in "${pids[@]}"; do
-    if kill -0 "$p" 2>/dev/null; then
-      echo "cleanup: process $p ($(tr '\0' ' ' </proc/$p/cmdline | cut -c1-80)) ignored SIGTERM for 5 s; killed"
-      kill -9 "$p" 2>/dev/null
-    fi
-  done
-  wait 2>/dev/null
+  stop_pids
   ip netns del "$pub" 2>/dev/null
   ip netns del "$phone" 2>/dev/null
   rm -rf "$work"
