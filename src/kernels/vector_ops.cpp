@@ -1,5 +1,6 @@
 // Element-wise and row operations of a transformer layer (Highway, dispatched at run time), and
 // the name of the chosen SIMD target.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -126,13 +127,25 @@ void SiluMulT(const float* gate, const float* up, int64_t n, float* out) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const auto one = hn::Set(df, 1.0f);
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const auto g = hn::LoadU(df, gate + i);
+  auto step = [&](const float* g_in, const float* u_in, float* o) {
+    const auto g = hn::LoadU(df, g_in);
     const auto silu = hn::Div(g, hn::Add(one, SafeExp(df, hn::Neg(g))));
-    hn::StoreU(hn::Mul(silu, hn::LoadU(df, up + i)), df, out + i);
+    hn::StoreU(hn::Mul(silu, hn::LoadU(df, u_in)), df, o);
+  };
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) step(gate + i, up + i, out + i);
+  if (i < n) {
+    // The tail takes the same vector path (through a padded copy): a value's result must not
+    // depend on where it lies in the buffer, or rows batched differently would differ in bits.
+    HWY_ALIGN float g[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN float u[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN float o[HWY_MAX_BYTES / sizeof(float)];
+    const int64_t rest = n - i;
+    std::copy_n(gate + i, rest, g);
+    std::copy_n(up + i, rest, u);
+    step(g, u, o);
+    std::copy_n(o, rest, out + i);
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void AddInPlaceT(float* y, const float* x, int64_t n) {

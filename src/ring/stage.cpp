@@ -88,7 +88,8 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       window_(std::move(window)),
       tokenizer_(std::move(tokenizer)),
       model_id_(model_id),
-      listener_(std::move(listener)) {
+      listener_(std::move(listener)),
+      scheduler_(options_.max_batch_rows) {
   if (!options_.dial_next) (void)ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   std::random_device rd;
@@ -219,7 +220,7 @@ Status StageImpl::Run() {
     std::deque<Event> batch;
     {
       std::unique_lock<std::mutex> lock(events_mu_);
-      const bool idle = decode_work_.empty() && prefill_work_.empty();
+      const bool idle = scheduler_.size() == 0;
       if (events_.empty() && idle) {
         // Wake up periodically to probe the ring while it is not known to be closed.
         events_cv_.wait_for(lock, std::chrono::milliseconds(ring_closed_ ? 1000 : 100));

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 
 #include "base/log.h"
 #include "ring/sampling_wire.h"
@@ -152,17 +151,13 @@ void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g) {
 }
 
 void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
-  std::vector<int32_t> ids = tokenizer_->Encode(g.prompt, g.add_special, /*parse_special=*/true);
+  auto encoded = EncodePrompt(*tokenizer_, g, window_->n_ctx());
   auto refuse = [&](wire::ErrorCode code, const std::string& why) {
     KV_LOG_WARN("{}: refused a request: {}", options_.name, why);
     SendToClient(client, ErrorMsg{code, 0, why});
   };
-  if (ids.empty()) return refuse(wire::ErrorCode::kBadRequest, "the prompt is empty");
-  if (static_cast<int>(ids.size()) >= window_->n_ctx()) {
-    return refuse(wire::ErrorCode::kBadRequest,
-                  fmt::format("the prompt has {} tokens but the context is {}", ids.size(),
-                              window_->n_ctx()));
-  }
+  if (!encoded.ok()) return refuse(wire::ErrorCode::kBadRequest, encoded.status().message());
+  std::vector<int32_t> ids = std::move(encoded).value();
   uint32_t id = next_session_++;
   if (id == 0) id = next_session_++;
   if (Status s = window_->OpenSequence(static_cast<int>(id)); !s.ok()) {
@@ -171,12 +166,11 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   Session& s = sessions_[id];
   s.id = id;
   s.sampling = g.sampling;
-  s.history = ids;
   s.n_prompt = static_cast<int>(ids.size());
   s.originated = true;
   s.client = client;
-  s.stops = std::move(g.stops);
-  if (is_last()) s.sampler = std::make_unique<Sampler>(SamplingFromWire(g.sampling));
+  s.stops = StopMatcher(std::move(g.stops));
+  if (is_last()) s.tail = std::make_unique<TailSampler>(g.sampling, ids);
   KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
               g.sampling.max_tokens);
   if (!SendNext(OpenSessionMsg{id, g.sampling, ids})) {
@@ -190,7 +184,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
     w.n_tokens = std::min(options_.chunk, s.n_prompt - pos);
     w.sample = pos + w.n_tokens == s.n_prompt;
     w.tokens.assign(ids.begin() + pos, ids.begin() + pos + w.n_tokens);
-    prefill_work_.push_back(std::move(w));
+    scheduler_.AddPrefill(std::move(w));
   }
 }
 
@@ -205,10 +199,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.id = o.session;
   s.sampling = o.sampling;
   s.n_prompt = static_cast<int>(o.prompt.size());
-  if (is_last()) {
-    s.history = o.prompt;
-    s.sampler = std::make_unique<Sampler>(SamplingFromWire(o.sampling));
-  }
+  if (is_last()) s.tail = std::make_unique<TailSampler>(o.sampling, o.prompt);
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
 }
@@ -235,9 +226,9 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
   HiddenToF32(h, &w.hidden);
   // Prompt chunks keep their order in the prefill queue; only steps past the prompt are decode.
   if (w.pos0 >= sessions_[h.session].n_prompt) {
-    decode_work_.push_back(std::move(w));
+    scheduler_.AddDecode(std::move(w));
   } else {
-    prefill_work_.push_back(std::move(w));
+    scheduler_.AddPrefill(std::move(w));
   }
 }
 
@@ -249,34 +240,12 @@ void StageImpl::HandleToken(const TokenMsg& t) {
   auto it = sessions_.find(t.token.session);
   if (it == sessions_.end() || it->second.closing) return;
   Session& s = it->second;
-  if (!is_last()) {  // a one-stage ring already counted the token when it sampled it
-    s.n_generated++;
-    s.history.push_back(t.token.id);
-  }
-  TokenMsg out = t;
-  out.piece = tokenizer_->TokenToPiece(t.token.id);
-  out.token.n_prompt = static_cast<uint32_t>(s.n_prompt);
-  bool finished = t.token.finished != 0;
-  uint8_t reason = t.token.reason;
-  if (!finished && !s.stops.empty()) {
-    s.text += out.piece;
-    for (const std::string& stop : s.stops) {
-      if (!stop.empty() && s.text.find(stop) != std::string::npos) {
-        finished = true;
-        reason = static_cast<uint8_t>(wire::FinishReason::kStopString);
-        out.piece.clear();
-        break;
-      }
-    }
-    // Only the tail can still complete a stop string.
-    if (s.text.size() > 4096) s.text.erase(0, s.text.size() - 1024);
-  }
-  out.token.finished = finished ? 1 : 0;
-  out.token.reason = reason;
-  out.token.piece_bytes = static_cast<uint32_t>(out.piece.size());
+  s.n_generated++;
+  const TokenMsg out = PresentToken(t, *tokenizer_, s.n_prompt, &s.stops);
+  const bool finished = out.token.finished != 0;
   SendToClient(s.client, out);
   if (finished) {
-    EndSession(s.id, static_cast<wire::FinishReason>(reason), "");
+    EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
     return;
   }
   Work w;
@@ -285,7 +254,7 @@ void StageImpl::HandleToken(const TokenMsg& t) {
   w.n_tokens = 1;
   w.sample = true;
   w.tokens = {t.token.id};
-  decode_work_.push_back(std::move(w));
+  scheduler_.AddDecode(std::move(w));
 }
 
 void StageImpl::FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) {
@@ -369,8 +338,7 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
     }
   }
   sessions_.clear();
-  decode_work_.clear();
-  prefill_work_.clear();
+  scheduler_.Clear();
   if (forward && !is_head()) SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
   if (is_head()) {
     for (uint64_t client : stats_waiters_) {
@@ -381,77 +349,39 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
 }
 
 bool StageImpl::RunBatch() {
-  std::vector<Work> batch;
-  std::set<uint32_t> in_batch;  // sessions in this batch, or held back for the next one
-  int rows = 0;
-  auto take = [&](std::deque<Work>& q) {
-    for (auto it = q.begin(); it != q.end();) {
-      if (sessions_.count(it->session) == 0) {  // session ended meanwhile
-        it = q.erase(it);
-        continue;
-      }
-      if (in_batch.count(it->session) != 0) {
-        ++it;
-        continue;
-      }
-      if (rows > 0 && rows + it->n_tokens > options_.max_batch_rows) {
-        // The session waits for the next batch; none of its later items may overtake this one.
-        in_batch.insert(it->session);
-        ++it;
-        continue;
-      }
-      in_batch.insert(it->session);
-      rows += it->n_tokens;
-      batch.push_back(std::move(*it));
-      it = q.erase(it);
-    }
-  };
-  take(decode_work_);
-  take(prefill_work_);
+  const std::vector<Work> batch =
+      scheduler_.NextBatch([&](uint32_t session) { return sessions_.count(session) != 0; });
   if (batch.empty()) return false;
-
   ForwardInput in;
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
+  uint64_t ns = 0;
+  auto forward = [&](std::span<const Work> items, ForwardOutput* out) {
+    BuildForwardInput(items, &in, &tokens, &hidden);
+    const auto t0 = Clock::now();
+    Status s = window_->Forward(in, out);
+    ns += NsSince(t0);
+    return s;
+  };
+  auto done = [&](std::span<const Work> items, const ForwardOutput& out) {
+    EmitOutputs(items, out);
+  };
+  auto failed = [&](const Work& w, const Status& e) {
+    KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, e.message());
+    if (is_head()) {
+      EndSession(w.session, wire::FinishReason::kError, e.message());
+    } else {
+      window_->CloseSequence(static_cast<int>(w.session));
+      sessions_.erase(w.session);
+      SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, w.session, e.message()});
+    }
+  };
+  if (!RunBatchOrEach(batch, forward, done, failed)) return true;
+  int rows = 0;
   bool all_decode = true;
   for (const Work& w : batch) {
-    SeqChunk ch{static_cast<int>(w.session), w.pos0, w.n_tokens};
-    ch.want_logits = w.sample;
-    in.chunks.push_back(ch);
-    tokens.insert(tokens.end(), w.tokens.begin(), w.tokens.end());
-    hidden.insert(hidden.end(), w.hidden.begin(), w.hidden.end());
+    rows += w.n_tokens;
     all_decode = all_decode && w.n_tokens == 1;
-  }
-  in.tokens = tokens;
-  in.hidden = hidden;
-  ForwardOutput out;
-  const auto t0 = Clock::now();
-  Status s = window_->Forward(in, &out);
-  const uint64_t ns = NsSince(t0);
-  if (!s.ok()) {
-    // A refused batch changes nothing; retry each item alone to find and fail the bad one.
-    for (Work& w : batch) {
-      ForwardInput one;
-      SeqChunk ch{static_cast<int>(w.session), w.pos0, w.n_tokens};
-      ch.want_logits = w.sample;
-      one.chunks = {ch};
-      one.tokens = w.tokens;
-      one.hidden = w.hidden;
-      ForwardOutput o;
-      if (Status e = window_->Forward(one, &o); !e.ok()) {
-        KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, e.message());
-        if (is_head()) {
-          EndSession(w.session, wire::FinishReason::kError, e.message());
-        } else {
-          window_->CloseSequence(static_cast<int>(w.session));
-          sessions_.erase(w.session);
-          SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, w.session, e.message()});
-        }
-        continue;
-      }
-      EmitOutputs({w}, o);
-    }
-    return true;
   }
   rows_.fetch_add(rows);
   busy_ns_.fetch_add(ns);
@@ -459,11 +389,10 @@ bool StageImpl::RunBatch() {
     decode_rows_.fetch_add(rows);
     decode_busy_ns_.fetch_add(ns);
   }
-  EmitOutputs(batch, out);
   return true;
 }
 
-void StageImpl::EmitOutputs(const std::vector<Work>& batch, const ForwardOutput& out) {
+void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& out) {
   const int n_embd = window_->config().n_embd;
   const int n_vocab = window_->config().n_vocab;
   size_t row = 0, logit_row = 0;
@@ -487,24 +416,9 @@ void StageImpl::EmitOutputs(const std::vector<Work>& batch, const ForwardOutput&
     Session& s = it->second;
     std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_vocab);
     ++logit_row;
-    const int32_t id = s.sampler->Sample(logits, s.history);
-    s.history.push_back(id);
-    s.n_generated++;
-    const int pos = w.pos0 + w.n_tokens;  // the position this token takes
-    wire::FinishReason reason = wire::FinishReason::kNone;
-    if (tokenizer_->IsEog(id) && (s.sampling.flags & wire::kSamplingIgnoreEog) == 0) {
-      reason = wire::FinishReason::kEog;
-    } else if (s.n_generated >= static_cast<int>(s.sampling.max_tokens)) {
-      reason = wire::FinishReason::kMaxTokens;
-    } else if (pos >= window_->n_ctx()) {  // the token cannot be fed back
-      reason = wire::FinishReason::kContextFull;
-    }
     TokenMsg t;
-    t.token.session = w.session;
-    t.token.pos = static_cast<uint32_t>(pos);
-    t.token.id = id;
-    t.token.finished = reason != wire::FinishReason::kNone ? 1 : 0;
-    t.token.reason = static_cast<uint8_t>(reason);
+    t.token = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, window_->n_ctx(),
+                             [&](int32_t id) { return tokenizer_->IsEog(id); });
     if (is_head()) {
       HandleToken(t);  // a one-stage ring: the head samples for itself
     } else {

@@ -18,10 +18,12 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
-#include "model/sampler.h"
 #include "ring/link.h"
+#include "ring/front_end.h"
 #include "ring/messages.h"
+#include "ring/scheduler.h"
 #include "ring/stage.h"
+#include "ring/tail_sampler.h"
 #include "ring/transport.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,29 +41,17 @@ struct Event {
   std::string reason;
 };
 
-// A batch item: rows of one session that this stage runs next.
-struct Work {
-  uint32_t session = 0;
-  int pos0 = 0;
-  int n_tokens = 0;
-  bool sample = false;
-  std::vector<int32_t> tokens;  // head: [n_tokens] ids
-  std::vector<float> hidden;    // other stages: [n_tokens, n_embd] f32
-};
-
 struct Session {
   uint32_t id = 0;
   wire::SamplingWire sampling{};
-  std::vector<int32_t> history;  // prompt + generated ids (sampling stage, head)
   int n_prompt = 0;
-  int n_generated = 0;
-  std::unique_ptr<Sampler> sampler;  // on the stage that holds the head
+  int n_generated = 0;               // head: tokens sent to the client
+  std::unique_ptr<TailSampler> tail;  // on the last stage
   // Head only:
   bool originated = false;   // opened by this stage (it is the head)
   bool closing = false;      // CLOSE sent around, waiting for it to come back
   uint64_t client = 0;
-  std::vector<std::string> stops;
-  std::string text;          // generated text so far, for stop strings
+  StopMatcher stops;
 };
 
 class StageImpl final : public Stage {
@@ -122,7 +112,7 @@ class StageImpl final : public Stage {
   // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).
   void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why);
   bool RunBatch();
-  void EmitOutputs(const std::vector<Work>& batch, const ForwardOutput& out);
+  void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
   void MaybeProbeRing();
 
   bool is_head() const { return window_->spec().has_embed; }
@@ -167,7 +157,7 @@ class StageImpl final : public Stage {
 
   // Compute-thread state (no lock: only the compute loop touches it).
   std::map<uint32_t, Session> sessions_;
-  std::deque<Work> decode_work_, prefill_work_;
+  BatchScheduler scheduler_;
   std::deque<std::pair<uint64_t, GenerateMsg>> waiting_generates_;
   std::deque<uint64_t> stats_waiters_;
   uint32_t next_session_ = 1;

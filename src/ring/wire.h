@@ -156,8 +156,9 @@ struct TokenBody {
   uint16_t reserved;
   uint32_t piece_bytes;    // tail: the token's text (head -> client only)
   uint32_t n_prompt;       // prompt tokens (head -> client; 0 elsewhere)
+  float logit;             // the token's raw logit where it was sampled (f32 bits unchanged)
 };
-static_assert(sizeof(TokenBody) == 24);
+static_assert(sizeof(TokenBody) == 28);
 
 struct CloseBody {
   uint32_t session;

@@ -48,6 +48,7 @@ TEST_P(RingEqualsLocalTest, GreedyTokensMatchSingleProcess) {
     ASSERT_NE(ring, nullptr);
     const auto got = GenerateOnRing(ring->head(), prompt, Greedy(), 24);
     EXPECT_EQ(got.ids, local.ids) << c.model << " on " << c.n_stages << " stages: " << prompt;
+    EXPECT_EQ(got.logits, local.logits) << "an f32 boundary keeps the logits bit for bit";
     EXPECT_EQ(got.text, local.text);
   }
 }
@@ -75,7 +76,9 @@ TEST(RingTest, ChunkedPrefillMatchesSingleProcess) {
   const auto local = GenerateLocally(model, prompt, Greedy(), 16);
   auto ring = LocalRing::Start(model, 3, wire::Dtype::kF32, 256, /*chunk=*/3);
   ASSERT_NE(ring, nullptr);
-  EXPECT_EQ(GenerateOnRing(ring->head(), prompt, Greedy(), 16).ids, local.ids);
+  const auto got = GenerateOnRing(ring->head(), prompt, Greedy(), 16);
+  EXPECT_EQ(got.ids, local.ids);
+  EXPECT_EQ(got.logits, local.logits);
 }
 
 // An f16 boundary rounds each hop's hidden state. Tolerance: after one rounding per hop (relative
@@ -118,8 +121,10 @@ TEST(RingTest, F16BoundaryStaysWithinTolerance) {
   }
   auto ring = LocalRing::Start(model, 3, wire::Dtype::kF16);
   ASSERT_NE(ring, nullptr);
-  EXPECT_EQ(GenerateOnRing(ring->head(), "Once upon a time", Greedy(), 24).ids,
-            GenerateLocally(model, "Once upon a time", Greedy(), 24).ids);
+  const auto got = GenerateOnRing(ring->head(), "Once upon a time", Greedy(), 24);
+  const auto local = GenerateLocally(model, "Once upon a time", Greedy(), 24);
+  EXPECT_EQ(got.ids, local.ids);
+  EXPECT_NE(got.logits, local.logits) << "the f16 boundary rounded nothing";
 }
 
 // Eight clients at once, each with its own prompt and seed, each get exactly their own
@@ -145,6 +150,7 @@ TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
     const auto got = futures[i].get();
     const auto local = GenerateLocally(model, prompts[i], params[i], 32);
     EXPECT_EQ(got.ids, local.ids) << "session " << i << ": " << prompts[i];
+    EXPECT_EQ(got.logits, local.logits) << "batched with others, bit for bit: " << prompts[i];
   }
 }
 

@@ -112,6 +112,7 @@ Generation GenerateLocally(const std::string& model, const std::string& prompt,
     if ((*tok)->IsEog(id)) break;
     history.push_back(id);
     g.ids.push_back(id);
+    g.logits.push_back(out.logits[static_cast<size_t>(id)]);
     g.text += (*tok)->TokenToPiece(id);
     if ((*w)->SequenceLength(0) >= (*w)->n_ctx()) break;
     in.chunks = {{0, (*w)->SequenceLength(0), 1}};
@@ -134,6 +135,7 @@ Generation GenerateOnRing(const std::string& head, const std::string& prompt,
       return;
     }
     g.ids.push_back(t.token.id);
+    g.logits.push_back(t.token.logit);
     g.text += t.piece;
   });
   EXPECT_TRUE(r.ok()) << r.status().message();

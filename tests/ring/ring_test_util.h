@@ -45,6 +45,7 @@ std::vector<uint16_t> ReservePorts(int n);
 
 struct Generation {
   std::vector<int32_t> ids;  // generated ids, without a final end-of-generation token
+  std::vector<float> logits;  // the raw logit of each id where it was sampled
   std::string text;
 };
 

@@ -46,7 +46,7 @@ constexpr const char* kStories = "models/stories260K.gguf";
 
 // What a test directory holds besides `keep`: a failed fetch must leave nothing (no output, no
 // .part, no .part.state).
-std::vector<std::string> Leftovers(const TempDir& dir) {
+[[maybe_unused]] std::vector<std::string> Leftovers(const TempDir& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     names.push_back(e.path().filename().string());
@@ -55,7 +55,7 @@ std::vector<std::string> Leftovers(const TempDir& dir) {
   return names;
 }
 
-std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
+[[maybe_unused]] std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
   auto parent = GgufFile::Open(model);
   EXPECT_TRUE(parent.ok()) << parent.status().message();
   const std::string path = dir.File(fmt::format("ref-{}-{}.gguf", first, last));
@@ -66,7 +66,7 @@ std::string SliceBytes(const std::string& model, int first, int last, const Temp
   return bytes;
 }
 
-FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
+[[maybe_unused]] FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
   FetchOptions o;
   o.url = url;
   o.first = first;
@@ -79,7 +79,7 @@ FetchOptions Options(const std::string& url, int first, int last, const std::str
   return o;
 }
 
-std::string Ratio(const FetchSummary& s) {
+[[maybe_unused]] std::string Ratio(const FetchSummary& s) {
   return fmt::format(
       "{} tensors, {} of {} bytes ({:.2f}%), downloaded {} bytes in {} requests", s.n_tensors,
       s.window_bytes, s.file_bytes,
@@ -125,7 +125,7 @@ class FetchTest : public ::testing::Test {
 using CliRun = testing::RunResult;
 
 // Runs `kvasir ARGS` with KVASIR_CACHE_DIR=cache_dir.
-CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
+[[maybe_unused]] CliRun Kvasir(const std::vector<std::string>& args, const std::string& cache_dir) {
   return testing::RunKvasir(args, {{"KVASIR_CACHE_DIR", cache_dir}});
 }
 

@@ -1,0 +1,39 @@
+// The last stage's decision for a sampled row: the token, its logit, and whether the session
+// ends with it. Pure apart from the sampler's random state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model/sampler.h"
+#include "ring/wire.h"
+
+namespace kvasir::ring {
+
+// Why a session ends with a token just sampled to take position `pos`, or kNone: an end-of-
+// generation token (unless the request ignores them), then max_tokens (`n_generated` counts this
+// token), then a full context (the token could not be fed back).
+wire::FinishReason FinishReasonFor(bool is_eog, const wire::SamplingWire& sampling,
+                                   int n_generated, int pos, int n_ctx);
+
+// What the tail keeps per session: its sampler, and the prompt and generated ids for penalties.
+class TailSampler {
+ public:
+  TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt);
+
+  // Samples the token that takes position `pos` from `logits` and returns the TOKEN body the
+  // ring carries to the head.
+  wire::TokenBody Sample(uint32_t session, std::span<const float> logits, int pos, int n_ctx,
+                         const std::function<bool(int32_t)>& is_eog);
+  int n_generated() const { return n_generated_; }
+
+ private:
+  wire::SamplingWire sampling_;
+  Sampler sampler_;
+  std::vector<int32_t> history_;
+  int n_generated_ = 0;
+};
+
+}  // namespace kvasir::ring
