@@ -4,7 +4,6 @@
 // every record it cannot open.
 // Input layout: byte 0 selects the side (0 responder, 1 initiator as stage, 2 initiator as client,
 // 3 SecureStream reader); the rest is what the peer "sends", in chunks of byte 1 (1..64) bytes.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,29 +13,13 @@
 
 #include "ring/handshake.h"
 #include "ring/secure_stream.h"
+#include "scripted_stream.h"
 
 namespace {
 
 using namespace kvasir;
 
-// A peer that sends `input` in small pieces and swallows whatever it is sent.
-class ScriptedStream final : public ring::Stream {
- public:
-  ScriptedStream(std::span<const uint8_t> input, size_t chunk) : input_(input), chunk_(chunk) {}
-  Status WriteAll(std::span<const uint8_t>) override { return Status::Ok(); }
-  Result<size_t> ReadSome(std::span<uint8_t> buffer) override {
-    const size_t n = std::min({buffer.size(), chunk_, input_.size() - at_});
-    std::copy_n(input_.data() + at_, n, buffer.data());
-    at_ += n;
-    return n;
-  }
-  void Shutdown() override {}
-  std::string peer() const override { return "fuzz"; }
-
- private:
-  std::span<const uint8_t> input_;
-  size_t chunk_, at_ = 0;
-};
+using fuzzing::ScriptedStream;
 
 const ring::LinkAuth& StageAuth() {
   static const ring::LinkAuth a = [] {
