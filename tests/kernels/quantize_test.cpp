@@ -68,46 +68,57 @@ TEST(QuantizeTest, Q4_0KnownValuesAndNibbleLayout) {
   });
 }
 
-// Q8_0: |x - dq(x)| <= d/2 + 127 * |d - f16(d)| (rounding to the integer grid, plus the stored
-// scale's own f16 rounding), d = amax / 127.
+// The bounds below come from the input alone, never from the scale the quantizer stored (a wrong
+// scale must fail, not widen its own bound), and hold at every magnitude. An f16 scale is within
+// a relative 2^-11 of the exact one, or 2^-25 absolute where it is subnormal (below 2^-14).
+constexpr float kF16Rel = 1.0f / 2048.0f;
+float F16Err(float d) { return std::max(std::fabs(d) * kF16Rel, std::ldexp(1.0f, -25)); }
+
+// Q8_0: d = amax / 127; |x - dq(x)| <= d/2 (the integer grid) + 127 * the f16 scale's error.
 TEST(QuantizeTest, Q8_0RoundTripBound) {
   const int64_t n = 4096;
-  const std::vector<float> x = RandomFloats(n, 11, 3.0f);
-  std::vector<BlockQ8_0> blocks(n / 32);
-  std::vector<float> back(n);
-  ref::QuantizeRow(TensorType::kQ8_0, x.data(), n, blocks.data());
-  ref::DequantizeRow(TensorType::kQ8_0, blocks.data(), n, back.data());
-  for (int64_t b = 0; b < n / 32; ++b) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
-    const float d = amax / 127.0f;
-    const float bound = d / 2 + 127.0f * std::fabs(d - F16ToF32(blocks[b].d)) + 1e-7f * amax;
-    for (int j = 0; j < 32; ++j) {
-      EXPECT_LE(std::fabs(x[b * 32 + j] - back[b * 32 + j]), bound) << b << " " << j;
+  for (float scale : {1e-3f, 3.0f, 1e3f}) {
+    const std::vector<float> x = RandomFloats(n, 11, scale);
+    std::vector<BlockQ8_0> blocks(n / 32);
+    std::vector<float> back(n);
+    ref::QuantizeRow(TensorType::kQ8_0, x.data(), n, blocks.data());
+    ref::DequantizeRow(TensorType::kQ8_0, blocks.data(), n, back.data());
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      const float d = amax / 127.0f;
+      EXPECT_LE(std::fabs(F16ToF32(blocks[b].d) - d), F16Err(d)) << "scale of block " << b;
+      const float bound = d / 2 + 127.0f * F16Err(d) + 1e-6f * amax;
+      for (int j = 0; j < 32; ++j) {
+        EXPECT_LE(std::fabs(x[b * 32 + j] - back[b * 32 + j]), bound) << scale << " " << b << " " << j;
+      }
     }
   }
 }
 
-// Q4_0: |x - dq(x)| <= |d|/2 on the grid, |d| for values clamped at q = 15, plus 8 * |d - f16(d)|;
-// d = max / -8 with max the signed value of largest magnitude.
+// Q4_0: d = max / -8 with max the signed value of largest magnitude, q = round(x / d) + 8 clamped
+// to 15. |x - dq(x)| <= |d|/2 on the grid, |d| where q was clamped, plus 8 * the f16 scale's error.
 TEST(QuantizeTest, Q4_0RoundTripBound) {
   const int64_t n = 4096;
-  const std::vector<float> x = RandomFloats(n, 12, 3.0f);
-  std::vector<BlockQ4_0> blocks(n / 32);
-  std::vector<float> back(n);
-  ref::QuantizeRow(TensorType::kQ4_0, x.data(), n, blocks.data());
-  ref::DequantizeRow(TensorType::kQ4_0, blocks.data(), n, back.data());
-  for (int64_t b = 0; b < n / 32; ++b) {
-    float max = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(x[b * 32 + j]) > std::fabs(max)) max = x[b * 32 + j];
-    }
-    const float d = std::fabs(max / -8.0f);
-    const float f16_err = 8.0f * std::fabs(d - std::fabs(F16ToF32(blocks[b].d)));
-    for (int j = 0; j < 32; ++j) {
-      const int q = j < 16 ? blocks[b].qs[j] & 0x0F : blocks[b].qs[j - 16] >> 4;
-      const float bound = (q == 15 ? d : d / 2) + f16_err + 1e-6f * d;
-      EXPECT_LE(std::fabs(x[b * 32 + j] - back[b * 32 + j]), bound) << b << " " << j;
+  for (float scale : {1e-3f, 3.0f, 1e3f}) {
+    const std::vector<float> x = RandomFloats(n, 12, scale);
+    std::vector<BlockQ4_0> blocks(n / 32);
+    std::vector<float> back(n);
+    ref::QuantizeRow(TensorType::kQ4_0, x.data(), n, blocks.data());
+    ref::DequantizeRow(TensorType::kQ4_0, blocks.data(), n, back.data());
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float max = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        if (std::fabs(x[b * 32 + j]) > std::fabs(max)) max = x[b * 32 + j];
+      }
+      const float d = max / -8.0f;
+      EXPECT_LE(std::fabs(F16ToF32(blocks[b].d) - d), F16Err(d)) << "scale of block " << b;
+      for (int j = 0; j < 32; ++j) {
+        const bool clamped = x[b * 32 + j] / d + 8.0f >= 15.5f;
+        const float bound =
+            (clamped ? std::fabs(d) : std::fabs(d) / 2) + 8.0f * F16Err(d) + 1e-6f * std::fabs(d);
+        EXPECT_LE(std::fabs(x[b * 32 + j] - back[b * 32 + j]), bound) << scale << " " << b << " " << j;
+      }
     }
   }
 }

@@ -55,6 +55,13 @@ DeviceProfile Dev(std::string name, uint64_t mem_mib, double ms_per_gib, double 
 }
 
 // Brute force: every subset, every order, every composition of the layers into non-empty windows.
+// It prices a window itself, from the cost model as docs/MANIFEST.md states it, not with the
+// library's cost functions, so a mistake there cannot hide in both:
+//   memory  = its layers + shared tensors + embedding (first window) + head (last window, less the
+//             embedding when tied and held by the same window) + KV (layers x ctx x per-token-layer)
+//             + overhead
+//   compute = bytes read per token (its layers, plus the head on the last window) / GiB x ms_per_gib
+//   hop     = rtt + boundary bytes x 8 / (megabits per second x 1000), only with two ranks or more
 double BruteForce(const ModelCost &c, const std::vector<DeviceProfile> &devs,
                   const PlanOptions &o) {
   int n = int(devs.size()), L = c.n_layer;
@@ -80,11 +87,21 @@ double BruteForce(const ModelCost &c, const std::vector<DeviceProfile> &devs,
         for (int r = 0; r < k && fits; ++r) {
           const DeviceProfile &d = devs[order[r]];
           int a = bounds[r], b = bounds[r + 1];
-          uint64_t mem =
-              c.WindowWeightBytes(a, b) + c.WindowKvBytes(a, b, o.ctx) + o.overhead_bytes;
+          uint64_t layers = 0;
+          for (int l = a; l < b; ++l) layers += c.layer_bytes[size_t(l)];
+          const bool first = a == 0, last = b == L;
+          uint64_t mem = layers + c.shared_bytes + (first ? c.embed_bytes : 0) +
+                         (last ? c.head_bytes - (c.tied_output && first ? c.embed_bytes : 0) : 0) +
+                         uint64_t(b - a) * uint64_t(o.ctx) * c.kv_bytes_per_token_layer +
+                         o.overhead_bytes;
           fits = mem <= d.memory_bytes;
-          total += WindowComputeMs(c, d, a, b);
-          if (k >= 2) total += d.HopMs(c.boundary_bytes_per_token);
+          const double read = double(layers + (last ? c.head_bytes : 0));
+          total += read / double(uint64_t{1} << 30) * d.ms_per_gib;
+          if (k >= 2) {
+            total += d.rtt_ms + (d.bandwidth_mbps > 0 ? double(c.boundary_bytes_per_token) * 8.0 /
+                                                            (d.bandwidth_mbps * 1000.0)
+                                                      : 0.0);
+          }
         }
         if (fits) best = std::min(best, total);
       }
