@@ -3,6 +3,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -100,5 +102,74 @@ inline void ExpectRuntimeError(const RunResult& r, const std::string& cmd,
   EXPECT_THAT(LastLine(r.err), ::testing::StartsWith("kvasir " + cmd + ": ")) << r.err;
   EXPECT_THAT(LastLine(r.err), ::testing::HasSubstr(mentions)) << r.err;
 }
+
+// A process in the background (a stage, a relay): stdout and stdin on /dev/null, stderr appended
+// to `log` (inherited when empty). It dies with the test (PR_SET_PDEATHSIG); the destructor sends
+// `stop_signal` (after SIGCONT, for a stopped one) and reaps it unless it already ended.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> args, std::string log = "", int stop_signal = SIGKILL)
+      : args_(std::move(args)), log_(std::move(log)), stop_signal_(stop_signal) {
+    Start();
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Kill(stop_signal_); }
+
+  // Starts it (again, after Kill or its end) with the same arguments.
+  void Start() {
+    std::vector<char*> argv;
+    for (auto& a : args_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int null_fd = open("/dev/null", O_RDWR);
+      if (null_fd < 0) _exit(126);
+      dup2(null_fd, 0);
+      dup2(null_fd, 1);
+      if (!log_.empty()) {
+        const int err = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (err < 0) _exit(126);
+        dup2(err, 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  void Signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Sends `sig` and waits for the process to end.
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGCONT);
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  bool Alive() {
+    int status = 0;
+    return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
+  }
+  // The wait status if the process has ended on its own, else -1.
+  int Ended() {
+    int status = 0;
+    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    return -1;
+  }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return ReadFileToString(log_); }
+
+ private:
+  std::vector<std::string> args_;
+  std::string log_;
+  int stop_signal_;
+  pid_t pid_ = -1;
+};
 
 }  // namespace kvasir::testing

@@ -23,6 +23,7 @@
 #include "ring/sampling_wire.h"
 #include "ring/secure_stream.h"
 #include "ring/ring_test_util.h"
+#include "kvasir_process.h"
 #include "test_assets.h"
 
 namespace kvasir {
@@ -58,52 +59,7 @@ uint64_t StatusField(pid_t pid, const std::string& field) {
 uint64_t RssOf(pid_t pid) { return StatusField(pid, "VmRSS:") * 1024; }
 int ThreadsOf(pid_t pid) { return static_cast<int>(StatusField(pid, "Threads:")); }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-class Process {
- public:
-  Process(std::vector<std::string> args, std::string log) : args_(std::move(args)), log_(log) {
-    Start();
-  }
-  ~Process() { Kill(SIGKILL); }
-  void Start() {
-    std::vector<char*> argv;
-    for (auto& a : args_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (!log_.empty() && freopen(log_.c_str(), "a", stderr) == nullptr) _exit(126);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  void Signal(int sig) const {
-    if (pid_ > 0) kill(pid_, sig);
-  }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGCONT);
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  bool Alive() {
-    int status = 0;
-    return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
-  }
-  pid_t pid() const { return pid_; }
-  std::string log() const { return ReadAll(log_); }
-
- private:
-  std::vector<std::string> args_;
-  std::string log_;
-  pid_t pid_ = -1;
-};
+using Process = testing::ChildProcess;
 
 SamplingParams Greedy() {
   SamplingParams p;
@@ -119,13 +75,9 @@ class AttackTest : public ::testing::Test {
     ports_ = testing::ReservePorts(3);
     const char* layers[] = {"0:2", "2:4", "4:5"};
     for (int i = 0; i < 3; ++i) {
-      std::vector<std::string> args = {
-          KVASIR_BINARY, "stage", "-m", model_, "--layers", layers[i], "--listen",
-          fmt::format("127.0.0.1:{}", ports_[i]), "--next",
-          fmt::format("127.0.0.1:{}", ports_[(i + 1) % 3]), "--name", fmt::format("a{}", i),
-          "-t", "1", "-c", "512", "--link-timeout", std::to_string(kLinkTimeoutS),
-          "--log-level", "info"};
-      for (auto& a : testing::StageTrustArgs(fmt::format("attack{}", i))) args.push_back(a);
+      const std::vector<std::string> args = testing::StageProcessArgs(
+          {"-m", model_, "-c", "512", "--link-timeout", std::to_string(kLinkTimeoutS)}, layers[i],
+          ports_[i], ports_[(i + 1) % 3], fmt::format("a{}", i), "info");
       stages_.push_back(std::make_unique<Process>(args, dir_.File(fmt::format("a{}.log", i))));
     }
     head_ = fmt::format("127.0.0.1:{}", ports_[0]);
@@ -329,11 +281,8 @@ TEST_F(AttackTest, ReplacedPredecessorsLeakNothing) {
 // A second copy of a stage started by mistake: the two copies take the place from each other
 // with backoff, not in a storm, and memory stays flat. When the copy goes, the ring serves.
 TEST_F(AttackTest, ASecondCopyOfAStageDoesNotStorm) {
-  std::vector<std::string> args = {
-      KVASIR_BINARY, "stage", "-m", model_, "--layers", "0:2", "--listen", "127.0.0.1:0",
-      "--next", fmt::format("127.0.0.1:{}", ports_[1]), "--name", "copy", "-t", "1",
-      "--log-level", "info"};
-  for (auto& a : testing::StageTrustArgs("copy")) args.push_back(a);
+  const std::vector<std::string> args =
+      testing::StageProcessArgs({"-m", model_}, "0:2", 0, ports_[1], "copy", "info");
   Process copy(args, dir_.File("copy.log"));
   std::this_thread::sleep_for(std::chrono::seconds(8));
   const std::string log = stages_[1]->log();

@@ -6,7 +6,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <optional>
 
@@ -195,6 +199,42 @@ TEST(RingPathsTest, AFullRingRefusesAndThenServes) {
   EXPECT_EQ(again.ids, GenerateLocally(Model(), "The cat sat", Greedy(), 8).ids);
 }
 
+// What a link receives, read on its own thread so a test waits with a deadline instead of hanging.
+class Inbox {
+ public:
+  explicit Inbox(ring::Link* link)
+      : reader_([this, link] {
+          for (;;) {
+            auto m = link->Receive();
+            std::lock_guard lock(mu_);
+            if (!m.ok()) {
+              ended_ = true;
+              cv_.notify_all();
+              return;
+            }
+            messages_.push_back(std::move(m).value());
+            cv_.notify_all();
+          }
+        }) {}
+  ~Inbox() { reader_.join(); }  // the owner closes the link first
+  // The next message within `ms`, or nothing.
+  std::optional<ring::Message> Next(int ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return ended_ || !messages_.empty(); });
+    if (messages_.empty()) return std::nullopt;
+    ring::Message m = std::move(messages_.front());
+    messages_.pop_front();
+    return m;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ring::Message> messages_;
+  bool ended_ = false;
+  std::thread reader_;
+};
+
 // A fake head around one real stage (layers 2:5): it is that stage's predecessor and successor.
 // Bad work from it (a HIDDEN of the wrong width, rows at a wrong position) fails only those
 // sessions with an ERROR that travels on; a good session in the same burst gets its token, equal
@@ -245,16 +285,28 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
   auth.ring_secret = testing::kTestRingSecret;
 
   // The stage dials us as its successor.
-  auto accepted = std::async(std::launch::async, [&]() -> Result<std::unique_ptr<ring::Link>> {
-    KV_ASSIGN_OR_RETURN(auto s, listener->Accept());
-    KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeRespond(*s, auth, auth));
-    auto link = std::make_unique<ring::Link>(
-        std::make_unique<ring::SecureStream>(std::move(s), hs.tx, hs.rx, 80 << 20), "tail");
-    KV_ASSIGN_OR_RETURN(auto hello, link->Receive());
-    if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO");
-    KV_RETURN_IF_ERROR(link->Send(ring::HelloMsg{me}));
-    return link;
+  std::unique_ptr<ring::Link> succ_link;
+  Status succ_status;
+  std::thread acceptor([&] {
+    succ_status = [&]() -> Status {
+      KV_ASSIGN_OR_RETURN(auto s, listener->Accept());
+      KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeRespond(*s, auth, auth));
+      succ_link = std::make_unique<ring::Link>(
+          std::make_unique<ring::SecureStream>(std::move(s), hs.tx, hs.rx, 80 << 20), "tail");
+      KV_ASSIGN_OR_RETURN(auto hello, succ_link->Receive());
+      if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO");
+      return succ_link->Send(ring::HelloMsg{me});
+    }();
   });
+  struct JoinAtEnd {
+    std::thread* t;
+    ring::Listener* l;
+    ~JoinAtEnd() {
+      if (!t->joinable()) return;
+      l->Close();  // wakes an Accept() that never got its connection
+      t->join();
+    }
+  } join_acceptor{&acceptor, &*listener};
   // We dial it as its predecessor.
   auto raw = ring::DialTcp("127.0.0.1", (*stage)->port(), 5000);
   ASSERT_TRUE(raw.ok());
@@ -266,8 +318,28 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
   ASSERT_TRUE(pred.Send(ring::HelloMsg{me}).ok());
   auto hello = pred.Receive();
   ASSERT_TRUE(hello.ok() && std::holds_alternative<ring::HelloMsg>(*hello));
-  auto succ = accepted.get();
-  ASSERT_TRUE(succ.ok()) << succ.status().message();
+  acceptor.join();
+  ASSERT_TRUE(succ_status.ok()) << succ_status.message();
+  struct CloseAtEnd {
+    ring::Link* a;
+    ring::Link* b;
+    ~CloseAtEnd() {
+      a->Close();
+      b->Close();
+    }
+  };
+  Inbox inbox(succ_link.get());
+  CloseAtEnd close{succ_link.get(), &pred};  // declared after the inbox: runs first
+  // The stage takes its successor link once our HELLO reached it: until a STATS comes through,
+  // what it sends on is dropped.
+  bool through = false;
+  for (int i = 0; i < 100 && !through; ++i) {
+    ASSERT_TRUE(pred.Send(ring::StatsMsg{}).ok());
+    for (auto m = inbox.Next(100); m && !through; m = inbox.Next(0)) {
+      through = std::holds_alternative<ring::StatsMsg>(*m);
+    }
+  }
+  ASSERT_TRUE(through) << "the stage never forwarded to its successor";
 
   // The boundary of a real prompt, from layers 0:2 in this process.
   auto shared = std::make_shared<const GgufFile>(std::move(file).value());
@@ -305,11 +377,10 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
 
   std::map<uint32_t, std::string> errors;
   std::optional<ring::TokenMsg> token;
-  for (int i = 0; i < 50 && (errors.size() < 2 || !token); ++i) {
-    auto m = (*succ)->Receive();
-    ASSERT_TRUE(m.ok()) << m.status().message();
+  for (auto m = inbox.Next(10000); m; m = inbox.Next(10000)) {
     if (auto* e = std::get_if<ring::ErrorMsg>(&*m)) errors[e->session] = e->message;
     if (auto* t = std::get_if<ring::TokenMsg>(&*m)) token = *t;
+    if (errors.size() >= 2 && token) break;
   }
   EXPECT_NE(errors[12].find("n_embd 32 does not match this stage's 64"), std::string::npos)
       << errors[12];

@@ -4,13 +4,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "model/arch/registry.h"
 #include "ring/sampling_wire.h"
+#include "kvasir_process.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
 #include "tiny_model.h"
@@ -20,62 +17,14 @@ namespace {
 
 using testing::AssetPath;
 
-// The ring secret file and the node keys of the stage processes of one test.
-struct Trust {
-  testing::TempDir dir;
-  std::string secret = dir.File("ring.secret");
-  Trust() {
-    std::FILE* f = std::fopen(secret.c_str(), "w");
-    std::fputs(testing::kTestRingSecret.c_str(), f);
-    std::fclose(f);
-    chmod(secret.c_str(), 0600);
-  }
-};
+using testing::ChildProcess;
 
-class StageProcess {
- public:
-  StageProcess(const Trust& trust, const std::string& model, const std::string& layers,
-               uint16_t listen, uint16_t next, const std::string& name) {
-    args_ = {KVASIR_BINARY, "stage", "-m", model, "--layers", layers, "--listen",
-             fmt::format("127.0.0.1:{}", listen), "--next", fmt::format("127.0.0.1:{}", next),
-             "--name", name, "-t", "1", "--log-level", "warn", "--ring-secret-file",
-             trust.secret, "--key", trust.dir.File(name + ".key")};
-    Start();
-  }
-  ~StageProcess() { Kill(SIGTERM); }
-
-  void Start() {
-    std::vector<char*> argv;
-    for (auto& a : args_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  // Exit status if the process has ended on its own, else -1.
-  int Ended() {
-    int status = 0;
-    if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return status;
-    }
-    return -1;
-  }
-
- private:
-  std::vector<std::string> args_;
-  pid_t pid_ = -1;
-};
+// A stage process that is asked to stop (SIGTERM) when the test ends.
+std::unique_ptr<ChildProcess> StartStage(const std::string& model, const std::string& layers,
+                                         uint16_t listen, uint16_t next, const std::string& name) {
+  return std::make_unique<ChildProcess>(
+      testing::StageProcessArgs({"-m", model}, layers, listen, next, name), "", SIGTERM);
+}
 
 SamplingParams Greedy() {
   SamplingParams p;
@@ -87,12 +36,11 @@ TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   const std::string model = AssetPath("models/stories260K.gguf");
   const auto ports = testing::ReservePorts(3);
-  Trust trust;
-  std::vector<std::unique_ptr<StageProcess>> stages;
+  std::vector<std::unique_ptr<ChildProcess>> stages;
   const char* layers[] = {"0:1", "1:3", "3:5"};
   for (int i = 0; i < 3; ++i) {
-    stages.push_back(std::make_unique<StageProcess>(trust, model, layers[i], ports[i],
-                                                    ports[(i + 1) % 3], fmt::format("p{}", i)));
+    stages.push_back(
+        StartStage(model, layers[i], ports[i], ports[(i + 1) % 3], fmt::format("p{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
   auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
@@ -140,13 +88,10 @@ TEST(RingProcessTest, StageMemoryCoversItsWindowNotTheModel) {
   ASSERT_TRUE(testing::WriteTinyModel(model, shape).ok());
   const uint64_t file_size = std::filesystem::file_size(model);
   const auto ports = testing::ReservePorts(4);
-  Trust trust;
-  std::vector<std::unique_ptr<StageProcess>> stages;
+  std::vector<std::unique_ptr<ChildProcess>> stages;
   for (int i = 0; i < 4; ++i) {
-    stages.push_back(std::make_unique<StageProcess>(trust, model,
-                                                    fmt::format("{}:{}", 2 * i, 2 * i + 2),
-                                                    ports[i], ports[(i + 1) % 4],
-                                                    fmt::format("m{}", i)));
+    stages.push_back(StartStage(model, fmt::format("{}:{}", 2 * i, 2 * i + 2), ports[i],
+                                ports[(i + 1) % 4], fmt::format("m{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
   const auto got = testing::GenerateOnRing(head, "Once upon a time", Greedy(), 8);

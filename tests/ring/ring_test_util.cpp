@@ -11,25 +11,40 @@
 #include "model/layer_window.h"
 #include "ring/sampling_wire.h"
 #include "ring/transport.h"
+#include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::testing {
 
 std::vector<std::string> StageTrustArgs(const std::string& name) {
-  static const std::string dir = [] {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "kvasir-trust-XXXXXX").string();
-    const char* made = mkdtemp(tmpl.data());
-    EXPECT_NE(made, nullptr);
-    const std::string secret = tmpl + "/ring.secret";
-    std::FILE* f = std::fopen(secret.c_str(), "w");
+  static const TempDir dir;  // removed when the test process exits
+  static const std::string secret = [] {
+    const std::string path = dir.File("ring.secret");
+    std::FILE* f = std::fopen(path.c_str(), "w");
     EXPECT_NE(f, nullptr);
     std::fputs(kTestRingSecret.c_str(), f);
     std::fclose(f);
-    chmod(secret.c_str(), 0600);
-    return tmpl;
+    chmod(path.c_str(), 0600);
+    return path;
   }();
-  return {"--ring-secret-file", dir + "/ring.secret", "--key", dir + "/" + name + ".key"};
+  return {"--ring-secret-file", secret, "--key", dir.File(name + ".key")};
+}
+
+std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
+                                          const std::string& layers, uint16_t listen,
+                                          uint16_t next, const std::string& name,
+                                          const std::string& log_level) {
+  std::vector<std::string> args = {KVASIR_BINARY, "stage"};
+  args.insert(args.end(), source.begin(), source.end());
+  for (const std::string& a :
+       {std::string("--layers"), layers, std::string("--listen"),
+        fmt::format("127.0.0.1:{}", listen), std::string("--next"),
+        fmt::format("127.0.0.1:{}", next), std::string("--name"), name, std::string("-t"),
+        std::string("1"), std::string("--log-level"), log_level}) {
+    args.push_back(a);
+  }
+  for (std::string& a : StageTrustArgs(name)) args.push_back(std::move(a));
+  return args;
 }
 
 std::vector<uint16_t> ReservePorts(int n) {

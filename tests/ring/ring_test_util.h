@@ -22,6 +22,14 @@ inline const std::string kTestRingSecret = "local-ring-test-secret-0123456789";
 // stage on first use in the same directory).
 std::vector<std::string> StageTrustArgs(const std::string& name);
 
+// The arguments of a `kvasir stage` process (KVASIR_BINARY) of a test ring on 127.0.0.1: its
+// weights (`source`: {"-m", MODEL} or {"--fetch", URL, ...}), window, ports, name, one thread, the
+// log level, and StageTrustArgs(name).
+std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
+                                          const std::string& layers, uint16_t listen,
+                                          uint16_t next, const std::string& name,
+                                          const std::string& log_level = "warn");
+
 // Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread, each with a fresh node
 // key, authenticated by kTestRingSecret. `configure(i, options)` may change stage i's options.
 class LocalRing {

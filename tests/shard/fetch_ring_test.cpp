@@ -12,45 +12,19 @@ using testing::Nginx;
 
 class FetchRingTest : public FetchTest {};
 
+// A stage that fetches its window from `url` into `slice_dir`; asked to stop (SIGTERM) at the end.
+std::unique_ptr<testing::ChildProcess> FetchingStage(const std::string& url,
+                                                     const std::string& layers, uint16_t listen,
+                                                     uint16_t next, const std::string& slice_dir,
+                                                     const std::string& log) {
+  return std::make_unique<testing::ChildProcess>(
+      testing::StageProcessArgs({"--fetch", url, "--slice-dir", slice_dir}, layers, listen, next,
+                                "f" + layers.substr(0, layers.find(':')), "info"),
+      log, SIGTERM);
+}
 
 // `kvasir stage --fetch` processes: each fetches its window from nginx, the ring generates the
 // full model's tokens; started again, they reuse the verified slices instead of downloading.
-class FetchingStage {
- public:
-  FetchingStage(const std::string& url, const std::string& layers, uint16_t listen, uint16_t next,
-                const std::string& slice_dir, const std::string& log)
-      : log_(log) {
-    args_ = {KVASIR_BINARY, "stage",
-             "--fetch",     url,
-             "--layers",    layers,
-             "--slice-dir", slice_dir,
-             "--listen",    fmt::format("127.0.0.1:{}", listen),
-             "--next",      fmt::format("127.0.0.1:{}", next),
-             "-t",          "1"};
-    for (const std::string& a : testing::StageTrustArgs(layers)) args_.push_back(a);
-    std::vector<char*> argv;
-    for (auto& a : args_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      freopen(log_.c_str(), "w", stderr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~FetchingStage() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  std::string log() const { return ReadFileToString(log_); }
-
- private:
-  std::vector<std::string> args_;
-  std::string log_;
-  pid_t pid_ = -1;
-};
-
 TEST_F(FetchRingTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   KV_REQUIRE_ASSET(kStories);
   KV_START_NGINX(nginx, NginxOptions());
@@ -64,9 +38,9 @@ TEST_F(FetchRingTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "fetching" : "reusing");
     const std::vector<uint16_t> ports = testing::ReservePorts(3);
-    std::vector<std::unique_ptr<FetchingStage>> stages;
+    std::vector<std::unique_ptr<testing::ChildProcess>> stages;
     for (int i = 0; i < 3; ++i) {
-      stages.push_back(std::make_unique<FetchingStage>(
+      stages.push_back(FetchingStage(
           nginx->Url("/stories260K.gguf"), windows[i], ports[i], ports[(i + 1) % 3], slices.path(),
           logs.File(fmt::format("stage{}-{}.log", i, round))));
     }
