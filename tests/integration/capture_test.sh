@@ -23,27 +23,7 @@ command -v tcpdump >/dev/null || missing "tcpdump is not installed"
 tag=$$
 na=kv-a-$tag
 nb=kv-b-$tag
-work=$(mktemp -d)
-cleanup() {
-  trap - EXIT INT TERM
-  stop_pids
-  ip netns del "$na" 2>/dev/null
-  ip netns del "$nb" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-ip netns add "$na" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
-ip netns add "$nb" || fail "cannot create the second namespace"
-ip link add "ca$tag" type veth peer name "cb$tag" || fail "cannot create a veth pair"
-ip link set "ca$tag" netns "$na"
-ip link set "cb$tag" netns "$nb"
-ip -n "$na" addr add 10.78.0.1/24 dev "ca$tag"
-ip -n "$nb" addr add 10.78.0.2/24 dev "cb$tag"
-for ns in "$na" "$nb"; do ip -n "$ns" link set lo up; done
-ip -n "$na" link set "ca$tag" up
-ip -n "$nb" link set "cb$tag" up
+two_hosts "$na" "$nb" 78 "ca$tag" "cb$tag"
 
 head -c 32 /dev/urandom >"$work/secret"
 export XDG_STATE_HOME="$work/state"

@@ -26,29 +26,7 @@ command -v nft >/dev/null || missing "nftables (nft) is not installed"
 tag=$$
 pub=kv-pub-$tag
 phone=kv-phone-$tag
-work=$(mktemp -d)
-cleanup() {
-  trap - EXIT INT TERM
-  stop_pids
-  ip netns del "$pub" 2>/dev/null
-  ip netns del "$phone" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-ip netns add "$pub" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
-ip netns add "$phone" || fail "cannot create the second namespace"
-ip link add "vp$tag" type veth peer name "vf$tag" || fail "cannot create a veth pair"
-ip link set "vp$tag" netns "$pub"
-ip link set "vf$tag" netns "$phone"
-ip -n "$pub" addr add 10.77.0.1/24 dev "vp$tag"
-ip -n "$phone" addr add 10.77.0.2/24 dev "vf$tag"
-for ns in "$pub" "$phone"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$pub" link set "vp$tag" up
-ip -n "$phone" link set "vf$tag" up
+two_hosts "$pub" "$phone" 77 "vp$tag" "vf$tag"
 # The phone's NAT: answers to its own connections come in, new inbound connections do not.
 ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
 table inet carrier_nat {

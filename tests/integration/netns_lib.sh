@@ -24,3 +24,30 @@ stop_pids() {
   done
   wait 2>/dev/null
 }
+
+# Two network namespaces NS_A and NS_B joined by a veth pair, at 10.SUBNET.0.1 and 10.SUBNET.0.2
+# (/24), loopback up. Sets `work` (a temporary directory) and an exit trap that stops `pids`,
+# removes both namespaces and the directory. Skips where the kernel refuses a namespace.
+two_hosts() {  # two_hosts NS_A NS_B SUBNET VETH_A VETH_B
+  ns_a=$1 ns_b=$2
+  work=$(mktemp -d)
+  trap netns_cleanup EXIT
+  trap 'exit 1' INT TERM
+  ip netns add "$ns_a" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
+  ip netns add "$ns_b" || fail "cannot create the second namespace"
+  ip link add "$4" type veth peer name "$5" || fail "cannot create a veth pair"
+  ip link set "$4" netns "$ns_a"
+  ip link set "$5" netns "$ns_b"
+  ip -n "$ns_a" addr add "10.$3.0.1/24" dev "$4"
+  ip -n "$ns_b" addr add "10.$3.0.2/24" dev "$5"
+  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+  ip -n "$ns_a" link set "$4" up
+  ip -n "$ns_b" link set "$5" up
+}
+netns_cleanup() {
+  trap - EXIT INT TERM
+  stop_pids
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+  rm -rf "$work"
+}
