@@ -18,16 +18,16 @@
 #include <thread>
 #include <vector>
 
+#include "net/stream.h"
 #include "relay/edge_token.h"
 #include "relay/ws_stream.h"
-#include "ring/transport.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using kvasir::Result;
 using kvasir::Status;
-using kvasir::ring::Stream;
+using kvasir::net::Stream;
 
 Status ReadExactly(Stream& s, uint8_t* p, size_t n) {
   while (n > 0) {
@@ -66,11 +66,11 @@ Result<Pair> Open(const std::string& relay, const std::string& id, const std::st
 }
 
 Result<Pair> OpenDirect() {
-  auto l = kvasir::ring::Listener::Bind("127.0.0.1", 0);
+  auto l = kvasir::net::Listener::Bind("127.0.0.1", 0);
   if (!l.ok()) return l.status();
   Result<std::unique_ptr<Stream>> succ = kvasir::Error("unset");
   std::thread t([&] { succ = l->Accept(); });
-  auto pred = kvasir::ring::DialTcp("127.0.0.1", l->port(), 5000);
+  auto pred = kvasir::net::DialTcp("127.0.0.1", l->port(), 5000);
   t.join();
   if (!pred.ok()) return pred.status();
   if (!succ.ok()) return succ.status();

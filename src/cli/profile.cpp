@@ -21,8 +21,8 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "model/arch/registry.h"
+#include "net/stream.h"
 #include "ring/link_probe.h"
-#include "ring/transport.h"
 
 namespace kvasir::cli {
 namespace {
@@ -164,7 +164,7 @@ int RunProfile(const ProfileOptions& o) {
 int RunLinkServe(const std::string& address, bool once) {
   std::string host;
   uint16_t port = 0;
-  if (Status s = ring::ParseHostPort(address, &host, &port); !s.ok()) {
+  if (Status s = net::ParseHostPort(address, &host, &port); !s.ok()) {
     return UsageError(kCmd, "--link-serve: " + s.message());
   }
   auto server = ring::LinkProbeServer::Bind(host, port);
@@ -230,7 +230,7 @@ int ProfileMain(int argc, char** argv) {
       return UsageError(kCmd, "--link-bytes and --link-pings go with --link");
     }
     if (!o.link.empty()) {
-      if (Status s = ring::ParseHostPort(o.link, &o.link_host, &o.link_port); !s.ok()) {
+      if (Status s = net::ParseHostPort(o.link, &o.link_host, &o.link_port); !s.ok()) {
         return UsageError(kCmd, "--link: " + s.message());
       }
       if (o.link_port == 0) return UsageError(kCmd, "--link: port 0 is not a server's port");

@@ -11,8 +11,8 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/ring_options.h"
+#include "net/stream.h"
 #include "relay/edge_token.h"
-#include "ring/transport.h"
 
 namespace kvasir::cli {
 namespace {
@@ -88,7 +88,7 @@ int RelayMain(int argc, char** argv) {
     if (!server.ok()) return Fail(kCmd, server.status());
     std::string host;
     uint16_t port = 0;
-    (void)ring::ParseHostPort(o.listen, &host, &port);
+    (void)net::ParseHostPort(o.listen, &host, &port);
     if (o.secret.empty()) {
       KV_LOG_WARN("relay: no --secret-file: any client can attach to any edge");
     }

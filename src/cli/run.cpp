@@ -22,11 +22,11 @@
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "model/arch/registry.h"
+#include "net/stream.h"
 #include "net/url.h"
 #include "planner/manifest.h"
 #include "shard/fetch.h"
 #include "ring/secret_file.h"
-#include "ring/transport.h"
 
 namespace kvasir::cli {
 namespace {
@@ -54,10 +54,10 @@ struct Child {
 
 // Reserves `n` free loopback ports (bound and released; the stages bind them right after).
 Result<std::vector<uint16_t>> FreePorts(int n) {
-  std::vector<ring::Listener> held;
+  std::vector<net::Listener> held;
   std::vector<uint16_t> ports;
   for (int i = 0; i < n; ++i) {
-    KV_ASSIGN_OR_RETURN(ring::Listener l, ring::Listener::Bind("127.0.0.1", 0));
+    KV_ASSIGN_OR_RETURN(net::Listener l, net::Listener::Bind("127.0.0.1", 0));
     ports.push_back(l.port());
     held.push_back(std::move(l));
   }

@@ -25,9 +25,9 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "net/stream.h"
 #include "relay/edge_token.h"
 #include "relay/upgrade_request.h"
-#include "ring/transport.h"
 
 namespace kvasir::relay {
 
@@ -557,7 +557,7 @@ Result<std::unique_ptr<RelayServer>> RelayServer::Start(const RelayOptions& o) {
   } else {
     std::string host;
     uint16_t port = 0;
-    KV_RETURN_IF_ERROR(ring::ParseHostPort(o.listen, &host, &port));
+    KV_RETURN_IF_ERROR(net::ParseHostPort(o.listen, &host, &port));
     const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
     if (ec) return Error("--listen {}: '{}' is not an IP address", o.listen, host);
     const tcp::endpoint ep(address, port);

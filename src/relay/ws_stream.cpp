@@ -78,7 +78,7 @@ std::string DescribeClose(const websocket::close_reason& r) {
 // a ring link reads on one thread while writing from another. That thread reads messages ahead
 // into rx_; callers block on mu_/cv_ until their bytes or completions are there.
 template <class Next>
-class WsStream final : public ring::Stream {
+class WsStream final : public net::Stream {
  public:
   static constexpr bool kTls = std::is_same_v<Next, TlsNext>;
 
@@ -418,16 +418,16 @@ Result<RelayEdgeUrl> ParseRelayEdgeUrl(const std::string& text) {
   return RelayEdgeUrl{std::move(url), std::move(id).value()};
 }
 
-Result<std::unique_ptr<ring::Stream>> DialRelayEdge(const std::string& url, Role role,
-                                                    std::span<const uint8_t> secret,
-                                                    const RelayDialOptions& options) {
+Result<std::unique_ptr<net::Stream>> DialRelayEdge(const std::string& url, Role role,
+                                                   std::span<const uint8_t> secret,
+                                                   const RelayDialOptions& options) {
   KV_ASSIGN_OR_RETURN(RelayEdgeUrl edge, ParseRelayEdgeUrl(url));
   const std::string hello = EdgeHello(secret, edge.edge_id, role);
   try {
     if (!edge.url.tls()) {
       auto s = std::make_unique<WsStream<PlainNext>>(edge.url, nullptr);
       KV_RETURN_IF_ERROR(s->Dial(hello, options));
-      return std::unique_ptr<ring::Stream>(std::move(s));
+      return std::unique_ptr<net::Stream>(std::move(s));
     }
     auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
     error_code ec;
@@ -441,7 +441,7 @@ Result<std::unique_ptr<ring::Stream>> DialRelayEdge(const std::string& url, Role
     }
     auto s = std::make_unique<WsStream<TlsNext>>(edge.url, std::move(ctx));
     KV_RETURN_IF_ERROR(s->Dial(hello, options));
-    return std::unique_ptr<ring::Stream>(std::move(s));
+    return std::unique_ptr<net::Stream>(std::move(s));
   } catch (const std::exception& e) {
     return Error("{}: {}", url, e.what());
   }

@@ -1,5 +1,5 @@
 // The stage side of the relay (docs/RELAY.md): dials ws[s]://RELAY/edge/<id>, upgrades to a
-// WebSocket, sends the edge hello, and presents the edge as a ring::Stream, so a ring link runs
+// WebSocket, sends the edge hello, and presents the edge as a net::Stream, so a ring link runs
 // over the relay exactly as over TCP.
 #pragma once
 
@@ -10,9 +10,9 @@
 #include <string>
 
 #include "base/status.h"
+#include "net/stream.h"
 #include "net/url.h"
 #include "relay/edge_token.h"
-#include "ring/transport.h"
 
 namespace kvasir::relay {
 
@@ -40,7 +40,7 @@ Result<RelayEdgeUrl> ParseRelayEdgeUrl(const std::string& text);
 
 // Connects to the relay (wss://: certificate and host name verified, SNI sent), upgrades to a
 // WebSocket on /edge/<id>, and sends EdgeHello(secret, id, role) as the first message. The stream
-// returned follows ring::Stream: WriteAll and ReadSome may run on two threads at once, Shutdown
+// returned follows net::Stream: WriteAll and ReadSome may run on two threads at once, Shutdown
 // from any thread wakes both. WriteAll sends binary messages of at most kMaxClientMessage bytes;
 // ReadSome returns the bytes of received messages in order (message boundaries mean nothing).
 // ReadSome returns 0 after a normal close from the relay and an error naming the relay's reason
@@ -48,8 +48,8 @@ Result<RelayEdgeUrl> ParseRelayEdgeUrl(const std::string& text);
 // sent while nothing arrives, so a relay that vanished is noticed within idle_timeout_ms.
 // peer() is the URL. Dial errors name the URL; WriteAll/ReadSome errors do not repeat it (the
 // ring::Link around the stream names the link).
-Result<std::unique_ptr<ring::Stream>> DialRelayEdge(const std::string& url, Role role,
-                                                    std::span<const uint8_t> secret,
-                                                    const RelayDialOptions& options);
+Result<std::unique_ptr<net::Stream>> DialRelayEdge(const std::string& url, Role role,
+                                                   std::span<const uint8_t> secret,
+                                                   const RelayDialOptions& options);
 
 }  // namespace kvasir::relay

@@ -28,7 +28,7 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
                                                         const ClientOptions& options) {
   std::string host;
   uint16_t port = 0;
-  KV_RETURN_IF_ERROR(ParseHostPort(head, &host, &port));
+  KV_RETURN_IF_ERROR(net::ParseHostPort(head, &host, &port));
   if (!options.head_key.has_value() && options.ring_secret.empty()) {
     if (!options.insecure) {
       return Error(StatusCode::kUnauthenticated,
@@ -37,7 +37,7 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
                    "head on loopback)",
                    head);
     }
-    if (!IsLoopbackHost(host)) {
+    if (!net::IsLoopbackHost(host)) {
       return Error("--insecure reaches heads on loopback only, not {}", head);
     }
   }
@@ -50,9 +50,9 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
   Status last = Error("timed out");
   int backoff_ms = 50;
   while (true) {
-    auto stream = DialTcp(host, port, 2000);
+    auto stream = net::DialTcp(host, port, 2000);
     if (stream.ok()) {
-      Stream* raw = stream->get();
+      net::Stream* raw = stream->get();
       std::unique_ptr<Link> link;  // declared before the guard, so it outlives the guard
       DeadlineGuard guard(Clock::now() + std::chrono::seconds(10), [raw] { raw->Shutdown(); });
       auto hs = HandshakeInitiate(**stream, wire::Role::kClient, auth);

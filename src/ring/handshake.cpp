@@ -18,7 +18,7 @@ constexpr std::string_view kClientLabel = "kvasir link v2 client";
 constexpr uint32_t kMaxHandshakeFrame =
     std::max<uint32_t>(sizeof(wire::HandshakeBody), sizeof(wire::ErrorBody) + wire::kMaxErrorMessage);
 
-Status ReadExact(Stream& stream, std::span<uint8_t> out) {
+Status ReadExact(net::Stream& stream, std::span<uint8_t> out) {
   size_t got = 0;
   while (got < out.size()) {
     KV_ASSIGN_OR_RETURN(size_t n, stream.ReadSome(out.subspan(got)));
@@ -38,7 +38,7 @@ struct ReadFailure {
 };
 
 // Reads exactly one frame (never a byte past it: what follows is the encrypted stream).
-Result<Message> ReadHandshakeFrame(Stream& stream, ReadFailure* fail) {
+Result<Message> ReadHandshakeFrame(net::Stream& stream, ReadFailure* fail) {
   *fail = ReadFailure{};
   uint8_t header[sizeof(wire::FrameHeader)];
   KV_RETURN_IF_ERROR(ReadExact(stream, header));
@@ -74,7 +74,7 @@ Result<Message> ReadHandshakeFrame(Stream& stream, ReadFailure* fail) {
 }
 
 // Reads handshake step `step`. A malformed or unexpected frame is answered with ERROR.
-Result<wire::HandshakeBody> ReadStep(Stream& stream, uint8_t step) {
+Result<wire::HandshakeBody> ReadStep(net::Stream& stream, uint8_t step) {
   ReadFailure fail;
   auto m = ReadHandshakeFrame(stream, &fail);
   if (!m.ok()) {
@@ -102,12 +102,12 @@ Result<wire::HandshakeBody> ReadStep(Stream& stream, uint8_t step) {
   return b;
 }
 
-Status SendStep(Stream& stream, const wire::HandshakeBody& b) {
+Status SendStep(net::Stream& stream, const wire::HandshakeBody& b) {
   return stream.WriteAll(EncodeMessage(HandshakeMsg{b}));
 }
 
 // Tells the peer why, then reports the same reason to the caller.
-Status Refuse(Stream& stream, wire::ErrorCode code, const std::string& why) {
+Status Refuse(net::Stream& stream, wire::ErrorCode code, const std::string& why) {
   (void)stream.WriteAll(EncodeMessage(ErrorMsg{code, 0, why}));
   return Error(code == wire::ErrorCode::kUnauthenticated ? StatusCode::kUnauthenticated
                                                          : StatusCode::kInvalidInput,
@@ -272,7 +272,8 @@ SessionKey DeriveKey(const SessionKey& kx_key, std::span<const uint8_t, 32> tran
   return out;
 }
 
-Result<HandshakeResult> HandshakeInitiate(Stream& stream, wire::Role role, const LinkAuth& auth) {
+Result<HandshakeResult> HandshakeInitiate(net::Stream& stream, wire::Role role,
+                                          const LinkAuth& auth) {
   InitCrypto();
   Ephemeral eph;
   wire::HandshakeBody init{};
@@ -318,7 +319,7 @@ Result<HandshakeResult> HandshakeInitiate(Stream& stream, wire::Role role, const
   return r;
 }
 
-Result<HandshakeResult> HandshakeRespond(Stream& stream, const LinkAuth& stage_auth,
+Result<HandshakeResult> HandshakeRespond(net::Stream& stream, const LinkAuth& stage_auth,
                                          const LinkAuth& client_auth) {
   InitCrypto();
   KV_ASSIGN_OR_RETURN(const wire::HandshakeBody init, ReadStep(stream, wire::kHandshakeInit));

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "net/stream.h"
 #include "ring/node_key.h"
-#include "ring/transport.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -46,11 +46,12 @@ struct HandshakeResult {
 // kUnauthenticated naming why and returns an error with StatusCode::kUnauthenticated; a refusal
 // from the peer comes back as an error carrying its message. The caller bounds the time (a
 // DeadlineGuard that shuts the stream down).
-Result<HandshakeResult> HandshakeInitiate(Stream& stream, wire::Role role, const LinkAuth& auth);
+Result<HandshakeResult> HandshakeInitiate(net::Stream& stream, wire::Role role,
+                                          const LinkAuth& auth);
 
 // The responder's side: `stage_auth` applies when the initiator says it is a stage,
 // `client_auth` when it says it is a client (only its client_secret is used).
-Result<HandshakeResult> HandshakeRespond(Stream& stream, const LinkAuth& stage_auth,
+Result<HandshakeResult> HandshakeRespond(net::Stream& stream, const LinkAuth& stage_auth,
                                          const LinkAuth& client_auth);
 
 // ---- The construction, exposed for known-answer tests ------------------------------------------

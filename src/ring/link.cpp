@@ -15,7 +15,7 @@ int64_t Link::Now() {
       .count();
 }
 
-Link::Link(std::unique_ptr<Stream> stream, std::string what, LinkOptions options)
+Link::Link(std::unique_ptr<net::Stream> stream, std::string what, LinkOptions options)
     : stream_(std::move(stream)),
       what_(std::move(what)),
       options_(options),

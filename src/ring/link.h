@@ -1,4 +1,4 @@
-// A framed, message-level link over a byte Stream (for ring links, an encrypted SecureStream).
+// A framed, message-level link over a byte net::Stream (for ring links, an encrypted SecureStream).
 // One thread calls Receive(); any thread may Send(), which only queues: a writer thread of the
 // link writes the queue out, so a slow peer never blocks the sender beyond what LinkOptions
 // allow. The link also keeps itself alive and watches its peer: it sends KEEPALIVE when it has
@@ -18,9 +18,9 @@
 
 #include "base/status.h"
 #include "base/watchdog.h"
+#include "net/stream.h"
 #include "ring/frame.h"
 #include "ring/messages.h"
-#include "ring/transport.h"
 
 namespace kvasir::ring {
 
@@ -39,7 +39,7 @@ struct LinkOptions {
 class Link {
  public:
   // `what` names the link in messages: "successor 127.0.0.1:5001".
-  Link(std::unique_ptr<Stream> stream, std::string what, LinkOptions options = {});
+  Link(std::unique_ptr<net::Stream> stream, std::string what, LinkOptions options = {});
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -78,7 +78,7 @@ class Link {
   Status ClosedStatus() const;
   static int64_t Now();
 
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<net::Stream> stream_;
   std::string what_;
   LinkOptions options_;
   FrameDecoder decoder_;

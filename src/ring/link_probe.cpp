@@ -65,7 +65,7 @@ double MsSince(Clock::time_point t0) {
 // thread while it already sleeps on a deadline), so timing a ping is not disturbed.
 class Watchdog {
  public:
-  explicit Watchdog(Stream &stream) : stream_(stream), thread_([this] { Loop(); }) {}
+  explicit Watchdog(net::Stream &stream) : stream_(stream), thread_([this] { Loop(); }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -106,7 +106,7 @@ class Watchdog {
     }
   }
 
-  Stream &stream_;
+  net::Stream &stream_;
   std::mutex mu_;
   std::condition_variable cv_;
   Clock::time_point deadline_ = Clock::time_point::max();  // guarded by mu_
@@ -125,7 +125,7 @@ std::string HexBytes(std::span<const uint8_t> bytes) {
 // A stream whose every read and write is bounded by a timeout; errors name the peer and the step.
 class Channel {
  public:
-  explicit Channel(Stream &stream) : stream_(stream), watchdog_(stream) {}
+  explicit Channel(net::Stream &stream) : stream_(stream), watchdog_(stream) {}
   const std::string &peer() const { return peer_; }
 
   // Reads exactly `buf.size()` bytes within `timeout_ms`. `*got` (when set) counts the bytes read,
@@ -176,7 +176,7 @@ class Channel {
   }
 
  private:
-  Stream &stream_;
+  net::Stream &stream_;
   std::string peer_ = stream_.peer();
   Watchdog watchdog_;
 };
@@ -212,7 +212,7 @@ Status Expect(const Channel &ch, const ProbeHeader &h, uint32_t type, uint64_t v
 }
 
 // Serves one session; `*past_handshake` tells whether the peer was a probe client at all.
-Result<LinkProbeSessionStats> ServeSession(Stream &stream, int io_timeout_ms,
+Result<LinkProbeSessionStats> ServeSession(net::Stream &stream, int io_timeout_ms,
                                            bool *past_handshake) {
   Channel ch(stream);
   LinkProbeSessionStats stats;
@@ -275,7 +275,7 @@ Status CheckOptions(const LinkProbeOptions &o) {
 
 }  // namespace
 
-Result<LinkMeasurement> ProbeLink(Stream &stream, const LinkProbeOptions &o) {
+Result<LinkMeasurement> ProbeLink(net::Stream &stream, const LinkProbeOptions &o) {
   KV_RETURN_IF_ERROR(CheckOptions(o));
   Channel ch(stream);
   const int io = o.io_timeout_ms;
@@ -346,24 +346,25 @@ Result<LinkMeasurement> ProbeLink(Stream &stream, const LinkProbeOptions &o) {
 Result<LinkMeasurement> ProbeLink(const std::string &host, uint16_t port,
                                   const LinkProbeOptions &o) {
   KV_RETURN_IF_ERROR(CheckOptions(o));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, DialTcp(host, port, o.connect_timeout_ms));
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream,
+                      net::DialTcp(host, port, o.connect_timeout_ms));
   return ProbeLink(*stream, o);
 }
 
-Result<LinkProbeSessionStats> ServeLinkProbeSession(Stream &stream, int io_timeout_ms) {
+Result<LinkProbeSessionStats> ServeLinkProbeSession(net::Stream &stream, int io_timeout_ms) {
   bool past_handshake = false;
   return ServeSession(stream, io_timeout_ms, &past_handshake);
 }
 
 Result<std::unique_ptr<LinkProbeServer>> LinkProbeServer::Bind(const std::string &host,
                                                                uint16_t port, int io_timeout_ms) {
-  KV_ASSIGN_OR_RETURN(Listener listener, Listener::Bind(host, port));
+  KV_ASSIGN_OR_RETURN(net::Listener listener, net::Listener::Bind(host, port));
   return std::unique_ptr<LinkProbeServer>(new LinkProbeServer(std::move(listener), io_timeout_ms));
 }
 
 Result<LinkProbeSessionStats> LinkProbeServer::Serve(bool once, const SessionFn &on_session) {
   while (!stopped_.load()) {
-    Result<std::unique_ptr<Stream>> conn = listener_.Accept();
+    Result<std::unique_ptr<net::Stream>> conn = listener_.Accept();
     if (!conn.ok()) {
       if (stopped_.load()) break;
       return conn.status().WithContext("link probe server");

@@ -1,6 +1,6 @@
 // Link probe: measures the uplink from this device to the next one in the ring (round trip and
 // bandwidth) for devices.json. One side serves (`kvasir profile --link-serve`), the other probes
-// (`kvasir profile --link`). The probe has its own tiny protocol over a Stream, apart from the ring
+// (`kvasir profile --link`). The probe has its own tiny protocol over a stream, apart from the ring
 // protocol, so a probe never reaches a stage and a stage port never answers a probe.
 //
 // Protocol (all little-endian, fixed width; version 1):
@@ -23,7 +23,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "ring/transport.h"
+#include "net/stream.h"
 
 namespace kvasir::ring {
 
@@ -55,7 +55,7 @@ struct LinkMeasurement {
 // Probes a server on an open stream: handshake, 1 + `pings` round trips, one data transfer, bye.
 // Errors name `stream.peer()` and the step ("127.0.0.1:7000: is not a kvasir link probe server
 // (it sent 48 54 54 50 ...)", "...: timed out after 10000 ms waiting for pong 3").
-Result<LinkMeasurement> ProbeLink(Stream &stream, const LinkProbeOptions &options);
+Result<LinkMeasurement> ProbeLink(net::Stream &stream, const LinkProbeOptions &options);
 // Connects to host:port and probes it.
 Result<LinkMeasurement> ProbeLink(const std::string &host, uint16_t port,
                                   const LinkProbeOptions &options);
@@ -68,7 +68,7 @@ struct LinkProbeSessionStats {
 
 // Serves one probe session on an open stream until the client's bye. Errors name the peer:
 // "127.0.0.1:40112: is not a kvasir link probe client (it sent 47 45 54 20 ...)".
-Result<LinkProbeSessionStats> ServeLinkProbeSession(Stream &stream, int io_timeout_ms);
+Result<LinkProbeSessionStats> ServeLinkProbeSession(net::Stream &stream, int io_timeout_ms);
 
 // Accepts connections and serves one probe session at a time.
 class LinkProbeServer {
@@ -88,13 +88,13 @@ class LinkProbeServer {
   void Stop();
 
  private:
-  LinkProbeServer(Listener listener, int io_timeout_ms)
+  LinkProbeServer(net::Listener listener, int io_timeout_ms)
       : listener_(std::move(listener)), io_timeout_ms_(io_timeout_ms) {}
-  Listener listener_;
+  net::Listener listener_;
   int io_timeout_ms_;
   std::atomic<bool> stopped_{false};
   std::mutex mu_;
-  Stream *current_ = nullptr;  // guarded by mu_
+  net::Stream *current_ = nullptr;  // guarded by mu_
 };
 
 }  // namespace kvasir::ring

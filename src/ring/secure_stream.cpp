@@ -12,7 +12,7 @@ constexpr size_t kKeepBuffer = 1 << 20;  // buffers above this are released afte
 
 }  // namespace
 
-SecureStream::SecureStream(std::unique_ptr<Stream> inner, const SessionKey& tx,
+SecureStream::SecureStream(std::unique_ptr<net::Stream> inner, const SessionKey& tx,
                            const SessionKey& rx, size_t max_record)
     : inner_(std::move(inner)), max_record_(max_record), tx_key_(tx), rx_key_(rx) {
   InitCrypto();

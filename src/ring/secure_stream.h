@@ -1,4 +1,4 @@
-// An encrypted, authenticated byte stream over another Stream, keyed by the link handshake
+// An encrypted, authenticated byte stream over another net::Stream, keyed by the link handshake
 // (ring/handshake.h). Each WriteAll() becomes one record: a u32 little-endian length, then the
 // record sealed with libsodium's crypto_secretstream_xchacha20poly1305 (which numbers records, so
 // a record that is dropped, replayed, reordered or altered fails to open). The first bytes each way
@@ -10,15 +10,15 @@
 #include <memory>
 #include <vector>
 
+#include "net/stream.h"
 #include "ring/handshake.h"
-#include "ring/transport.h"
 
 namespace kvasir::ring {
 
-class SecureStream final : public Stream {
+class SecureStream final : public net::Stream {
  public:
   // `max_record` bounds the plaintext of one record (larger announced lengths end the stream).
-  SecureStream(std::unique_ptr<Stream> inner, const SessionKey& tx, const SessionKey& rx,
+  SecureStream(std::unique_ptr<net::Stream> inner, const SessionKey& tx, const SessionKey& rx,
                size_t max_record);
   ~SecureStream() override;
 
@@ -31,7 +31,7 @@ class SecureStream final : public Stream {
   Status Fill(size_t n);     // reads until raw_ holds at least n unread bytes
   Status ReadRecord();       // opens the next record into plain_
 
-  std::unique_ptr<Stream> inner_;
+  std::unique_ptr<net::Stream> inner_;
   size_t max_record_;
   // Writer side.
   crypto_secretstream_xchacha20poly1305_state push_{};

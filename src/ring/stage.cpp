@@ -45,13 +45,13 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   if (opt.dial_next) {
     if (opt.next_via.empty()) opt.next_via = "successor (dial hook)";
   } else {
-    KV_RETURN_IF_ERROR(ParseHostPort(opt.next, &succ_host, &succ_port).WithContext("--next"));
+    KV_RETURN_IF_ERROR(net::ParseHostPort(opt.next, &succ_host, &succ_port).WithContext("--next"));
   }
   if (opt.dial_pred && opt.pred_via.empty()) opt.pred_via = "predecessor (dial hook)";
   std::string host;
   uint16_t port = 0;
-  KV_RETURN_IF_ERROR(ParseHostPort(opt.listen, &host, &port).WithContext("--listen"));
-  if (opt.insecure && !IsLoopbackHost(host)) {
+  KV_RETURN_IF_ERROR(net::ParseHostPort(opt.listen, &host, &port).WithContext("--listen"));
+  if (opt.insecure && !net::IsLoopbackHost(host)) {
     return Error("--insecure stages listen on loopback only (127.0.0.1 or ::1), not {}",
                  opt.listen);
   }
@@ -74,7 +74,7 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
     KV_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromGguf(shared->header(), shared->path()));
   }
   KV_ASSIGN_OR_RETURN(ModelId id, ComputeModelId(shared->header(), shared->path()));
-  KV_ASSIGN_OR_RETURN(Listener listener, Listener::Bind(host, port));
+  KV_ASSIGN_OR_RETURN(net::Listener listener, net::Listener::Bind(host, port));
   auto stage = std::make_unique<StageImpl>(opt, std::move(shared), std::move(window),
                                            std::move(tokenizer), id, std::move(listener));
   return std::unique_ptr<Stage>(std::move(stage));
@@ -82,7 +82,7 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
 
 StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
                      std::unique_ptr<LayerWindow> window, std::unique_ptr<Tokenizer> tokenizer,
-                     ModelId model_id, Listener listener)
+                     ModelId model_id, net::Listener listener)
     : options_(std::move(options)),
       file_(std::move(file)),
       window_(std::move(window)),
@@ -90,7 +90,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       model_id_(model_id),
       listener_(std::move(listener)),
       scheduler_(options_.max_batch_rows) {
-  if (!options_.dial_next) (void)ParseHostPort(options_.next, &succ_host_, &succ_port_);
+  if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   std::random_device rd;
   // Session ids start at a random point so a restarted head never reuses live ids.

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "base/status.h"
+#include "net/stream.h"
 #include "ring/handshake.h"
 #include "ring/node_key.h"
-#include "ring/transport.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -20,7 +20,7 @@ namespace kvasir::ring {
 // Opens a link some other way than direct TCP (the relay: src/relay). `cancelled` turns true when
 // the stage stops; a dial in progress should give up soon after. Called from one thread at a time.
 using DialHook =
-    std::function<Result<std::unique_ptr<Stream>>(const std::function<bool()>& cancelled)>;
+    std::function<Result<std::unique_ptr<net::Stream>>(const std::function<bool()>& cancelled)>;
 
 struct StageOptions {
   std::string model_path;

@@ -18,13 +18,13 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
+#include "net/stream.h"
 #include "ring/link.h"
 #include "ring/front_end.h"
 #include "ring/messages.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
 #include "ring/tail_sampler.h"
-#include "ring/transport.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::ring {
@@ -58,7 +58,7 @@ class StageImpl final : public Stage {
  public:
   StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
             std::unique_ptr<LayerWindow> window, std::unique_ptr<Tokenizer> tokenizer,
-            ModelId model_id, Listener listener);
+            ModelId model_id, net::Listener listener);
   ~StageImpl() override;
 
   uint16_t port() const override { return listener_.port(); }
@@ -79,12 +79,12 @@ class StageImpl final : public Stage {
   // serves it until it ends. Returns an error when it ended before the HELLO exchange completed
   // (refused, or nothing arrived), Ok otherwise. `pending_addr`: the source address whose pending
   // slot this connection holds (accepted); empty for a relayed predecessor (dial_pred).
-  Status ServeConnection(std::unique_ptr<Stream> raw, const std::string& pending_addr);
+  Status ServeConnection(std::unique_ptr<net::Stream> raw, const std::string& pending_addr);
   // Handshake + HELLO as the responder, within the handshake deadline. Sets *is_client.
-  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<Stream> raw, bool via_relay,
+  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, bool via_relay,
                                            wire::Hello* peer_hello, bool* is_client);
   // Handshake + HELLO with the successor, within the handshake deadline.
-  Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<Stream> raw);
+  Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<net::Stream> raw);
   void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client);
   void DialLoop();
   void PredDialLoop();  // only with options_.dial_pred
@@ -123,7 +123,7 @@ class StageImpl final : public Stage {
   std::unique_ptr<LayerWindow> window_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelId model_id_;
-  Listener listener_;
+  net::Listener listener_;
   std::string succ_host_;
   uint16_t succ_port_ = 0;
   std::string succ_desc_;  // the successor in messages: `next`, or `next_via` when relayed

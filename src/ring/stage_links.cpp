@@ -37,7 +37,7 @@ std::string AddressOf(const std::string& peer) {
 }
 
 // Refuses a connection before its handshake (plaintext ERROR, then close).
-void RefuseRaw(Stream& s, wire::ErrorCode code, const std::string& why) {
+void RefuseRaw(net::Stream& s, wire::ErrorCode code, const std::string& why) {
   (void)s.WriteAll(EncodeMessage(ErrorMsg{code, 0, why}));
   s.Shutdown();
 }
@@ -108,7 +108,7 @@ void StageImpl::AcceptLoop() {
     ++pending_;
     ++from_addr;
     auto done = std::make_shared<std::atomic<bool>>(false);
-    auto raw = std::make_shared<std::unique_ptr<Stream>>(std::move(stream).value());
+    auto raw = std::make_shared<std::unique_ptr<net::Stream>>(std::move(stream).value());
     // ServeConnection releases the pending slot when the handshake is over, either way.
     conn_threads_.push_back({std::thread([this, raw, done, addr] {
                                (void)ServeConnection(std::move(*raw), addr);
@@ -118,11 +118,12 @@ void StageImpl::AcceptLoop() {
   }
 }
 
-Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<Stream> raw, bool via_relay,
-                                                    wire::Hello* peer_hello, bool* is_client) {
+Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream> raw,
+                                                    bool via_relay, wire::Hello* peer_hello,
+                                                    bool* is_client) {
   const std::string peer = via_relay ? "via " + options_.pred_via : "peer " + raw->peer();
   std::shared_ptr<Link> link;
-  Stream* raw_ptr = raw.get();
+  net::Stream* raw_ptr = raw.get();
   std::optional<DeadlineGuard> guard;
   guard.emplace(Clock::now() + std::chrono::milliseconds(options_.handshake_timeout_ms),
                 [raw_ptr] { raw_ptr->Shutdown(); });
@@ -204,7 +205,8 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<Stream> raw,
   return link;
 }
 
-Status StageImpl::ServeConnection(std::unique_ptr<Stream> raw, const std::string& pending_addr) {
+Status StageImpl::ServeConnection(std::unique_ptr<net::Stream> raw,
+                                  const std::string& pending_addr) {
   const bool via_relay = pending_addr.empty();
   const std::string peer = raw->peer();
   wire::Hello h{};
@@ -313,8 +315,8 @@ void StageImpl::Backoff(int* backoff_ms) {
   *backoff_ms = std::min(*backoff_ms * 2, kMaxBackoffMs);
 }
 
-Result<std::shared_ptr<Link>> StageImpl::OpenSuccessorLink(std::unique_ptr<Stream> raw) {
-  Stream* raw_ptr = raw.get();
+Result<std::shared_ptr<Link>> StageImpl::OpenSuccessorLink(std::unique_ptr<net::Stream> raw) {
+  net::Stream* raw_ptr = raw.get();
   std::shared_ptr<Link> link;
   std::optional<DeadlineGuard> guard;
   guard.emplace(Clock::now() + std::chrono::milliseconds(options_.handshake_timeout_ms),
@@ -357,7 +359,7 @@ void StageImpl::DialLoop() {
   const std::function<bool()> cancelled = [this] { return !running_.load(); };
   while (running_.load()) {
     auto stream = options_.dial_next ? options_.dial_next(cancelled)
-                                     : DialTcp(succ_host_, succ_port_, 2000);
+                                     : net::DialTcp(succ_host_, succ_port_, 2000);
     if (!stream.ok()) {
       if (!logged_wait && running_.load()) {
         // A relay's refusal says more than a TCP port that is not open yet (and names the URL).

@@ -8,11 +8,11 @@
 #include <span>
 #include <string>
 
-#include "ring/transport.h"
+#include "net/stream.h"
 
 namespace kvasir::fuzzing {
 
-class ScriptedStream final : public ring::Stream {
+class ScriptedStream final : public net::Stream {
  public:
   ScriptedStream(std::span<const uint8_t> input, size_t chunk) : input_(input), chunk_(chunk) {}
   Status WriteAll(std::span<const uint8_t>) override { return Status::Ok(); }

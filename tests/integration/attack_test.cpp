@@ -112,7 +112,7 @@ class AttackTest : public ::testing::Test {
   // A raw connection to stage `i`, through the handshake with `auth` (role stage).
   Result<std::unique_ptr<ring::Link>> Dial(int i, const ring::LinkAuth& auth,
                                            wire::Role role = wire::Role::kStage) {
-    KV_ASSIGN_OR_RETURN(auto s, ring::DialTcp("127.0.0.1", ports_[i], 2000));
+    KV_ASSIGN_OR_RETURN(auto s, net::DialTcp("127.0.0.1", ports_[i], 2000));
     KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeInitiate(*s, role, auth));
     return std::make_unique<ring::Link>(
         std::make_unique<ring::SecureStream>(std::move(s), hs.tx, hs.rx, 80 << 20), "attacker");
@@ -160,7 +160,7 @@ TEST_F(AttackTest, InjectionIsRefused) {
       EXPECT_EQ(link.status().code(), StatusCode::kUnauthenticated) << link.status().message();
     }
     // The old way in: HELLO with no handshake at all.
-    auto raw = ring::DialTcp("127.0.0.1", ports_[i], 2000);
+    auto raw = net::DialTcp("127.0.0.1", ports_[i], 2000);
     ASSERT_TRUE(raw.ok());
     ring::Link plain(std::move(raw).value(), "plain");
     ASSERT_TRUE(plain.Send(ring::HelloMsg{StageHello(4, 5)}).ok());
@@ -194,10 +194,10 @@ TEST_F(AttackTest, InjectionIsRefused) {
 TEST_F(AttackTest, FloodsBeforeTheHandshakeAreBounded) {
   const pid_t head = stages_[0]->pid();
   const int threads_before = ThreadsOf(head);
-  std::vector<std::unique_ptr<ring::Stream>> idle;
+  std::vector<std::unique_ptr<net::Stream>> idle;
   // 12 connections each announcing a 64 MiB frame before any proof: refused at the header.
   for (int i = 0; i < 12; ++i) {
-    auto s = ring::DialTcp("127.0.0.1", ports_[0], 2000);
+    auto s = net::DialTcp("127.0.0.1", ports_[0], 2000);
     ASSERT_TRUE(s.ok());
     wire::FrameHeader h{wire::kMagic, static_cast<uint16_t>(wire::MsgType::kHidden), 0,
                         wire::kMaxPayload, 0};
@@ -209,7 +209,7 @@ TEST_F(AttackTest, FloodsBeforeTheHandshakeAreBounded) {
   // 1000 connections that say nothing.
   int opened = 0;
   for (int i = 0; i < 1000; ++i) {
-    auto s = ring::DialTcp("127.0.0.1", ports_[0], 2000);
+    auto s = net::DialTcp("127.0.0.1", ports_[0], 2000);
     if (!s.ok()) continue;
     ++opened;
     idle.push_back(std::move(s).value());

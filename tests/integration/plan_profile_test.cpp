@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "gguf/gguf_file.h"
+#include "net/stream.h"
 #include "planner/device_profile.h"
 #include "planner/manifest.h"
-#include "ring/transport.h"
 #include "kvasir_process.h"
 #include "test_assets.h"
 
@@ -282,7 +282,7 @@ TEST(PlanProfileTest, ProfileLinkEntryFeedsThePlanner) {
 
 TEST(PlanProfileTest, ProfileLinkToAWrongPeerIsRefused) {
   KV_REQUIRE_ASSET(kStories);
-  auto listener = ring::Listener::Bind("127.0.0.1", 0);
+  auto listener = net::Listener::Bind("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status().message();
   std::thread garbage([&] {
     auto c = listener->Accept();

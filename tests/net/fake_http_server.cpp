@@ -49,7 +49,7 @@ FakeHttpServer::FakeHttpServer(Reply reply)
 
 FakeHttpServer::FakeHttpServer(Handler handler)
     : handler_(std::move(handler)),
-      listener_(std::move(ring::Listener::Bind("127.0.0.1", 0).value())) {
+      listener_(std::move(net::Listener::Bind("127.0.0.1", 0).value())) {
   port_ = listener_.port();
   thread_ = std::thread([this] { Accept(); });
 }
@@ -58,7 +58,7 @@ FakeHttpServer::~FakeHttpServer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    for (ring::Stream* s : open_) s->Shutdown();
+    for (net::Stream* s : open_) s->Shutdown();
   }
   cv_.notify_all();
   listener_.Close();
@@ -83,7 +83,7 @@ void FakeHttpServer::Accept() {
   }
 }
 
-void FakeHttpServer::ServeOne(std::unique_ptr<ring::Stream> s) {
+void FakeHttpServer::ServeOne(std::unique_ptr<net::Stream> s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "ring/transport.h"
+#include "net/stream.h"
 
 namespace kvasir::testing {
 
@@ -46,9 +46,9 @@ class FakeHttpServer {
 
    private:
     friend class FakeHttpServer;
-    Conn(FakeHttpServer* server, ring::Stream* stream) : server_(server), stream_(stream) {}
+    Conn(FakeHttpServer* server, net::Stream* stream) : server_(server), stream_(stream) {}
     FakeHttpServer* server_;
-    ring::Stream* stream_;
+    net::Stream* stream_;
   };
   using Handler = std::function<void(const FakeRequest&, Conn&)>;
 
@@ -74,15 +74,15 @@ class FakeHttpServer {
 
  private:
   void Accept();
-  void ServeOne(std::unique_ptr<ring::Stream> stream);
+  void ServeOne(std::unique_ptr<net::Stream> stream);
   Handler handler_;
-  ring::Listener listener_;
+  net::Listener listener_;
   uint16_t port_ = 0;
   std::atomic<int> requests_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::vector<ring::Stream*> open_;  // connections being served, shut down on destruction
+  std::vector<net::Stream*> open_;  // connections being served, shut down on destruction
   std::vector<std::thread> workers_;
   std::thread thread_;
 };

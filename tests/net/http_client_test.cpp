@@ -181,7 +181,7 @@ TEST(HttpClientTest, FollowsRedirectsButNotForever) {
 TEST(HttpClientTest, NothingListeningIsANetworkError) {
   uint16_t port = 0;
   {
-    auto l = ring::Listener::Bind("127.0.0.1", 0);
+    auto l = net::Listener::Bind("127.0.0.1", 0);
     port = l->port();
   }
   Got g = Get("http://127.0.0.1:" + std::to_string(port) + "/m", 0, 3);
@@ -190,7 +190,7 @@ TEST(HttpClientTest, NothingListeningIsANetworkError) {
 }
 
 TEST(HttpClientTest, SilentServerTimesOut) {
-  auto listener = ring::Listener::Bind("127.0.0.1", 0).value();  // accepts (backlog), never answers
+  auto listener = net::Listener::Bind("127.0.0.1", 0).value();  // accepts (backlog), never answers
   HttpOptions o = FastOptions();
   o.request_timeout_ms = 300;
   Got g = Get("http://127.0.0.1:" + std::to_string(listener.port()) + "/m", 0, 3, false, o);

@@ -10,18 +10,18 @@
 #include <fstream>
 #include <thread>
 
-#include "ring/transport.h"
+#include "net/stream.h"
 
 namespace kvasir::testing {
 namespace {
 
 uint16_t FreePort() {
-  auto l = ring::Listener::Bind("127.0.0.1", 0);
+  auto l = net::Listener::Bind("127.0.0.1", 0);
   return l.ok() ? l->port() : 0;
 }
 
 bool PortOpen(uint16_t port) {
-  auto s = ring::DialTcp("127.0.0.1", port, 200);
+  auto s = net::DialTcp("127.0.0.1", port, 200);
   return s.ok();
 }
 

@@ -30,9 +30,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "net/stream.h"
 #include "relay/edge_token.h"
 #include "relay/ws_stream.h"
-#include "ring/transport.h"
 #include "test_assets.h"
 
 namespace kvasir::relay {
@@ -115,7 +115,7 @@ class FakeRelay {
       for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
     }
     cv_.notify_all();
-    (void)ring::DialTcp("127.0.0.1", port_, 1000);  // wakes the blocking accept()
+    (void)net::DialTcp("127.0.0.1", port_, 1000);  // wakes the blocking accept()
     accept_thread_.join();
     for (auto& t : conns_) t.join();
   }
@@ -242,7 +242,7 @@ RelayDialOptions Fast() {
 }
 
 // Writes `n` patterned bytes in one WriteAll and reads them back through the echo.
-void RoundTrip(ring::Stream& s, FakeRelay& relay, size_t n) {
+void RoundTrip(net::Stream& s, FakeRelay& relay, size_t n) {
   std::vector<uint8_t> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>((i * 7919) >> 3);
   ASSERT_TRUE(s.WriteAll(out).ok());
@@ -342,7 +342,7 @@ TEST(WsStreamTest, ShutdownWakesABlockedRead) {
   FakeRelay relay(FakeRelay::Mode::kEcho);
   auto s = DialRelayEdge(relay.Url("e"), Role::kSuccessorSide, SecretBytes(), Fast());
   ASSERT_TRUE(s.ok()) << s.status().message();
-  ring::Stream* stream = s->get();
+  net::Stream* stream = s->get();
   auto reader = std::async(std::launch::async, [stream] {
     uint8_t buf[64];
     return stream->ReadSome(buf);
@@ -365,7 +365,7 @@ TEST(WsStreamTest, ARelayThatStopsAnsweringIsNoticedByKeepAlive) {
   o.idle_timeout_ms = 400;
   auto s = DialRelayEdge(relay.Url("e"), Role::kSuccessorSide, SecretBytes(), o);
   ASSERT_TRUE(s.ok()) << s.status().message();
-  ring::Stream* stream = s->get();
+  net::Stream* stream = s->get();
   // Without keep-alive this read would wait forever: the mute relay never closes.
   auto reader = std::async(std::launch::async, [stream] {
     uint8_t buf[16];

@@ -12,7 +12,7 @@
 #include <functional>
 #include <thread>
 
-#include "ring/transport.h"
+#include "net/stream.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -27,7 +27,7 @@ std::span<const uint8_t> AsBytes(const std::string &s) {
 }
 
 // Reads exactly n bytes (or until the stream ends); returns what it got.
-std::vector<uint8_t> ReadN(Stream &s, size_t n) {
+std::vector<uint8_t> ReadN(net::Stream &s, size_t n) {
   std::vector<uint8_t> out(n);
   size_t done = 0;
   while (done < n) {
@@ -42,10 +42,10 @@ std::vector<uint8_t> ReadN(Stream &s, size_t n) {
 // A one-connection fake peer on 127.0.0.1: `behave` gets the accepted stream in a thread.
 class FakeServer {
  public:
-  explicit FakeServer(std::function<void(Stream &)> behave) {
-    auto l = Listener::Bind("127.0.0.1", 0);
+  explicit FakeServer(std::function<void(net::Stream &)> behave) {
+    auto l = net::Listener::Bind("127.0.0.1", 0);
     EXPECT_TRUE(l.ok()) << l.status().message();
-    listener_ = std::make_unique<Listener>(std::move(*l));
+    listener_ = std::make_unique<net::Listener>(std::move(*l));
     thread_ = std::thread([this, behave = std::move(behave)] {
       auto c = listener_->Accept();
       accepted_ = true;
@@ -61,7 +61,7 @@ class FakeServer {
   uint16_t port() const { return listener_->port(); }
 
  private:
-  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<net::Listener> listener_;
   std::atomic<bool> accepted_{false};
   std::thread thread_;
 };
@@ -105,7 +105,7 @@ TEST(LinkProbe, LoopbackMeasuresRttAndBandwidth) {
 }
 
 TEST(LinkProbe, GarbageServerIsRefused) {
-  FakeServer fake([](Stream &s) {
+  FakeServer fake([](net::Stream &s) {
     (void)s.WriteAll(AsBytes("HTTP/1.1 400 Bad Request\r\n\r\n"));
     ReadN(s, 1 << 20);  // until the client hangs up
   });
@@ -115,26 +115,26 @@ TEST(LinkProbe, GarbageServerIsRefused) {
 }
 
 TEST(LinkProbe, ShortGarbageThenCloseIsRefused) {
-  FakeServer fake([](Stream &s) { (void)s.WriteAll(AsBytes("no\n")); });
+  FakeServer fake([](net::Stream &s) { (void)s.WriteAll(AsBytes("no\n")); });
   EXPECT_THAT(ProbeError(fake.port()),
               HasSubstr("is not a kvasir link probe server (it sent 6e 6f 0a)"));
 }
 
 TEST(LinkProbe, SilentServerTimesOut) {
-  FakeServer fake([](Stream &s) { ReadN(s, 1 << 20); });
+  FakeServer fake([](net::Stream &s) { ReadN(s, 1 << 20); });
   EXPECT_THAT(ProbeError(fake.port()),
               HasSubstr("timed out after 300 ms waiting for the server's hello (is it a `kvasir "
                         "profile --link-serve` port?)"));
 }
 
 TEST(LinkProbe, ServerThatHangsUpIsNamed) {
-  FakeServer fake([](Stream &s) { ReadN(s, 8); });
+  FakeServer fake([](net::Stream &s) { ReadN(s, 8); });
   EXPECT_THAT(ProbeError(fake.port()),
               HasSubstr("closed the connection while this side waited for the server's hello"));
 }
 
 TEST(LinkProbe, RingStagePortIsNamed) {
-  FakeServer fake([](Stream &s) {
+  FakeServer fake([](net::Stream &s) {
     wire::FrameHeader h{wire::kMagic, 1, 0, 0, 0};
     (void)s.WriteAll({reinterpret_cast<const uint8_t *>(&h), sizeof(h)});
     ReadN(s, 1 << 20);
@@ -144,7 +144,7 @@ TEST(LinkProbe, RingStagePortIsNamed) {
 }
 
 TEST(LinkProbe, OtherServerVersionIsRefused) {
-  FakeServer fake([](Stream &s) {
+  FakeServer fake([](net::Stream &s) {
     ReadN(s, 8);
     const uint8_t hello[8] = {'K', 'V', 'L', 'P', 2, 0, 0, 0};
     (void)s.WriteAll(hello);
@@ -155,7 +155,7 @@ TEST(LinkProbe, OtherServerVersionIsRefused) {
 }
 
 TEST(LinkProbe, WrongPongIsRefused) {
-  FakeServer fake([](Stream &s) {
+  FakeServer fake([](net::Stream &s) {
     ReadN(s, 8);
     const uint8_t hello[8] = {'K', 'V', 'L', 'P', 1, 0, 0, 0};
     (void)s.WriteAll(hello);
@@ -178,7 +178,7 @@ TEST(LinkProbe, ServerRefusesGarbageAndServesTheNextClient) {
     });
   });
   {
-    auto c = DialTcp("127.0.0.1", (*server)->port(), 2000);
+    auto c = net::DialTcp("127.0.0.1", (*server)->port(), 2000);
     ASSERT_TRUE(c.ok()) << c.status().message();
     ASSERT_TRUE((*c)->WriteAll(AsBytes("GET / HTTP/1.1\r\n\r\n")).ok());
     EXPECT_TRUE(ReadN(**c, 64).empty());  // refused: closed without an answer
@@ -194,14 +194,14 @@ TEST(LinkProbe, ServerRefusesGarbageAndServesTheNextClient) {
 }
 
 TEST(LinkProbe, ServerAnswersAnOtherVersionClientThenRefusesIt) {
-  auto l = Listener::Bind("127.0.0.1", 0);
+  auto l = net::Listener::Bind("127.0.0.1", 0);
   ASSERT_TRUE(l.ok());
   Result<LinkProbeSessionStats> served = Error("not served");
   std::thread t([&] {
     auto c = l->Accept();
     if (c.ok()) served = ServeLinkProbeSession(**c, kShortTimeoutMs);
   });
-  auto c = DialTcp("127.0.0.1", l->port(), 2000);
+  auto c = net::DialTcp("127.0.0.1", l->port(), 2000);
   ASSERT_TRUE(c.ok());
   const uint8_t hello[8] = {'K', 'V', 'L', 'P', 9, 0, 0, 0};
   ASSERT_TRUE((*c)->WriteAll(hello).ok());
@@ -214,14 +214,14 @@ TEST(LinkProbe, ServerAnswersAnOtherVersionClientThenRefusesIt) {
 }
 
 TEST(LinkProbe, SilentClientTimesOutOnTheServer) {
-  auto l = Listener::Bind("127.0.0.1", 0);
+  auto l = net::Listener::Bind("127.0.0.1", 0);
   ASSERT_TRUE(l.ok());
   Result<LinkProbeSessionStats> served = Error("not served");
   std::thread t([&] {
     auto c = l->Accept();
     if (c.ok()) served = ServeLinkProbeSession(**c, kShortTimeoutMs);
   });
-  auto c = DialTcp("127.0.0.1", l->port(), 2000);
+  auto c = net::DialTcp("127.0.0.1", l->port(), 2000);
   ASSERT_TRUE(c.ok());
   const uint8_t hello[8] = {'K', 'V', 'L', 'P', 1, 0, 0, 0};
   ASSERT_TRUE((*c)->WriteAll(hello).ok());

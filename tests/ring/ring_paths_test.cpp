@@ -17,12 +17,12 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
+#include "net/stream.h"
 #include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/sampling_wire.h"
 #include "ring/secure_stream.h"
-#include "ring/transport.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
@@ -246,7 +246,7 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
   ASSERT_TRUE(file.ok());
   auto id = ComputeModelId(file->header(), model);
   ASSERT_TRUE(id.ok());
-  auto listener = ring::Listener::Bind("127.0.0.1", 0);
+  auto listener = net::Listener::Bind("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok());
 
   ring::StageOptions o;
@@ -300,7 +300,7 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
   });
   struct JoinAtEnd {
     std::thread* t;
-    ring::Listener* l;
+    net::Listener* l;
     ~JoinAtEnd() {
       if (!t->joinable()) return;
       l->Close();  // wakes an Accept() that never got its connection
@@ -308,7 +308,7 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
     }
   } join_acceptor{&acceptor, &*listener};
   // We dial it as its predecessor.
-  auto raw = ring::DialTcp("127.0.0.1", (*stage)->port(), 5000);
+  auto raw = net::DialTcp("127.0.0.1", (*stage)->port(), 5000);
   ASSERT_TRUE(raw.ok());
   auto hs = ring::HandshakeInitiate(**raw, wire::Role::kStage, auth);
   ASSERT_TRUE(hs.ok()) << hs.status().message();

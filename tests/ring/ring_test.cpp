@@ -8,10 +8,10 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
+#include "net/stream.h"
 #include "ring/frame.h"
 #include "ring/link.h"
 #include "ring/messages.h"
-#include "ring/transport.h"
 #include "ring/secure_stream.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
@@ -187,14 +187,14 @@ TEST(RingTest, BadPeersAreRefusedAndTheRingKeepsServing) {
   ASSERT_NE(ring, nullptr);
   std::string host;
   uint16_t port = 0;
-  ASSERT_TRUE(ring::ParseHostPort(ring->head(), &host, &port).ok());
+  ASSERT_TRUE(net::ParseHostPort(ring->head(), &host, &port).ok());
 
   // handshake: run it (as a stage holding the ring secret) before sending `bytes`.
   auto expect_refused = [&](const std::vector<uint8_t>& bytes, wire::ErrorCode code,
                             const std::string& needle, bool handshake) {
-    auto stream = ring::DialTcp(host, port, 2000);
+    auto stream = net::DialTcp(host, port, 2000);
     ASSERT_TRUE(stream.ok());
-    std::unique_ptr<ring::Stream> s = std::move(stream).value();
+    std::unique_ptr<net::Stream> s = std::move(stream).value();
     if (handshake) {
       ring::LinkAuth auth;
       auth.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());

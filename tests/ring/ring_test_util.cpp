@@ -9,8 +9,8 @@
 
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
+#include "net/stream.h"
 #include "ring/sampling_wire.h"
-#include "ring/transport.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,10 +48,10 @@ std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source
 }
 
 std::vector<uint16_t> ReservePorts(int n) {
-  std::vector<ring::Listener> held;
+  std::vector<net::Listener> held;
   std::vector<uint16_t> ports;
   for (int i = 0; i < n; ++i) {
-    auto l = ring::Listener::Bind("127.0.0.1", 0);
+    auto l = net::Listener::Bind("127.0.0.1", 0);
     EXPECT_TRUE(l.ok()) << l.status().message();
     ports.push_back(l->port());
     held.push_back(std::move(l).value());

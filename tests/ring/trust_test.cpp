@@ -14,12 +14,12 @@
 #include <future>
 #include <thread>
 
+#include "net/stream.h"
 #include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/node_key.h"
 #include "ring/secret_file.h"
 #include "ring/secure_stream.h"
-#include "ring/transport.h"
 #include "test_assets.h"
 
 namespace kvasir::ring {
@@ -47,13 +47,13 @@ std::span<const uint8_t> Text(std::string_view s) {
 
 // Two connected loopback TCP streams.
 struct Pair {
-  std::unique_ptr<Stream> a, b;
+  std::unique_ptr<net::Stream> a, b;
 };
 Pair Connected() {
-  auto l = Listener::Bind("127.0.0.1", 0);
+  auto l = net::Listener::Bind("127.0.0.1", 0);
   EXPECT_TRUE(l.ok());
   auto accepted = std::async(std::launch::async, [&] { return l->Accept(); });
-  auto dialed = DialTcp("127.0.0.1", l->port(), 2000);
+  auto dialed = net::DialTcp("127.0.0.1", l->port(), 2000);
   EXPECT_TRUE(dialed.ok());
   auto got = accepted.get();
   EXPECT_TRUE(got.ok());

@@ -1,4 +1,4 @@
-#include "ring/transport.h"
+#include "net/stream.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace kvasir::ring {
+namespace kvasir::net {
 namespace {
 
 void SetSocketOptions(int fd) {
@@ -227,4 +227,4 @@ Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, 
   return Error("cannot connect to {}:{}: {}", host, port, last_error);
 }
 
-}  // namespace kvasir::ring
+}  // namespace kvasir::net

@@ -1,6 +1,7 @@
-// Byte-stream transports for ring links. A transport moves bytes and knows nothing about frames or
-// messages; src/ring/link.h puts the framing on top. TCP now; the relay's WebSocket bridge later
-// implements the same Stream interface.
+// Byte streams: the interface every transport implements (TCP here, the relay's WebSocket edge in
+// src/relay/ws_stream.h, the encrypted ring stream in src/ring/secure_stream.h), a TCP listener and
+// a TCP dialer. A stream moves bytes and knows nothing about frames or messages; src/ring/link.h
+// puts the framing on top.
 #pragma once
 
 #include <atomic>
@@ -11,7 +12,7 @@
 
 #include "base/status.h"
 
-namespace kvasir::ring {
+namespace kvasir::net {
 
 class Stream {
  public:
@@ -60,4 +61,4 @@ class Listener {
 // Connects to host:port within `timeout_ms`. TCP_NODELAY is set: frames are small and latency-bound.
 Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms);
 
-}  // namespace kvasir::ring
+}  // namespace kvasir::net
