@@ -3,10 +3,10 @@
 #include <cstdlib>
 
 #include "base/log.h"
+#include "base/secret_file.h"
 #include "gguf/gguf_file.h"
 #include "model/model_id.h"
 #include "ring/node_key.h"
-#include "ring/secret_file.h"
 
 namespace kvasir::cli {
 
@@ -145,11 +145,11 @@ Status ApplyStageTrust(const TrustFlags& f, const Manifest* manifest, int rank,
   if (created) KV_LOG_INFO("created the node key {}", key_path);
   opt->key = std::make_shared<const ring::NodeKey>(std::move(key));
   if (!f.ring_secret_file.empty()) {
-    KV_ASSIGN_OR_RETURN(opt->ring_secret, ring::ReadSecretFile(f.ring_secret_file, "ring secret"));
+    KV_ASSIGN_OR_RETURN(opt->ring_secret, ReadSecretFile(f.ring_secret_file, "ring secret"));
   }
   if (!f.client_key_file.empty()) {
     KV_ASSIGN_OR_RETURN(opt->client_secret,
-                        ring::ReadSecretFile(f.client_key_file, "client secret"));
+                        ReadSecretFile(f.client_key_file, "client secret"));
   }
   if (manifest != nullptr && rank >= 0) {
     const int n = static_cast<int>(manifest->ranks.size());
@@ -182,11 +182,11 @@ Status ApplyClientTrust(const TrustFlags& f, const Manifest* manifest, ring::Cli
     KV_ASSIGN_OR_RETURN(opt->head_key, RankKey(*manifest, 0));
   }
   if (!f.ring_secret_file.empty()) {
-    KV_ASSIGN_OR_RETURN(opt->ring_secret, ring::ReadSecretFile(f.ring_secret_file, "ring secret"));
+    KV_ASSIGN_OR_RETURN(opt->ring_secret, ReadSecretFile(f.ring_secret_file, "ring secret"));
   }
   if (!f.client_key_file.empty()) {
     KV_ASSIGN_OR_RETURN(opt->client_secret,
-                        ring::ReadSecretFile(f.client_key_file, "client secret"));
+                        ReadSecretFile(f.client_key_file, "client secret"));
   }
   return Status::Ok();
 }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/secret_file.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/ring_cli.h"
@@ -26,7 +27,6 @@
 #include "net/url.h"
 #include "planner/manifest.h"
 #include "shard/fetch.h"
-#include "ring/secret_file.h"
 
 namespace kvasir::cli {
 namespace {
@@ -105,8 +105,8 @@ Status MakeLocalTrust(LocalTrust* t) {
   }
   t->dir = path;
   t->secret_path = path + "/ring.secret";
-  KV_RETURN_IF_ERROR(ring::WriteNewSecretFile(t->secret_path));
-  KV_ASSIGN_OR_RETURN(t->secret, ring::ReadSecretFile(t->secret_path, "ring secret"));
+  KV_RETURN_IF_ERROR(WriteNewSecretFile(t->secret_path));
+  KV_ASSIGN_OR_RETURN(t->secret, ReadSecretFile(t->secret_path, "ring secret"));
   return Status::Ok();
 }
 

@@ -9,9 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "ring/secret_file.h"
-
 #include "base/check.h"
+#include "base/secret_file.h"
 
 namespace kvasir::relay {
 
@@ -93,7 +92,7 @@ Result<Role> CheckEdgeHello(std::span<const uint8_t> secret, std::string_view ed
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {
-  return ring::ReadSecretFile(path, "ring secret");
+  return kvasir::ReadSecretFile(path, "ring secret");
 }
 
 const char* RoleName(Role role) {

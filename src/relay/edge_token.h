@@ -45,8 +45,8 @@ Result<std::string> ParseEdgePath(std::string_view target);
 Result<Role> CheckEdgeHello(std::span<const uint8_t> secret, std::string_view edge_id,
                             std::span<const uint8_t> message, bool binary);
 
-// Reads a ring secret file (ring::ReadSecretFile: its bytes minus one trailing newline; at least
-// 16 bytes). Errors name the file.
+// Reads a ring secret file (kvasir::ReadSecretFile, base/secret_file.h: its bytes minus one
+// trailing newline; at least 16 bytes). Errors name the file.
 Result<std::string> ReadSecretFile(const std::string& path);
 
 // "predecessor side" / "successor side".

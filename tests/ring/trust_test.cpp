@@ -14,11 +14,11 @@
 #include <future>
 #include <thread>
 
+#include "base/secret_file.h"
 #include "net/stream.h"
 #include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/node_key.h"
-#include "ring/secret_file.h"
 #include "ring/secure_stream.h"
 #include "test_assets.h"
 

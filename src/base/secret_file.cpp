@@ -1,7 +1,8 @@
-#include "ring/secret_file.h"
+#include "base/secret_file.h"
 
 #include <fcntl.h>
-#include <sodium.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,9 +12,8 @@
 #include <sstream>
 
 #include "base/log.h"
-#include "ring/node_key.h"
 
-namespace kvasir::ring {
+namespace kvasir {
 
 Result<std::string> ReadSecretFile(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -38,21 +38,27 @@ Result<std::string> ReadSecretFile(const std::string& path, const std::string& w
 }
 
 Status WriteNewSecretFile(const std::string& path) {
-  InitCrypto();
   uint8_t raw[32];
-  randombytes_buf(raw, sizeof(raw));
-  char hex[65];
-  sodium_bin2hex(hex, sizeof(hex), raw, sizeof(raw));
-  sodium_memzero(raw, sizeof(raw));
-  std::string text = std::string(hex, 64) + "\n";
+  if (RAND_bytes(raw, sizeof(raw)) != 1) {
+    return Error("{}: cannot draw random bytes for the secret", path);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  text.reserve(2 * sizeof(raw) + 1);
+  for (uint8_t b : raw) {
+    text.push_back(kHex[b >> 4]);
+    text.push_back(kHex[b & 15]);
+  }
+  text.push_back('\n');
+  OPENSSL_cleanse(raw, sizeof(raw));
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Error("{}: cannot create the secret file: {}", path, std::strerror(errno));
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const int err = errno;
   ::close(fd);
-  sodium_memzero(text.data(), text.size());
+  OPENSSL_cleanse(text.data(), text.size());
   if (!ok) return Error("{}: cannot write the secret file: {}", path, std::strerror(err));
   return Status::Ok();
 }
 
-}  // namespace kvasir::ring
+}  // namespace kvasir

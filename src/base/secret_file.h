@@ -2,11 +2,12 @@
 // the client secret (a bearer secret a head may require of its clients).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "base/status.h"
 
-namespace kvasir::ring {
+namespace kvasir {
 
 inline constexpr size_t kMinSecretBytes = 16;
 
@@ -17,4 +18,4 @@ Result<std::string> ReadSecretFile(const std::string& path, const std::string& w
 // 0600. Refuses to overwrite an existing file.
 Status WriteNewSecretFile(const std::string& path);
 
-}  // namespace kvasir::ring
+}  // namespace kvasir
