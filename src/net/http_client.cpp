@@ -1,7 +1,6 @@
 #include "net/http_client.h"
 
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
-#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "net/dial.h"
 
 namespace kvasir::net {
 
@@ -39,19 +39,8 @@ bool ParseU64(std::string_view s, uint64_t* out) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-bool IsIpLiteral(const std::string& host) {
-  error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
-
 bool IsTimeout(const error_code& ec) {
   return ec == beast::error::timeout || ec == asio::error::timed_out;
-}
-
-std::string Describe(const error_code& ec) {
-  if (IsTimeout(ec)) return "timed out";
-  return ec.message();
 }
 
 // The fields of a parsed Beast header that JudgeReply looks at.
@@ -262,7 +251,7 @@ ReplyVerdict JudgeReply(const ResponseHead& head, const RangeRequest& rq, std::s
 
 struct HttpClient::Impl {
   asio::io_context ioc;
-  std::optional<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::context> tls_ctx;
   std::unique_ptr<beast::tcp_stream> plain;
   std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
@@ -270,26 +259,12 @@ struct HttpClient::Impl {
 
   beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
 
-  // Runs one asynchronous operation to completion on this thread, or until `until`: then it is
-  // cancelled and the result is a timeout. Socket operations also carry the deadline themselves
-  // (tcp_stream::expires_at); `until` bounds everything else (name lookup).
+  // Runs one asynchronous operation of a request to completion on this thread, or until `until`:
+  // then it is cancelled and the result is a timeout. The socket operations carry the request's
+  // deadline themselves (tcp_stream::expires_at); `until` is a backstop behind it.
   template <class Start>
   error_code Run(Start&& start, Clock::time_point until, const std::function<void()>& cancel) {
-    error_code result;
-    bool done = false;
-    start([&](error_code ec, auto&&...) {
-      result = ec;
-      done = true;
-    });
-    ioc.restart();
-    ioc.run_until(until);
-    if (!done) {
-      cancel();
-      ioc.restart();
-      ioc.run();
-      return beast::error::timeout;
-    }
-    return result;
+    return RunIo(ioc, std::forward<Start>(start), IoLimits{until, {}}, cancel);
   }
 
   void Close() {
@@ -312,19 +287,7 @@ HttpClient::~HttpClient() {
 
 Result<std::unique_ptr<HttpClient>> HttpClient::Create(const Url& url, const HttpOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->tls_ctx.emplace(ssl::context::tls_client);
-  ssl::context& ctx = *impl->tls_ctx;
-  error_code ec;
-  ctx.set_verify_mode(ssl::verify_peer, ec);
-  if (!options.ca_file.empty()) {
-    ctx.load_verify_file(options.ca_file, ec);
-    if (ec) {
-      return Error("{}: cannot load CA certificates: {}", options.ca_file, ec.message());
-    }
-  } else {
-    ctx.set_default_verify_paths(ec);
-    if (ec) return Error("cannot load the system's CA certificates: {}", ec.message());
-  }
+  KV_ASSIGN_OR_RETURN(impl->tls_ctx, MakeTlsClientContext(options.ca_file));
   return std::unique_ptr<HttpClient>(new HttpClient(url, options, std::move(impl)));
 }
 
@@ -385,15 +348,16 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
   const std::string where = url_.ToString();
   // Socket deadlines fire first; this margin only bounds the event loop around them.
   const Clock::time_point backstop = deadline + std::chrono::seconds(1);
+  // A timeout's message says how long the whole request had.
+  auto timed_out = [&](const std::string& message) {
+    return Status::Error(fmt::format("{} (the whole request must finish within {:.1f} s)", message,
+                                     options_.request_timeout_ms / 1000.0),
+                         StatusCode::kTimeout);
+  };
   // A network failure: a timeout (the request's deadline passed) or another error.
   auto net_fail = [&](HttpFailure kind, const error_code& ec, std::string message,
                       StatusCode code = StatusCode::kUnavailable) {
-    if (IsTimeout(ec)) {
-      return Fail(kind, Status::Error(fmt::format("{} (the whole request must finish within {:.1f} "
-                                                  "s)",
-                                                  message, options_.request_timeout_ms / 1000.0),
-                                      StatusCode::kTimeout));
-    }
+    if (IsTimeout(ec)) return Fail(kind, timed_out(message));
     return Fail(kind, Status::Error(std::move(message), code));
   };
   if (Clock::now() >= deadline) {
@@ -403,63 +367,30 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
 
   if (im.connected_to != url_.Authority() || (!im.plain && !im.tls)) {
     im.Close();
-    const Clock::time_point connect_by =
-        std::min(deadline, Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms));
-    tcp::resolver resolver(im.ioc);
-    tcp::resolver::results_type endpoints;
-    error_code ec = im.Run(
-        [&](auto handler) {
-          resolver.async_resolve(url_.host, std::to_string(url_.port),
-                                 [&, handler](error_code e, tcp::resolver::results_type r) mutable {
-                                   endpoints = std::move(r);
-                                   handler(e);
-                                 });
-        },
-        connect_by, [&] { resolver.cancel(); });
-    if (ec) {
-      return net_fail(
-          HttpFailure::kNetwork, ec,
-          fmt::format("{}: cannot resolve host {}: {}", where, url_.host, Describe(ec)));
-    }
+    const IoLimits connect_limits{
+        std::min(deadline, Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms)),
+        {}};
     if (url_.tls()) {
       im.tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(im.ioc, *im.tls_ctx);
     } else {
       im.plain = std::make_unique<beast::tcp_stream>(im.ioc);
     }
-    beast::tcp_stream& sock = im.lowest();
-    sock.expires_at(connect_by);
-    ec = im.Run([&](auto handler) { sock.async_connect(endpoints, std::move(handler)); },
-                connect_by + std::chrono::seconds(1), [&] { sock.cancel(); });
-    if (ec) {
-      return net_fail(
-          HttpFailure::kNetwork, ec,
-          fmt::format("{}: cannot connect to {}: {}", where, url_.Authority(), Describe(ec)));
-    }
-    error_code ignored;
-    sock.socket().set_option(tcp::no_delay(true), ignored);
-    if (url_.tls()) {
-      if (!IsIpLiteral(url_.host) &&
-          !SSL_set_tlsext_host_name(im.tls->native_handle(), url_.host.c_str())) {
-        return Fail(HttpFailure::kRefused, Error("{}: cannot set TLS server name", where));
-      }
-      im.tls->set_verify_callback(ssl::host_name_verification(url_.host));
-      sock.expires_at(connect_by);
-      ec = im.Run(
-          [&](auto handler) {
-            im.tls->async_handshake(ssl::stream_base::client, std::move(handler));
-          },
-          connect_by + std::chrono::seconds(1), [&] { sock.cancel(); });
-      if (ec) {
-        // A certificate that does not verify will not verify on a second try either.
-        const bool cert = ec.category() == asio::error::get_ssl_category();
-        return net_fail(cert ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
-                        fmt::format("{}: TLS handshake failed: {}{}", where, Describe(ec),
-                                    cert ? " (use --ca FILE to trust a private certificate "
-                                           "authority)"
-                                         : ""),
-                        cert ? StatusCode::kUnauthenticated : StatusCode::kUnavailable);
+    Status dialed = ConnectTcp(im.ioc, im.lowest(), url_, connect_limits);
+    if (dialed.ok() && im.tls) {
+      dialed = HandshakeTls(im.ioc, *im.tls, url_, connect_limits);
+      if (dialed.code() == StatusCode::kUnauthenticated) {
+        dialed = Status::Error(
+            dialed.message() + " (use --ca FILE to trust a private certificate authority)",
+            dialed.code());
       }
     }
+    // Lookup, connect and TLS failures are worth another try, except a certificate that does not
+    // verify or a server name that TLS cannot carry.
+    if (dialed.code() == StatusCode::kTimeout) {
+      return Fail(HttpFailure::kNetwork, timed_out(dialed.message()));
+    }
+    if (dialed.code() == StatusCode::kUnavailable) return Fail(HttpFailure::kNetwork, dialed);
+    if (!dialed.ok()) return Fail(HttpFailure::kRefused, dialed);
     im.connected_to = url_.Authority();
   }
 
@@ -484,7 +415,7 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
       backstop, [&] { im.lowest().cancel(); });
   if (ec) {
     return net_fail(HttpFailure::kNetwork, ec,
-                    fmt::format("{}: sending the request failed: {}", where, Describe(ec)));
+                    fmt::format("{}: sending the request failed: {}", where, DescribeIoError(ec)));
   }
 
   // Beast reads at most the buffer's free capacity per call: a large one keeps system calls few.
@@ -506,9 +437,10 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
     // A reply that is not valid HTTP will not become valid on a second try.
     const bool garbage =
         ec.category() == http::make_error_code(http::error::bad_version).category();
-    return net_fail(garbage ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
-                    fmt::format("{}: reading the response header failed: {}", where, Describe(ec)),
-                    garbage ? StatusCode::kInvalidInput : StatusCode::kUnavailable);
+    return net_fail(
+        garbage ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
+        fmt::format("{}: reading the response header failed: {}", where, DescribeIoError(ec)),
+        garbage ? StatusCode::kInvalidInput : StatusCode::kUnavailable);
   }
   const ResponseHead head = HeadOf(parser.get().base(), parser.content_length());
   reply->etag = head.etag;
@@ -557,7 +489,7 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
                        ec == asio::error::eof || ec == asio::error::connection_reset;
       return net_fail(cut ? HttpFailure::kTruncated : HttpFailure::kNetwork, ec,
                       fmt::format("{}: body of bytes {}-{} ended after {} of {} bytes: {}", where,
-                                  first, last, reply->received, expect, Describe(ec)));
+                                  first, last, reply->received, expect, DescribeIoError(ec)));
     }
   }
   if (reply->received != expect) {

@@ -3,7 +3,6 @@
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
 #include <utility>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -25,6 +24,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "net/dial.h"
+
 namespace kvasir::relay {
 namespace {
 
@@ -45,18 +46,6 @@ constexpr const char* kUserAgent = "kvasir-stage/0.1";
 
 using PlainNext = beast::tcp_stream;
 using TlsNext = beast::ssl_stream<beast::tcp_stream>;
-
-bool IsIpLiteral(const std::string& host) {
-  error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
-
-std::string Describe(const error_code& ec) {
-  if (ec == beast::error::timeout || ec == asio::error::timed_out) return "timed out";
-  if (ec == asio::error::operation_aborted) return "cancelled";
-  return ec.message();
-}
 
 // The relay's close frame in words: "role taken (close code 1008)".
 std::string DescribeClose(const websocket::close_reason& r) {
@@ -86,7 +75,6 @@ class WsStream final : public net::Stream {
       : url_(std::move(url)),
         peer_(url_.ToString()),
         tls_ctx_(std::move(tls_ctx)),
-        resolver_(ioc_),
         close_timer_(ioc_) {
     if constexpr (kTls) {
       ws_ = std::make_unique<websocket::stream<Next>>(ioc_, *tls_ctx_);
@@ -108,45 +96,18 @@ class WsStream final : public net::Stream {
   }
 
   Status Dial(const std::string& hello, const RelayDialOptions& o) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
-    beast::tcp_stream& sock = beast::get_lowest_layer(*ws_);
-    tcp::resolver::results_type endpoints;
-    error_code ec = Step(
-        [&](auto done) {
-          resolver_.async_resolve(url_.host, std::to_string(url_.port),
-                                  [&endpoints, done](error_code e,
-                                                     tcp::resolver::results_type r) mutable {
-                                    endpoints = std::move(r);
-                                    done(e);
-                                  });
-        },
-        deadline, o);
-    if (ec) return Error("{}: cannot resolve host {}: {}", peer_, url_.host, Describe(ec));
-    ec = Step(
-        [&](auto done) {
-          sock.async_connect(endpoints,
-                             [done](error_code e, const tcp::endpoint&) mutable { done(e); });
-        },
-        deadline, o);
-    if (ec) return Error("{}: cannot connect to {}: {}", peer_, url_.Authority(), Describe(ec));
-    error_code ignored;
-    sock.socket().set_option(tcp::no_delay(true), ignored);
+    const net::IoLimits limits{Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms),
+                               o.cancelled};
+    KV_RETURN_IF_ERROR(net::ConnectTcp(ioc_, beast::get_lowest_layer(*ws_), url_, limits));
     if constexpr (kTls) {
-      TlsNext& tls = ws_->next_layer();
-      if (!IsIpLiteral(url_.host) &&
-          !SSL_set_tlsext_host_name(tls.native_handle(), url_.host.c_str())) {
-        return Error("{}: cannot set the TLS server name", peer_);
+      Status s = net::HandshakeTls(ioc_, ws_->next_layer(), url_, limits);
+      if (s.code() == StatusCode::kUnauthenticated) {
+        return Status::Error(s.message() +
+                                 " (the relay's certificate does not verify; use --ca FILE to "
+                                 "trust a private certificate authority)",
+                             s.code());
       }
-      tls.set_verify_callback(ssl::host_name_verification(url_.host));
-      ec = Step([&](auto done) { tls.async_handshake(ssl::stream_base::client, done); }, deadline,
-                o);
-      if (ec) {
-        const bool cert = ec.category() == asio::error::get_ssl_category();
-        return Error("{}: TLS handshake failed: {}{}", peer_, Describe(ec),
-                     cert ? " (the relay's certificate does not verify; use --ca FILE to trust a "
-                            "private certificate authority)"
-                          : "");
-      }
+      KV_RETURN_IF_ERROR(s);
     }
     websocket::stream_base::timeout t;
     t.handshake_timeout = std::chrono::milliseconds(o.connect_timeout_ms);
@@ -164,18 +125,19 @@ class WsStream final : public net::Stream {
     const bool default_port = url_.port == (kTls ? 443 : 80);
     std::string host = url_.host.find(':') != std::string::npos ? "[" + url_.host + "]" : url_.host;
     if (!default_port) host = url_.Authority();
-    ec = Step([&](auto done) { ws_->async_handshake(res, host, url_.target, done); }, deadline, o);
+    error_code ec =
+        Step([&](auto done) { ws_->async_handshake(res, host, url_.target, done); }, limits);
     if (ec == websocket::error::upgrade_declined && res.result_int() != 0) {
       return Error("{}: the relay refused the WebSocket upgrade: HTTP {} {}", peer_,
                    res.result_int(), std::string(res.reason()));
     }
-    if (ec) return Error("{}: WebSocket upgrade failed: {}", peer_, Describe(ec));
+    if (ec) return Error("{}: WebSocket upgrade failed: {}", peer_, net::DescribeIoError(ec));
     ec = Step(
         [&](auto done) {
           ws_->async_write(asio::buffer(hello), [done](error_code e, size_t) mutable { done(e); });
         },
-        deadline, o);
-    if (ec) return Error("{}: sending the edge hello failed: {}", peer_, Describe(ec));
+        limits);
+    if (ec) return Error("{}: sending the edge hello failed: {}", peer_, net::DescribeIoError(ec));
 
     // From here on the connection lives on its own thread.
     work_.emplace(ioc_.get_executor());
@@ -221,7 +183,7 @@ class WsStream final : public net::Stream {
       if (write_ec_) {
         if (end_ == End::kError) return Error("{}", end_msg_);
         if (shut_) return Error("the relay connection is shut down");
-        return Error("sending to the relay failed: {}", Describe(write_ec_));
+        return Error("sending to the relay failed: {}", net::DescribeIoError(write_ec_));
       }
       off += n;
     }
@@ -271,31 +233,8 @@ class WsStream final : public net::Stream {
   // deadline passes or the caller gives up. In the last two cases the connection is cut and the
   // step drained, so no handler refers to the caller's frame afterwards.
   template <class Start>
-  error_code Step(Start&& start, Clock::time_point deadline, const RelayDialOptions& o) {
-    error_code result;
-    bool done = false;
-    start([&result, &done](error_code ec) {
-      result = ec;
-      done = true;
-    });
-    ioc_.restart();
-    while (!done) {
-      const bool late = Clock::now() >= deadline;
-      if (late || (o.cancelled && o.cancelled())) {
-        resolver_.cancel();
-        CloseSocket();
-        ioc_.restart();
-        while (!done && ioc_.run_one() > 0) {
-        }
-        return late ? error_code(asio::error::timed_out)
-                    : error_code(asio::error::operation_aborted);
-      }
-      using std::chrono::milliseconds;
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      ioc_.run_one_for(std::clamp(left, milliseconds(1), milliseconds(50)));
-      if (ioc_.stopped()) ioc_.restart();
-    }
-    return result;
+  error_code Step(Start&& start, const net::IoLimits& limits) {
+    return net::RunIo(ioc_, std::forward<Start>(start), limits, [this] { CloseSocket(); });
   }
 
   // io thread from here on.
@@ -321,9 +260,9 @@ class WsStream final : public net::Stream {
       } else if (ec == websocket::error::message_too_big) {
         Fail(fmt::format("the relay sent a message larger than {} bytes", kMaxRelayMessage));
       } else if (ec == asio::error::eof || ec == asio::error::connection_reset) {
-        Fail(fmt::format("the relay dropped the connection ({})", Describe(ec)));
+        Fail(fmt::format("the relay dropped the connection ({})", net::DescribeIoError(ec)));
       } else {
-        Fail(fmt::format("receiving from the relay failed: {}", Describe(ec)));
+        Fail(fmt::format("receiving from the relay failed: {}", net::DescribeIoError(ec)));
       }
       if (shut_ || end_ != End::kOpen) {
         close_timer_.cancel();
@@ -389,7 +328,6 @@ class WsStream final : public net::Stream {
   asio::io_context ioc_;  // declared before everything that uses it, so destroyed after
   std::unique_ptr<ssl::context> tls_ctx_;
   std::unique_ptr<websocket::stream<Next>> ws_;
-  tcp::resolver resolver_;
   asio::steady_timer close_timer_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::thread thread_;
@@ -429,16 +367,8 @@ Result<std::unique_ptr<net::Stream>> DialRelayEdge(const std::string& url, Role 
       KV_RETURN_IF_ERROR(s->Dial(hello, options));
       return std::unique_ptr<net::Stream>(std::move(s));
     }
-    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
-    error_code ec;
-    ctx->set_verify_mode(ssl::verify_peer, ec);
-    if (!options.ca_file.empty()) {
-      ctx->load_verify_file(options.ca_file, ec);
-      if (ec) return Error("{}: cannot load CA certificates: {}", options.ca_file, ec.message());
-    } else {
-      ctx->set_default_verify_paths(ec);
-      if (ec) return Error("cannot load the system's CA certificates: {}", ec.message());
-    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<ssl::context> ctx,
+                        net::MakeTlsClientContext(options.ca_file));
     auto s = std::make_unique<WsStream<TlsNext>>(edge.url, std::move(ctx));
     KV_RETURN_IF_ERROR(s->Dial(hello, options));
     return std::unique_ptr<net::Stream>(std::move(s));
