@@ -104,12 +104,17 @@ inline void ExpectRuntimeError(const RunResult& r, const std::string& cmd,
 }
 
 // A process in the background (a stage, a relay): stdout and stdin on /dev/null, stderr appended
-// to `log` (inherited when empty). It dies with the test (PR_SET_PDEATHSIG); the destructor sends
-// `stop_signal` (after SIGCONT, for a stopped one) and reaps it unless it already ended.
+// to `log` (inherited when empty), `inherit_fds` left open for it. It dies with the test
+// (PR_SET_PDEATHSIG); the destructor sends `stop_signal` (after SIGCONT, for a stopped one) and
+// reaps it unless it already ended.
 class ChildProcess {
  public:
-  ChildProcess(std::vector<std::string> args, std::string log = "", int stop_signal = SIGKILL)
-      : args_(std::move(args)), log_(std::move(log)), stop_signal_(stop_signal) {
+  ChildProcess(std::vector<std::string> args, std::string log = "", int stop_signal = SIGKILL,
+               std::vector<int> inherit_fds = {})
+      : args_(std::move(args)),
+        log_(std::move(log)),
+        stop_signal_(stop_signal),
+        inherit_fds_(std::move(inherit_fds)) {
     Start();
   }
   ChildProcess(const ChildProcess&) = delete;
@@ -132,6 +137,9 @@ class ChildProcess {
         const int err = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (err < 0) _exit(126);
         dup2(err, 2);
+      }
+      for (int fd : inherit_fds_) {
+        if (fcntl(fd, F_SETFD, 0) != 0) _exit(126);
       }
       execv(argv[0], argv.data());
       _exit(127);
@@ -169,6 +177,7 @@ class ChildProcess {
   std::vector<std::string> args_;
   std::string log_;
   int stop_signal_;
+  std::vector<int> inherit_fds_;
   pid_t pid_ = -1;
 };
 

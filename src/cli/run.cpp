@@ -52,20 +52,21 @@ struct Child {
   std::string name;
 };
 
-// Reserves `n` free loopback ports (bound and released; the stages bind them right after).
-Result<std::vector<uint16_t>> FreePorts(int n) {
+// `n` loopback listeners on free ports. Each is handed to its stage (--listen-fd), so no port is
+// ever left unbound for another process to take between here and the stage.
+Result<std::vector<net::Listener>> BindLoopback(int n) {
   std::vector<net::Listener> held;
-  std::vector<uint16_t> ports;
   for (int i = 0; i < n; ++i) {
     KV_ASSIGN_OR_RETURN(net::Listener l, net::Listener::Bind("127.0.0.1", 0));
-    ports.push_back(l.port());
     held.push_back(std::move(l));
   }
-  return ports;
+  return held;
 }
 
-// Starts `kvasir <args...>`. With `stderr_fd` >= 0 the child's stderr goes there.
-Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1) {
+// Starts `kvasir <args...>`. With `stderr_fd` >= 0 the child's stderr goes there; `inherit_fd`
+// (>= 0) stays open in the child under the same number.
+Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1,
+                    int inherit_fd = -1) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -76,6 +77,7 @@ Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `kvasir run`
     if (getppid() != parent) _exit(1);
     if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(126);
+    if (inherit_fd >= 0 && fcntl(inherit_fd, F_SETFD, 0) != 0) _exit(126);
     execv("/proc/self/exe", argv.data());
     _exit(127);
   }
@@ -262,8 +264,10 @@ int RunRing(RunOptions o) {
   SetLogLevel(LogLevel::kInfo);
   o.request.sampling.seed = o.seed ? *o.seed : std::random_device{}();
 
-  auto ports = FreePorts(n_stages);
-  if (!ports.ok()) return Fail(kCmd, ports.status());
+  auto listeners = BindLoopback(n_stages);
+  if (!listeners.ok()) return Fail(kCmd, listeners.status());
+  std::vector<uint16_t> ports;
+  for (const net::Listener& l : *listeners) ports.push_back(l.port());
   LocalTrust trust;  // outlives the children, which read its files
   if (Status s = MakeLocalTrust(&trust); !s.ok()) return Fail(kCmd, s);
   o.request.client.ring_secret = trust.secret;
@@ -302,14 +306,18 @@ int RunRing(RunOptions o) {
                    edge(i, (i + 1) % n_stages)});
     } else {
       args.insert(args.end(),
-                  {"--next", fmt::format("127.0.0.1:{}", (*ports)[(i + 1) % n_stages])});
+                  {"--next", fmt::format("127.0.0.1:{}", ports[(i + 1) % n_stages])});
     }
+    // The listener goes to the stage; this process keeps no copy.
+    net::Listener listener = std::move((*listeners)[i]);
+    const int listen_fd = listener.Release();
     args.insert(args.end(), {
-        "--listen", fmt::format("127.0.0.1:{}", (*ports)[i]),
+        "--listen-fd", std::to_string(listen_fd),
         "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
         "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
         "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
-    auto pid = Spawn(args);
+    auto pid = Spawn(args, -1, listen_fd);
+    ::close(listen_fd);
     if (!pid.ok()) {
       StopAll(children);
       return Fail(kCmd, pid.status());
@@ -341,7 +349,7 @@ int RunRing(RunOptions o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  o.request.head = fmt::format("127.0.0.1:{}", (*ports)[0]);
+  o.request.head = fmt::format("127.0.0.1:{}", ports[0]);
   auto run = RunRingRequest(o.request, /*with_stage_stats=*/true);
   done.store(true);
   watcher.join();

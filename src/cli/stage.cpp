@@ -113,8 +113,13 @@ int StageMain(int argc, char** argv) {
                                         "rank manifest from `kvasir plan` (with --rank)");
     app.add_option("--rank", rank, "this stage's rank in the manifest")->needs(manifest_opt);
     manifest_opt->excludes(layers_opt);
-    app.add_option("--listen", opt.listen, "HOST:PORT to accept the predecessor and clients")
-        ->required();
+    auto* listen_opt =
+        app.add_option("--listen", opt.listen, "HOST:PORT to accept the predecessor and clients");
+    app.add_option("--listen-fd", opt.listen_fd,
+                   "accept on this inherited, already listening socket instead of binding "
+                   "--listen (from a supervisor such as `kvasir run`)")
+        ->excludes(listen_opt)
+        ->check(CLI::NonNegativeNumber);
     std::string pred_via, next_via, relay_secret_file;
     auto* next_opt = app.add_option("--next", opt.next,
                                     "HOST:PORT of the successor stage (or --next-via)");
@@ -144,6 +149,9 @@ int StageMain(int argc, char** argv) {
     AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+    if (opt.listen.empty() && opt.listen_fd < 0) {
+      return UsageError(kCmd, "--listen HOST:PORT (or --listen-fd N) is required");
+    }
     if (opt.next.empty() && next_via.empty()) {
       return UsageError(kCmd, "--next HOST:PORT or --next-via URL is required");
     }

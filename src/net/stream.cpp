@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -128,7 +130,66 @@ Listener& Listener::operator=(Listener&& other) noexcept {
   std::swap(wake_[0], other.wake_[0]);
   std::swap(wake_[1], other.wake_[1]);
   std::swap(port_, other.port_);
+  std::swap(host_, other.host_);
   return *this;
+}
+
+namespace {
+
+// The port and numeric host a socket is bound to.
+Status LocalAddress(int fd, uint16_t* port, std::string* host) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return Error("getsockname failed: {}", std::strerror(errno));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    *port = ntohs(a->sin_port);
+    inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    *port = ntohs(a->sin6_port);
+    inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+  } else {
+    return Error("not an IP socket (address family {})", ss.ss_family);
+  }
+  *host = text;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Listener> Listener::Adopt(int fd) {
+  int listening = 0, type = 0;
+  socklen_t len = sizeof(listening);
+  if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0) {
+    return Error("fd {} is not an open socket: {}", fd, fd < 0 ? "negative" : std::strerror(errno));
+  }
+  len = sizeof(type);
+  getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+  if (listening == 0 || type != SOCK_STREAM) {
+    return Error("fd {} is not a listening TCP socket", fd);
+  }
+  Listener l;
+  Status where = LocalAddress(fd, &l.port_, &l.host_);
+  if (!where.ok()) return where.WithContext(fmt::format("fd {}", fd));
+  if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    return Error("fd {}: cannot set close-on-exec: {}", fd, std::strerror(errno));
+  }
+  if (::pipe2(l.wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Error("cannot create a pipe: {}", std::strerror(errno));
+  }
+  l.fd_ = fd;
+  return l;
+}
+
+int Listener::Release() {
+  const int fd = fd_;
+  fd_ = -1;
+  closed_ = true;
+  return fd;
 }
 
 Result<Listener> Listener::Bind(const std::string& host, uint16_t port) {
@@ -149,11 +210,7 @@ Result<Listener> Listener::Bind(const std::string& host, uint16_t port) {
   }
   freeaddrinfo(res);
   if (l.fd_ < 0) return Error("cannot listen on {}:{}: {}", host, port, last_error);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  getsockname(l.fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-  l.port_ = ss.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port)
-                                    : ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  KV_RETURN_IF_ERROR(LocalAddress(l.fd_, &l.port_, &l.host_));
   if (::pipe2(l.wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return Error("cannot create a pipe: {}", std::strerror(errno));
   }

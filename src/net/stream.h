@@ -44,7 +44,16 @@ class Listener {
 
   // Binds and listens on host:port (port 0 picks a free port; see port()).
   static Result<Listener> Bind(const std::string& host, uint16_t port);
+  // Takes over `fd`, a socket already bound and listening (inherited from a supervisor such as
+  // `kvasir run`, so a port is bound once and never left free for another process to take).
+  // Refuses anything else, naming the fd.
+  static Result<Listener> Adopt(int fd);
+  // Gives the listening socket up (it is no longer closed by this Listener), e.g. to hand it to
+  // a child process or a Stage.
+  int Release();
   uint16_t port() const { return port_; }
+  // The numeric address it listens on ("127.0.0.1", "::1", "0.0.0.0").
+  const std::string& host() const { return host_; }
   // Blocks until a connection arrives or Close() is called (then returns an error).
   Result<std::unique_ptr<Stream>> Accept();
   // Stops accepting; wakes a blocked Accept(). Safe from another thread.
@@ -56,6 +65,7 @@ class Listener {
   std::atomic<bool> closed_{false};
   int wake_[2] = {-1, -1};  // self-pipe to interrupt poll() in Accept()
   uint16_t port_ = 0;
+  std::string host_;
 };
 
 // Connects to host:port within `timeout_ms`. TCP_NODELAY is set: frames are small and latency-bound.

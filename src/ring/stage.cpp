@@ -1,9 +1,11 @@
 // Stage runtime, part 1: creation, validation of the options, stop, statistics and the event
 // queue. Links are in stage_links.cpp, the compute loop in stage_compute.cpp.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "base/log.h"
@@ -14,6 +16,20 @@ namespace kvasir::ring {
 
 Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   StageOptions opt = options;
+  // An inherited listening socket is taken over first, so it is closed whatever fails below.
+  std::optional<net::Listener> adopted;
+  if (opt.listen_fd >= 0) {
+    auto l = net::Listener::Adopt(opt.listen_fd);
+    if (!l.ok()) {
+      ::close(opt.listen_fd);
+      return l.status().WithContext("--listen-fd");
+    }
+    adopted.emplace(std::move(l).value());
+    const std::string& host = adopted->host();
+    opt.listen = host.find(':') == std::string::npos
+                     ? fmt::format("{}:{}", host, adopted->port())
+                     : fmt::format("[{}]:{}", host, adopted->port());
+  }
   if (opt.name.empty()) opt.name = fmt::format("stage-{}-{}", opt.first, opt.last);
   if (opt.chunk < 1) return Error("--chunk {} must be at least 1", opt.chunk);
   if (opt.max_batch_rows < opt.chunk) opt.max_batch_rows = opt.chunk;
@@ -74,7 +90,9 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
     KV_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromGguf(shared->header(), shared->path()));
   }
   KV_ASSIGN_OR_RETURN(ModelId id, ComputeModelId(shared->header(), shared->path()));
-  KV_ASSIGN_OR_RETURN(net::Listener listener, net::Listener::Bind(host, port));
+  KV_ASSIGN_OR_RETURN(net::Listener listener,
+                      adopted.has_value() ? Result<net::Listener>(std::move(*adopted))
+                                          : net::Listener::Bind(host, port));
   auto stage = std::make_unique<StageImpl>(opt, std::move(shared), std::move(window),
                                            std::move(tokenizer), id, std::move(listener));
   return std::unique_ptr<Stage>(std::move(stage));

@@ -27,6 +27,9 @@ struct StageOptions {
   int first = 0;             // layers [first, last)
   int last = 0;
   std::string listen;        // HOST:PORT to accept the predecessor (and clients, on the head)
+  // Instead of binding `listen`: an inherited socket already bound and listening. Create() takes
+  // it over (and closes it when it fails).
+  int listen_fd = -1;
   std::string next;          // HOST:PORT of the successor (unused with dial_next)
   // Dial hooks, set by the CLI for relayed links; ring itself knows nothing of WebSockets.
   // dial_next replaces dialing `next` over TCP (same retries and backoff). dial_pred adds a

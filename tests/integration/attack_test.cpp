@@ -72,13 +72,15 @@ class AttackTest : public ::testing::Test {
   void SetUp() override {
     KV_REQUIRE_ASSET(kStories);
     model_ = AssetPath(kStories);
-    ports_ = testing::ReservePorts(3);
+    bound_ = std::make_unique<testing::BoundPorts>(3);
+    for (size_t i = 0; i < 3; ++i) ports_.push_back((*bound_)[i]);
     const char* layers[] = {"0:2", "2:4", "4:5"};
     for (int i = 0; i < 3; ++i) {
       const std::vector<std::string> args = testing::StageProcessArgs(
           {"-m", model_, "-c", "512", "--link-timeout", std::to_string(kLinkTimeoutS)}, layers[i],
-          ports_[i], ports_[(i + 1) % 3], fmt::format("a{}", i), "info");
-      stages_.push_back(std::make_unique<Process>(args, dir_.File(fmt::format("a{}.log", i))));
+          bound_->fd(i), ports_[(i + 1) % 3], fmt::format("a{}", i), "info");
+      stages_.push_back(std::make_unique<Process>(args, dir_.File(fmt::format("a{}.log", i)),
+                                                  SIGKILL, std::vector<int>{bound_->fd(i)}));
     }
     head_ = fmt::format("127.0.0.1:{}", ports_[0]);
     auto c = ring::RingClient::Connect(head_, 30000, testing::kTestRingSecret);
@@ -136,6 +138,7 @@ class AttackTest : public ::testing::Test {
   static constexpr const char* kPrompt = "Once upon a time";
   testing::TempDir dir_;
   std::string model_, head_;
+  std::unique_ptr<testing::BoundPorts> bound_;  // held while the stages run
   std::vector<uint16_t> ports_;
   std::vector<std::unique_ptr<Process>> stages_;
   std::vector<uint64_t> rss_before_;
@@ -282,7 +285,7 @@ TEST_F(AttackTest, ReplacedPredecessorsLeakNothing) {
 // with backoff, not in a storm, and memory stays flat. When the copy goes, the ring serves.
 TEST_F(AttackTest, ASecondCopyOfAStageDoesNotStorm) {
   const std::vector<std::string> args =
-      testing::StageProcessArgs({"-m", model_}, "0:2", 0, ports_[1], "copy", "info");
+      testing::StageProcessArgs({"-m", model_}, "0:2", -1, ports_[1], "copy", "info");
   Process copy(args, dir_.File("copy.log"));
   std::this_thread::sleep_for(std::chrono::seconds(8));
   const std::string log = stages_[1]->log();

@@ -514,6 +514,17 @@ TEST(CliTest, RunFromAManifestMatchesTheReference) {
   ExpectUsageError(Kvasir({"stage", "--manifest", manifest, "--rank", "9", "--listen",
                            "127.0.0.1:0", "--next", "127.0.0.1:1"}),
                    "stage", "--rank 9");
+  // Where it listens: exactly one of --listen and --listen-fd, and the fd must be a listening
+  // socket (stdin is /dev/null here).
+  ExpectUsageError(Kvasir({"stage", "--manifest", manifest, "--rank", "0", "--next",
+                           "127.0.0.1:1"}),
+                   "stage", "--listen");
+  ExpectUsageError(Kvasir({"stage", "--manifest", manifest, "--rank", "0", "--listen",
+                           "127.0.0.1:0", "--listen-fd", "3", "--next", "127.0.0.1:1"}),
+                   "stage", "--listen");
+  ExpectRuntimeError(Kvasir({"stage", "-m", AssetPath(kStories), "--layers", "0:5",
+                             "--listen-fd", "0", "--next", "127.0.0.1:1", "--insecure"}),
+                     "stage", "fd 0");
 }
 
 // `kvasir profile` prints a devices.json entry that `kvasir plan` takes as it is.

@@ -21,9 +21,10 @@ using testing::ChildProcess;
 
 // A stage process that is asked to stop (SIGTERM) when the test ends.
 std::unique_ptr<ChildProcess> StartStage(const std::string& model, const std::string& layers,
-                                         uint16_t listen, uint16_t next, const std::string& name) {
+                                         int listen_fd, uint16_t next, const std::string& name) {
   return std::make_unique<ChildProcess>(
-      testing::StageProcessArgs({"-m", model}, layers, listen, next, name), "", SIGTERM);
+      testing::StageProcessArgs({"-m", model}, layers, listen_fd, next, name), "", SIGTERM,
+      std::vector<int>{listen_fd});
 }
 
 SamplingParams Greedy() {
@@ -35,12 +36,12 @@ SamplingParams Greedy() {
 TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   const std::string model = AssetPath("models/stories260K.gguf");
-  const auto ports = testing::ReservePorts(3);
+  const testing::BoundPorts ports(3);  // held: a restarted stage inherits its socket again
   std::vector<std::unique_ptr<ChildProcess>> stages;
   const char* layers[] = {"0:1", "1:3", "3:5"};
   for (int i = 0; i < 3; ++i) {
     stages.push_back(
-        StartStage(model, layers[i], ports[i], ports[(i + 1) % 3], fmt::format("p{}", i)));
+        StartStage(model, layers[i], ports.fd(i), ports[(i + 1) % 3], fmt::format("p{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);
   auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
@@ -87,10 +88,10 @@ TEST(RingProcessTest, StageMemoryCoversItsWindowNotTheModel) {
   const std::string model = dir.File("m.gguf");
   ASSERT_TRUE(testing::WriteTinyModel(model, shape).ok());
   const uint64_t file_size = std::filesystem::file_size(model);
-  const auto ports = testing::ReservePorts(4);
+  const testing::BoundPorts ports(4);
   std::vector<std::unique_ptr<ChildProcess>> stages;
   for (int i = 0; i < 4; ++i) {
-    stages.push_back(StartStage(model, fmt::format("{}:{}", 2 * i, 2 * i + 2), ports[i],
+    stages.push_back(StartStage(model, fmt::format("{}:{}", 2 * i, 2 * i + 2), ports.fd(i),
                                 ports[(i + 1) % 4], fmt::format("m{}", i)));
   }
   const std::string head = fmt::format("127.0.0.1:{}", ports[0]);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -31,14 +32,16 @@ std::vector<std::string> StageTrustArgs(const std::string& name) {
 }
 
 std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
-                                          const std::string& layers, uint16_t listen,
+                                          const std::string& layers, int listen_fd,
                                           uint16_t next, const std::string& name,
                                           const std::string& log_level) {
   std::vector<std::string> args = {KVASIR_BINARY, "stage"};
   args.insert(args.end(), source.begin(), source.end());
   for (const std::string& a :
-       {std::string("--layers"), layers, std::string("--listen"),
-        fmt::format("127.0.0.1:{}", listen), std::string("--next"),
+       {std::string("--layers"), layers,
+        std::string(listen_fd >= 0 ? "--listen-fd" : "--listen"),
+        listen_fd >= 0 ? std::to_string(listen_fd) : std::string("127.0.0.1:0"),
+        std::string("--next"),
         fmt::format("127.0.0.1:{}", next), std::string("--name"), name, std::string("-t"),
         std::string("1"), std::string("--log-level"), log_level}) {
     args.push_back(a);
@@ -47,16 +50,26 @@ std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source
   return args;
 }
 
-std::vector<uint16_t> ReservePorts(int n) {
-  std::vector<net::Listener> held;
-  std::vector<uint16_t> ports;
+BoundPorts::BoundPorts(int n) {
   for (int i = 0; i < n; ++i) {
     auto l = net::Listener::Bind("127.0.0.1", 0);
     EXPECT_TRUE(l.ok()) << l.status().message();
-    ports.push_back(l->port());
-    held.push_back(std::move(l).value());
+    if (!l.ok()) continue;
+    ports_.push_back(l->port());
+    fds_.push_back(l->Release());
   }
-  return ports;
+}
+
+int BoundPorts::Take(size_t i) {
+  const int fd = fds_.at(i);
+  fds_.at(i) = -1;
+  return fd;
+}
+
+BoundPorts::~BoundPorts() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 std::unique_ptr<LocalRing> LocalRing::Start(
@@ -68,13 +81,13 @@ std::unique_ptr<LocalRing> LocalRing::Start(
   EXPECT_TRUE(cfg.ok()) << cfg.status().message();
   const int n_layer = cfg->n_layer;
   auto ring = std::unique_ptr<LocalRing>(new LocalRing());
-  const std::vector<uint16_t> ports = ReservePorts(n_stages);
+  BoundPorts ports(n_stages);
   for (int i = 0; i < n_stages; ++i) {
     ring::StageOptions o;
     o.model_path = model;
     o.first = i * n_layer / n_stages;
     o.last = (i + 1) * n_layer / n_stages;
-    o.listen = fmt::format("127.0.0.1:{}", ports[i]);
+    o.listen_fd = ports.Take(i);
     o.next = fmt::format("127.0.0.1:{}", ports[(i + 1) % n_stages]);
     o.name = fmt::format("s{}", i);
     o.boundary = boundary;

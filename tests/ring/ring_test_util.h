@@ -23,10 +23,11 @@ inline const std::string kTestRingSecret = "local-ring-test-secret-0123456789";
 std::vector<std::string> StageTrustArgs(const std::string& name);
 
 // The arguments of a `kvasir stage` process (KVASIR_BINARY) of a test ring on 127.0.0.1: its
-// weights (`source`: {"-m", MODEL} or {"--fetch", URL, ...}), window, ports, name, one thread, the
-// log level, and StageTrustArgs(name).
+// weights (`source`: {"-m", MODEL} or {"--fetch", URL, ...}), window, listening socket
+// (`listen_fd`, inherited: pass it to ChildProcess; -1: --listen 127.0.0.1:0), successor port,
+// name, one thread, the log level, and StageTrustArgs(name).
 std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
-                                          const std::string& layers, uint16_t listen,
+                                          const std::string& layers, int listen_fd,
                                           uint16_t next, const std::string& name,
                                           const std::string& log_level = "warn");
 
@@ -48,8 +49,24 @@ class LocalRing {
   std::string head_;
 };
 
-// Reserves n free loopback ports.
-std::vector<uint16_t> ReservePorts(int n);
+// Loopback listeners on free ports, bound once and held for the test: a stage process inherits
+// its socket (--listen-fd), an in-process stage takes it over (StageOptions::listen_fd), so a port
+// is never free for another process to take in between.
+class BoundPorts {
+ public:
+  explicit BoundPorts(int n);
+  uint16_t operator[](size_t i) const { return ports_.at(i); }
+  size_t size() const { return ports_.size(); }
+  // The listening socket of port i, still held here (a child process inherits it).
+  int fd(size_t i) const { return fds_.at(i); }
+  // Gives socket i up, for an in-process Stage to take over.
+  int Take(size_t i);
+  ~BoundPorts();
+
+ private:
+  std::vector<uint16_t> ports_;
+  std::vector<int> fds_;
+};
 
 struct Generation {
   std::vector<int32_t> ids;  // generated ids, without a final end-of-generation token

@@ -14,13 +14,13 @@ class FetchRingTest : public FetchTest {};
 
 // A stage that fetches its window from `url` into `slice_dir`; asked to stop (SIGTERM) at the end.
 std::unique_ptr<testing::ChildProcess> FetchingStage(const std::string& url,
-                                                     const std::string& layers, uint16_t listen,
+                                                     const std::string& layers, int listen_fd,
                                                      uint16_t next, const std::string& slice_dir,
                                                      const std::string& log) {
   return std::make_unique<testing::ChildProcess>(
-      testing::StageProcessArgs({"--fetch", url, "--slice-dir", slice_dir}, layers, listen, next,
-                                "f" + layers.substr(0, layers.find(':')), "info"),
-      log, SIGTERM);
+      testing::StageProcessArgs({"--fetch", url, "--slice-dir", slice_dir}, layers, listen_fd,
+                                next, "f" + layers.substr(0, layers.find(':')), "info"),
+      log, SIGTERM, std::vector<int>{listen_fd});
 }
 
 // `kvasir stage --fetch` processes: each fetches its window from nginx, the ring generates the
@@ -37,11 +37,11 @@ TEST_F(FetchRingTest, StagesFetchTheirWindowsAndTheRingMatchesTheFullModel) {
   const std::vector<std::string> windows = {"0:2", "2:4", "4:5"};
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "fetching" : "reusing");
-    const std::vector<uint16_t> ports = testing::ReservePorts(3);
+    const testing::BoundPorts ports(3);
     std::vector<std::unique_ptr<testing::ChildProcess>> stages;
     for (int i = 0; i < 3; ++i) {
       stages.push_back(FetchingStage(
-          nginx->Url("/stories260K.gguf"), windows[i], ports[i], ports[(i + 1) % 3], slices.path(),
+          nginx->Url("/stories260K.gguf"), windows[i], ports.fd(i), ports[(i + 1) % 3], slices.path(),
           logs.File(fmt::format("stage{}-{}.log", i, round))));
     }
     const testing::Generation ring =

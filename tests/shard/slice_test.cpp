@@ -263,7 +263,7 @@ TEST(SliceTest, RingOfSlicesMatchesFullModel) {
   ASSERT_NE(full, nullptr);
   TempDir dir;
   const int windows[3][2] = {{0, 1}, {1, 3}, {3, 5}};
-  const std::vector<uint16_t> ports = testing::ReservePorts(3);
+  testing::BoundPorts ports(3);
   std::vector<std::unique_ptr<ring::Stage>> stages;
   for (int i = 0; i < 3; ++i) {
     const std::string path = dir.File(fmt::format("s{}.gguf", i));
@@ -272,7 +272,7 @@ TEST(SliceTest, RingOfSlicesMatchesFullModel) {
     o.model_path = path;
     o.first = windows[i][0];
     o.last = windows[i][1];
-    o.listen = fmt::format("127.0.0.1:{}", ports[i]);
+    o.listen_fd = ports.Take(i);
     o.next = fmt::format("127.0.0.1:{}", ports[(i + 1) % 3]);
     o.name = fmt::format("s{}", i);
     o.n_ctx = 256;
