@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/secret_file.h"  // kMinSecretBytes: the shortest ring secret
 #include "base/status.h"
 
 namespace kvasir::relay {
@@ -21,7 +22,6 @@ enum class Role : uint8_t {
 inline constexpr size_t kTokenBytes = 32;
 inline constexpr size_t kHelloBytes = 1 + kTokenBytes;  // preamble + token
 inline constexpr size_t kMaxEdgeIdChars = 64;
-inline constexpr size_t kMinSecretBytes = 16;
 
 using EdgeToken = std::array<uint8_t, kTokenBytes>;
 

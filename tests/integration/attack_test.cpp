@@ -61,11 +61,7 @@ int ThreadsOf(pid_t pid) { return static_cast<int>(StatusField(pid, "Threads:"))
 
 using Process = testing::ChildProcess;
 
-SamplingParams Greedy() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
+using testing::Greedy;
 
 class AttackTest : public ::testing::Test {
  protected:

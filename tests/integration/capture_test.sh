@@ -15,10 +15,7 @@ model="$assets/models/stories260K.gguf"
 pids=()
 # shellcheck source=netns_lib.sh
 source "$(dirname "$0")/netns_lib.sh"
-[ -f "$model" ] || missing "missing asset $model"
-command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
-command -v tcpdump >/dev/null || missing "tcpdump is not installed"
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+require_netns tcpdump "tcpdump"
 
 tag=$$
 na=kv-a-$tag

@@ -18,10 +18,7 @@ pids=()
 # shellcheck source=netns_lib.sh
 source "$(dirname "$0")/netns_lib.sh"
 
-[ -f "$model" ] || missing "missing asset $model"
-command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
-command -v nft >/dev/null || missing "nftables (nft) is not installed"
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+require_netns nft "nftables (nft)"
 
 tag=$$
 pub=kv-pub-$tag

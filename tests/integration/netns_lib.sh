@@ -7,6 +7,13 @@ missing() {
   if [ "${KVASIR_REQUIRE_ASSETS:-0}" = 1 ]; then fail "$* (KVASIR_REQUIRE_ASSETS=1: required)"; fi
   skip "$*"
 }
+# What every namespace test needs: `model`, iproute2, the test's own TOOL, and root.
+require_netns() {  # require_netns TOOL "WHAT TOOL IS"
+  [ -f "$model" ] || missing "missing asset $model"
+  command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
+  command -v "$1" >/dev/null || missing "$2 is not installed"
+  [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+}
 # Stops every process in `pids` with SIGTERM, then kills what is still there after 5 s.
 stop_pids() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done

@@ -36,11 +36,7 @@ constexpr const char* kStories = "models/stories260K.gguf";
 constexpr std::string_view kSecret = "relay-ring-test-secret-0123456789";
 constexpr const char* kPrompt = "Once upon a time";
 
-SamplingParams Greedy() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
+using testing::Greedy;
 
 // A listening socket on 127.0.0.1 (port 0), held by the test, so that a relay can stop and a new
 // one serve the same port without it ever being free for another process to take.

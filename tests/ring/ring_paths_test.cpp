@@ -34,11 +34,7 @@ using testing::AssetPath;
 using testing::GenerateLocally;
 using testing::LocalRing;
 
-SamplingParams Greedy() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
+using testing::Greedy;
 
 struct Outcome {
   Status status;

@@ -27,11 +27,7 @@ std::unique_ptr<ChildProcess> StartStage(const std::string& model, const std::st
       std::vector<int>{listen_fd});
 }
 
-SamplingParams Greedy() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
+using testing::Greedy;
 
 TEST(RingProcessTest, VanishedStageEndsTheSessionAndTheRingRecovers) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");

@@ -24,11 +24,7 @@ using testing::GenerateLocally;
 using testing::GenerateOnRing;
 using testing::LocalRing;
 
-SamplingParams Greedy() {
-  SamplingParams p;
-  p.temperature = 0;
-  return p;
-}
+using testing::Greedy;
 
 struct RingCase {
   std::string model;

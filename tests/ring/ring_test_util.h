@@ -68,6 +68,13 @@ class BoundPorts {
   std::vector<int> fds_;
 };
 
+// Greedy sampling (temperature 0): the sampling every exactness test compares under.
+inline SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
 struct Generation {
   std::vector<int32_t> ids;  // generated ids, without a final end-of-generation token
   std::vector<float> logits;  // the raw logit of each id where it was sampled
