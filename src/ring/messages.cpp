@@ -255,6 +255,8 @@ Result<Message> DecodeKeepalive(const Frame& f) {
   return Message(m);
 }
 
+Result<Message> DecodeReceipt(const Frame& f) { return Message(ReceiptMsg{f.payload}); }
+
 // ---- Encoding ------------------------------------------------------------------------------
 
 // Builds header + payload in one buffer, so a large HIDDEN tail is copied once.
@@ -405,6 +407,12 @@ std::vector<uint8_t> Encode(const KeepaliveMsg& m) {
   return fb.Finish();
 }
 
+std::vector<uint8_t> Encode(const ReceiptMsg& m) {
+  FrameBuilder fb(MsgType::kReceipt, m.payload.size());
+  fb.PutBytes(m.payload.data(), m.payload.size());
+  return fb.Finish();
+}
+
 // Printable ASCII of a NUL-padded fixed-size name from a peer, for logs.
 std::string PrintableName(const char* name, size_t size) {
   std::string out;
@@ -442,6 +450,8 @@ Result<Message> DecodeMessage(const Frame& frame) {
       return DecodeHandshake(frame);
     case static_cast<uint16_t>(MsgType::kKeepalive):
       return DecodeKeepalive(frame);
+    case static_cast<uint16_t>(MsgType::kReceipt):
+      return DecodeReceipt(frame);
     default:
       return Error("frame type {} is unknown (this build knows 1..{})", frame.type,
                    wire::kMaxMsgType);
@@ -453,7 +463,7 @@ wire::MsgType MessageType(const Message& m) {
       MsgType::kHello,        MsgType::kError,  MsgType::kGenerate,
       MsgType::kOpenSession,  MsgType::kHidden, MsgType::kToken,
       MsgType::kCloseSession, MsgType::kPing,   MsgType::kStats,
-      MsgType::kHandshake,    MsgType::kKeepalive};
+      MsgType::kHandshake,    MsgType::kKeepalive, MsgType::kReceipt};
   static_assert(std::size(kByIndex) == std::variant_size_v<Message>);
   if (const auto* ping = std::get_if<PingMsg>(&m); ping != nullptr && ping->pong) {
     return MsgType::kPong;
@@ -509,6 +519,8 @@ Status CheckEncodable(const Message& msg) {
     }
     KV_RETURN_IF_ERROR(CheckPayloadSize(
         t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats)));
+  } else if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckPayloadSize(t, m->payload.size()));
   }
   return Status::Ok();
 }
@@ -602,6 +614,15 @@ std::string MessageName(const Message& msg) {
     return fmt::format("HANDSHAKE(step {})", m->body.step);
   }
   if (std::holds_alternative<KeepaliveMsg>(msg)) return "KEEPALIVE";
+  if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
+    // Only the body's counts, read as they are: the payload has not been parsed yet.
+    if (m->payload.size() < sizeof(wire::ReceiptBody)) {
+      return fmt::format("RECEIPT({} bytes)", m->payload.size());
+    }
+    wire::ReceiptBody b;
+    std::memcpy(&b, m->payload.data(), sizeof(b));
+    return fmt::format("RECEIPT(session {}, {} lines)", b.session, b.n_lines);
+  }
   const auto& m = std::get<StatsMsg>(msg);
   return fmt::format("STATS({} records)", m.records.size());
 }

@@ -77,14 +77,22 @@ struct KeepaliveMsg {  // KEEPALIVE (link liveness; the link consumes it)
   wire::KeepaliveBody body{};
 };
 
+// RECEIPT. The codec carries the payload as it is: ring/receipt.h parses and builds it
+// (ParseReceipt / EncodeReceipt), so a receipt that does not parse is dropped by the stage that
+// reads it instead of closing the link (a receipt is accounting, never part of a session).
+struct ReceiptMsg {
+  std::vector<uint8_t> payload;  // wire::ReceiptBody + n_lines x wire::ReceiptLine, unchecked
+};
+
 using Message = std::variant<HelloMsg, ErrorMsg, GenerateMsg, OpenSessionMsg, HiddenMsg, TokenMsg,
-                             CloseMsg, PingMsg, StatsMsg, HandshakeMsg, KeepaliveMsg>;
+                             CloseMsg, PingMsg, StatsMsg, HandshakeMsg, KeepaliveMsg, ReceiptMsg>;
 
 // Validates the payload of `frame` against its type and builds the typed message: body size, the
 // tail size the body implies (exactly), limits (error message <= kMaxErrorMessage bytes, prompt <=
 // kMaxPromptBytes, n_stop <= kMaxStopStrings, n_records <= kMaxStatsRecords, n_tokens * n_embd * dtype size without overflow),
 // known dtype and finish reasons, nonzero sessions where the message names one. Errors name the
-// message type and the field: "HIDDEN: dtype 7 is unknown (0 f32, 1 f16, 2 bf16)".
+// message type and the field: "HIDDEN: dtype 7 is unknown (0 f32, 1 f16, 2 bf16)". A RECEIPT
+// payload is taken as it is (see ReceiptMsg).
 Result<Message> DecodeMessage(const Frame& frame);
 
 // The message id `m` travels under.

@@ -1,6 +1,7 @@
 // The batch former and the whole-or-each forward runner of a stage.
 #include "ring/scheduler.h"
 
+#include <algorithm>
 #include <set>
 
 namespace kvasir::ring {
@@ -32,6 +33,23 @@ std::vector<Work> BatchScheduler::NextBatch(const std::function<bool(uint32_t)>&
   take(decode_);
   take(prefill_);
   return batch;
+}
+
+std::vector<Work> BatchScheduler::TakeSession(uint32_t session) {
+  std::vector<Work> out;
+  for (std::deque<Work>* q : {&prefill_, &decode_}) {
+    for (auto it = q->begin(); it != q->end();) {
+      if (it->session != session) {
+        ++it;
+        continue;
+      }
+      out.push_back(std::move(*it));
+      it = q->erase(it);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Work& a, const Work& b) { return a.pos0 < b.pos0; });
+  return out;
 }
 
 void BuildForwardInput(std::span<const Work> items, ForwardInput* in, std::vector<int32_t>* tokens,

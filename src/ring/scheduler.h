@@ -37,6 +37,11 @@ class BatchScheduler {
   // rows never overtake each other. Items of sessions for which `live` is false are dropped.
   std::vector<Work> NextBatch(const std::function<bool(uint32_t)>& live);
 
+  // Removes every queued item of `session` and returns them in position order: the rows a
+  // session was sent before it closes, which the stage still runs so that every stage runs the
+  // same rows.
+  std::vector<Work> TakeSession(uint32_t session);
+
   void Clear() {
     decode_.clear();
     prefill_.clear();

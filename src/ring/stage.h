@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "net/stream.h"
@@ -64,6 +65,17 @@ struct StageOptions {
   int max_pending_per_address = 8;   // of them, from one address
   int max_clients = 256;             // handshaken client connections (head)
   int max_sessions_per_client = 4;   // sessions one client connection may have at once
+
+  // Contribution receipts (docs/PROTOCOL.md, "RECEIPT"), on the head: when set, each session that
+  // ran at least one row sends a receipt around the ring after its CLOSE_SESSION, every stage
+  // signs its line onto it, and each receipt that comes back complete, for a session this head
+  // started, with every signature verified, is handed here as its RECEIPT payload (the bytes
+  // `kvasir join` posts to the market). Without it the head sends no receipts. Called on the
+  // stage's compute thread, outside the stage's locks: return quickly (hand the payload to
+  // another thread); the ring's sessions wait while it runs. An exception it throws is caught and
+  // logged. Other stages ignore it: they sign every receipt that reaches them for a session that
+  // closed there.
+  std::function<void(std::vector<uint8_t> payload)> on_receipt;
 };
 
 class Stage {

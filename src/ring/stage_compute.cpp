@@ -98,6 +98,8 @@ void StageImpl::HandleMessage(Event& e) {
     } else if (!is_head()) {
       SendNext(*p);
     }
+  } else if (auto* r = std::get_if<ReceiptMsg>(&m)) {
+    HandleReceipt(*r);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
     if (is_head()) {
       if (!stats_waiters_.empty()) {
@@ -218,6 +220,7 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
     window_->CloseSequence(static_cast<int>(h.session));
     return;
   }
+  const Session& s = sessions_[h.session];
   Work w;
   w.session = h.session;
   w.pos0 = static_cast<int>(h.pos0);
@@ -225,7 +228,7 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
   w.sample = (h.flags & wire::kHiddenSample) != 0;
   HiddenToF32(h, &w.hidden);
   // Prompt chunks keep their order in the prefill queue; only steps past the prompt are decode.
-  if (w.pos0 >= sessions_[h.session].n_prompt) {
+  if (w.pos0 >= s.n_prompt) {
     scheduler_.AddDecode(std::move(w));
   } else {
     scheduler_.AddPrefill(std::move(w));
@@ -271,7 +274,8 @@ void StageImpl::FailSession(uint32_t session, wire::ErrorCode code, const std::s
 
 void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const std::string& error) {
   auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
+  // A session whose CLOSE is already on its way ends once (one CLOSE, one receipt).
+  if (it == sessions_.end() || it->second.closing) return;
   Session& s = it->second;
   window_->CloseSequence(static_cast<int>(session));
   if (s.originated) {
@@ -283,6 +287,7 @@ void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const st
                 s.n_generated);
     if (SendNext(CloseMsg{session, static_cast<uint8_t>(reason)})) {
       s.closing = true;  // dropped when the CLOSE comes back around
+      SendReceipt(s);    // behind the CLOSE: links keep their order
       return;
     }
   }
@@ -296,7 +301,17 @@ void StageImpl::HandleClose(const CloseMsg& c, bool from_pred) {
     return;
   }
   if (it != sessions_.end()) {
+    // The rows sent before the CLOSE run first (their outputs go on ahead of it), so every stage
+    // runs the same rows as the head, and its receipt line agrees with the others.
+    for (const Work& w : scheduler_.TakeSession(c.session)) {
+      if (sessions_.count(c.session) == 0) break;  // a row failed: the session ended with it
+      RunWork(std::span<const Work>(&w, 1));
+    }
+    it = sessions_.find(c.session);
+  }
+  if (it != sessions_.end()) {
     window_->CloseSequence(static_cast<int>(c.session));
+    closed_rows_.Put(c.session, it->second.rows);  // for the receipt that follows the CLOSE
     sessions_.erase(it);
     KV_LOG_INFO("{}: session {} closed", options_.name, c.session);
   }
@@ -349,9 +364,17 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
 }
 
 bool StageImpl::RunBatch() {
-  const std::vector<Work> batch =
-      scheduler_.NextBatch([&](uint32_t session) { return sessions_.count(session) != 0; });
+  // A closing session's queued rows are dropped: its KV cache is gone, its CLOSE went out.
+  const std::vector<Work> batch = scheduler_.NextBatch([&](uint32_t session) {
+    auto it = sessions_.find(session);
+    return it != sessions_.end() && !it->second.closing;
+  });
   if (batch.empty()) return false;
+  RunWork(batch);
+  return true;
+}
+
+void StageImpl::RunWork(std::span<const Work> batch) {
   ForwardInput in;
   std::vector<int32_t> tokens;
   std::vector<float> hidden;
@@ -364,6 +387,11 @@ bool StageImpl::RunBatch() {
     return s;
   };
   auto done = [&](std::span<const Work> items, const ForwardOutput& out) {
+    for (const Work& w : items) {
+      if (auto it = sessions_.find(w.session); it != sessions_.end()) {
+        it->second.rows += static_cast<uint64_t>(w.n_tokens);
+      }
+    }
     EmitOutputs(items, out);
   };
   auto failed = [&](const Work& w, const Status& e) {
@@ -376,7 +404,7 @@ bool StageImpl::RunBatch() {
       SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, w.session, e.message()});
     }
   };
-  if (!RunBatchOrEach(batch, forward, done, failed)) return true;
+  if (!RunBatchOrEach(batch, forward, done, failed)) return;
   int rows = 0;
   bool all_decode = true;
   for (const Work& w : batch) {
@@ -389,7 +417,6 @@ bool StageImpl::RunBatch() {
     decode_rows_.fetch_add(rows);
     decode_busy_ns_.fetch_add(ns);
   }
-  return true;
 }
 
 void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& out) {

@@ -22,6 +22,7 @@
 #include "ring/link.h"
 #include "ring/front_end.h"
 #include "ring/messages.h"
+#include "ring/recent_map.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
 #include "ring/tail_sampler.h"
@@ -46,6 +47,10 @@ struct Session {
   wire::SamplingWire sampling{};
   int n_prompt = 0;
   int n_generated = 0;               // head: tokens sent to the client
+  // Token rows this window ran for the session (for its receipt). The head runs nothing once it
+  // has sent CLOSE_SESSION, and every other stage runs the rows it was sent before the CLOSE
+  // before it closes, so every stage runs exactly the head's rows.
+  uint64_t rows = 0;
   std::unique_ptr<TailSampler> tail;  // on the last stage
   // Head only:
   bool originated = false;   // opened by this stage (it is the head)
@@ -112,8 +117,17 @@ class StageImpl final : public Stage {
   // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).
   void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why);
   bool RunBatch();
+  // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
+  void RunWork(std::span<const Work> batch);
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
   void MaybeProbeRing();
+
+  // stage_receipts.cpp: contribution receipts.
+  // Head, once the session's CLOSE went out: starts its receipt around the ring.
+  void SendReceipt(const Session& s);
+  void HandleReceipt(ReceiptMsg& m);
+  void SignAndForwardReceipt(ReceiptMsg& m);  // not the head
+  void ReceiptCameBack(ReceiptMsg& m);        // the head
 
   bool is_head() const { return window_->spec().has_embed; }
   bool is_last() const { return window_->spec().has_head; }
@@ -164,6 +178,11 @@ class StageImpl final : public Stage {
   bool ring_closed_ = false;
   uint64_t probe_nonce_ = 0;
   Clock::time_point last_probe_{};
+  // Receipts: rows of sessions that closed here, waiting for their receipt (not the head), and
+  // the receipts this head sent around, waiting to come back (id -> session). Both bounded.
+  static constexpr size_t kMaxRecentReceipts = 1024;
+  RecentMap<uint32_t, uint64_t> closed_rows_{kMaxRecentReceipts};
+  RecentMap<std::array<uint8_t, 16>, uint32_t> pending_receipts_{kMaxRecentReceipts};
 
   // Statistics.
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};

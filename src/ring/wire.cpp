@@ -29,6 +29,8 @@ const char* MsgTypeName(uint16_t type) {
       return "HANDSHAKE";
     case 12:
       return "KEEPALIVE";
+    case 13:
+      return "RECEIPT";
     default:
       return "UNKNOWN";
   }

@@ -16,6 +16,8 @@ inline constexpr uint32_t kMaxStatsRecords = 1024;
 inline constexpr uint32_t kMaxErrorMessage = 1024;
 inline constexpr uint32_t kMaxPromptBytes = 1u << 20;
 inline constexpr uint32_t kMaxStopStrings = 16;
+// RECEIPT lines: one per stage, so a receipt covers a ring of at most this many stages.
+inline constexpr uint32_t kMaxReceiptLines = 256;
 
 enum class MsgType : uint16_t {
   kHello = 1,
@@ -30,8 +32,9 @@ enum class MsgType : uint16_t {
   kStats = 10,
   kHandshake = 11,  // link handshake, before any other frame (unencrypted)
   kKeepalive = 12,  // link liveness; consumed by the link, never forwarded
+  kReceipt = 13,    // contribution receipt, once around the ring after a session closes
 };
-inline constexpr uint16_t kMaxMsgType = 12;
+inline constexpr uint16_t kMaxMsgType = 13;
 const char* MsgTypeName(uint16_t type);
 
 enum class ErrorCode : uint32_t {
@@ -226,6 +229,32 @@ struct KeepaliveBody {
   uint64_t reserved;
 };
 static_assert(sizeof(KeepaliveBody) == 16);
+
+// RECEIPT (docs/PROTOCOL.md, "RECEIPT"): the body, then n_lines lines, one per stage in ring
+// order from the head. Line i's signature covers kReceiptSignLabel, the body with n_lines = i + 1,
+// lines 0..i-1 whole and line i up to its signature (ring/receipt.h builds and checks them).
+inline constexpr char kReceiptSignLabel[] = "kvasir-receipt-v1";  // signed with its NUL
+
+struct ReceiptBody {
+  uint32_t session;
+  uint32_t n_lines;        // tail: n_lines × ReceiptLine, 1..kMaxReceiptLines
+  uint8_t receipt_id[16];  // random, chosen by the head: the session's global id
+  uint8_t model_id[16];    // the model identity (HELLO's model_id)
+  uint8_t reserved[8];     // zero
+};
+static_assert(sizeof(ReceiptBody) == 48);
+
+struct ReceiptLine {
+  uint8_t node_key[32];    // the signer's Ed25519 public key
+  uint32_t first;          // the signer's window [first, last)
+  uint32_t last;
+  uint64_t tokens;         // token rows the signer's window ran for the session
+  uint8_t reserved[8];     // zero
+  uint8_t signature[64];   // Ed25519 by node_key (see above)
+};
+static_assert(sizeof(ReceiptLine) == 120);
+inline constexpr size_t kReceiptLineSigned = 56;  // the bytes of a line before its signature
+static_assert(offsetof(ReceiptLine, signature) == kReceiptLineSigned);
 
 #pragma pack(pop)
 

@@ -300,7 +300,8 @@ TEST(RingCodecTest, MessageNames) {
   EXPECT_EQ(MessageName(StatsMsg{{Stats(0)}}), "STATS(1 records)");
   EXPECT_EQ(MessageType(PingMsg{false, {}}), MsgType::kPing);
   EXPECT_EQ(MessageType(PingMsg{true, {}}), MsgType::kPong);
-  EXPECT_STREQ(wire::MsgTypeName(13), "UNKNOWN");
+  EXPECT_STREQ(wire::MsgTypeName(13), "RECEIPT");
+  EXPECT_STREQ(wire::MsgTypeName(14), "UNKNOWN");
 }
 
 // ---- Stream reassembly ---------------------------------------------------------------------
@@ -411,9 +412,9 @@ TEST(RingCodecTest, MalformedHeadersAreStickyErrors) {
             "frame magic 0x31525640 is not KVR1 (0x3152564B): not a Kvasir ring peer or a "
             "desynchronised stream");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 0, 0), wire::kMaxPayload),
-            "frame type 0 is unknown (this build knows 1..12)");
-  EXPECT_EQ(DecoderError(Header(wire::kMagic, 13, 0), wire::kMaxPayload),
-            "frame type 13 is unknown (this build knows 1..12)");
+            "frame type 0 is unknown (this build knows 1..13)");
+  EXPECT_EQ(DecoderError(Header(wire::kMagic, 14, 0), wire::kMaxPayload),
+            "frame type 14 is unknown (this build knows 1..13)");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 5, 99999999), wire::kMaxPayload),
             "HIDDEN frame length 99999999 exceeds the 64 MiB limit");
   EXPECT_EQ(DecoderError(Header(wire::kMagic, 5, 101), 100),
@@ -439,8 +440,8 @@ TEST(RingCodecTest, OversizedLengthIsRefusedBeforeAnyPayloadArrives) {
 }
 
 TEST(RingCodecTest, UnknownTypeInAFrame) {
-  EXPECT_EQ(DecodeError(Frame{13, {}}), "frame type 13 is unknown (this build knows 1..12)");
-  EXPECT_EQ(DecodeError(Frame{0, {}}), "frame type 0 is unknown (this build knows 1..12)");
+  EXPECT_EQ(DecodeError(Frame{14, {}}), "frame type 14 is unknown (this build knows 1..13)");
+  EXPECT_EQ(DecodeError(Frame{0, {}}), "frame type 0 is unknown (this build knows 1..13)");
 }
 
 TEST(RingCodecTest, ShortBodies) {

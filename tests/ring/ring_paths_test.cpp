@@ -195,42 +195,6 @@ TEST(RingPathsTest, AFullRingRefusesAndThenServes) {
   EXPECT_EQ(again.ids, GenerateLocally(Model(), "The cat sat", Greedy(), 8).ids);
 }
 
-// What a link receives, read on its own thread so a test waits with a deadline instead of hanging.
-class Inbox {
- public:
-  explicit Inbox(ring::Link* link)
-      : reader_([this, link] {
-          for (;;) {
-            auto m = link->Receive();
-            std::lock_guard lock(mu_);
-            if (!m.ok()) {
-              ended_ = true;
-              cv_.notify_all();
-              return;
-            }
-            messages_.push_back(std::move(m).value());
-            cv_.notify_all();
-          }
-        }) {}
-  ~Inbox() { reader_.join(); }  // the owner closes the link first
-  // The next message within `ms`, or nothing.
-  std::optional<ring::Message> Next(int ms) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return ended_ || !messages_.empty(); });
-    if (messages_.empty()) return std::nullopt;
-    ring::Message m = std::move(messages_.front());
-    messages_.pop_front();
-    return m;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<ring::Message> messages_;
-  bool ended_ = false;
-  std::thread reader_;
-};
-
 // A fake head around one real stage (layers 2:5): it is that stage's predecessor and successor.
 // Bad work from it (a HIDDEN of the wrong width, rows at a wrong position) fails only those
 // sessions with an ERROR that travels on; a good session in the same burst gets its token, equal
@@ -240,92 +204,16 @@ TEST(RingPathsTest, BadWorkFromANeighbourFailsOnlyItsSession) {
   const std::string model = Model();
   auto file = GgufFile::Open(model);
   ASSERT_TRUE(file.ok());
-  auto id = ComputeModelId(file->header(), model);
-  ASSERT_TRUE(id.ok());
-  auto listener = net::Listener::Bind("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok());
-
   ring::StageOptions o;
   o.model_path = model;
   o.first = 2;
   o.last = 5;
-  o.listen = "127.0.0.1:0";
-  o.next = fmt::format("127.0.0.1:{}", listener->port());
   o.name = "tail";
   o.n_ctx = 64;
-  o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
-  o.ring_secret = testing::kTestRingSecret;
-  auto stage = ring::Stage::Create(o);
-  ASSERT_TRUE(stage.ok()) << stage.status().message();
-  std::thread runner([st = stage->get()] { (void)st->Run(); });
-  struct Stop {
-    ring::Stage* s;
-    std::thread* t;
-    ~Stop() {
-      s->Stop();
-      t->join();
-    }
-  } stop{stage->get(), &runner};
-
-  wire::Hello me{};
-  me.protocol_version = wire::kProtocolVersion;
-  me.role = static_cast<uint32_t>(wire::Role::kStage);
-  std::memcpy(me.model_id, id->data(), 16);
-  me.n_layer = 5;
-  me.n_embd = 64;
-  me.window_first = 0;
-  me.window_last = 2;
-  std::snprintf(me.name, sizeof(me.name), "fake head");
-  ring::LinkAuth auth;
-  auth.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
-  auth.ring_secret = testing::kTestRingSecret;
-
-  // The stage dials us as its successor.
-  std::unique_ptr<ring::Link> succ_link;
-  Status succ_status;
-  std::thread acceptor([&] {
-    succ_status = [&]() -> Status {
-      KV_ASSIGN_OR_RETURN(auto s, listener->Accept());
-      KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeRespond(*s, auth, auth));
-      succ_link = std::make_unique<ring::Link>(
-          std::make_unique<ring::SecureStream>(std::move(s), hs.tx, hs.rx, 80 << 20), "tail");
-      KV_ASSIGN_OR_RETURN(auto hello, succ_link->Receive());
-      if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO");
-      return succ_link->Send(ring::HelloMsg{me});
-    }();
-  });
-  struct JoinAtEnd {
-    std::thread* t;
-    net::Listener* l;
-    ~JoinAtEnd() {
-      if (!t->joinable()) return;
-      l->Close();  // wakes an Accept() that never got its connection
-      t->join();
-    }
-  } join_acceptor{&acceptor, &*listener};
-  // We dial it as its predecessor.
-  auto raw = net::DialTcp("127.0.0.1", (*stage)->port(), 5000);
-  ASSERT_TRUE(raw.ok());
-  auto hs = ring::HandshakeInitiate(**raw, wire::Role::kStage, auth);
-  ASSERT_TRUE(hs.ok()) << hs.status().message();
-  ring::Link pred(std::make_unique<ring::SecureStream>(std::move(raw).value(), hs->tx, hs->rx,
-                                                       80 << 20),
-                  "tail");
-  ASSERT_TRUE(pred.Send(ring::HelloMsg{me}).ok());
-  auto hello = pred.Receive();
-  ASSERT_TRUE(hello.ok() && std::holds_alternative<ring::HelloMsg>(*hello));
-  acceptor.join();
-  ASSERT_TRUE(succ_status.ok()) << succ_status.message();
-  struct CloseAtEnd {
-    ring::Link* a;
-    ring::Link* b;
-    ~CloseAtEnd() {
-      a->Close();
-      b->Close();
-    }
-  };
-  Inbox inbox(succ_link.get());
-  CloseAtEnd close{succ_link.get(), &pred};  // declared after the inbox: runs first
+  auto fake = testing::FakeNeighbours::Start(o, testing::FakeStageHello(model, 0, 2));
+  ASSERT_NE(fake, nullptr);
+  ring::Link& pred = fake->pred();
+  testing::Inbox& inbox = fake->inbox();
   // The stage takes its successor link once our HELLO reached it: until a STATS comes through,
   // what it sends on is dropped.
   bool through = false;

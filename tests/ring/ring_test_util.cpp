@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
+#include "model/model_id.h"
 #include "net/stream.h"
+#include "ring/handshake.h"
 #include "ring/sampling_wire.h"
+#include "ring/secure_stream.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -112,6 +116,118 @@ std::unique_ptr<LocalRing> LocalRing::Start(
 LocalRing::~LocalRing() {
   for (auto& s : stages_) s->Stop();
   for (auto& t : threads_) t.join();
+}
+
+Inbox::Inbox(ring::Link* link)
+    : reader_([this, link] {
+        for (;;) {
+          auto m = link->Receive();
+          std::lock_guard lock(mu_);
+          if (!m.ok()) {
+            ended_ = true;
+            cv_.notify_all();
+            return;
+          }
+          messages_.push_back(std::move(m).value());
+          cv_.notify_all();
+        }
+      }) {}
+
+Inbox::~Inbox() { reader_.join(); }
+
+std::optional<ring::Message> Inbox::Next(int ms) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return ended_ || !messages_.empty(); });
+  if (messages_.empty()) return std::nullopt;
+  ring::Message m = std::move(messages_.front());
+  messages_.pop_front();
+  return m;
+}
+
+wire::Hello FakeStageHello(const std::string& model, int first, int last) {
+  wire::Hello me{};
+  auto file = GgufFile::Open(model);
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  if (!file.ok()) return me;
+  auto cfg = LoadModelConfig(*file);
+  auto id = ComputeModelId(file->header(), model);
+  EXPECT_TRUE(cfg.ok() && id.ok());
+  if (!cfg.ok() || !id.ok()) return me;
+  me.protocol_version = wire::kProtocolVersion;
+  me.role = static_cast<uint32_t>(wire::Role::kStage);
+  std::memcpy(me.model_id, id->data(), 16);
+  me.n_layer = static_cast<uint32_t>(cfg->n_layer);
+  me.n_embd = static_cast<uint32_t>(cfg->n_embd);
+  me.window_first = first;
+  me.window_last = last;
+  me.flags = (first == 0 ? wire::kHelloHasEmbed : 0) |
+             (last == cfg->n_layer ? wire::kHelloHasHead : 0);
+  std::snprintf(me.name, sizeof(me.name), "fake %d-%d", first, last);
+  return me;
+}
+
+std::unique_ptr<FakeNeighbours> FakeNeighbours::Start(ring::StageOptions options,
+                                                      const wire::Hello& me) {
+  auto fake = std::unique_ptr<FakeNeighbours>(new FakeNeighbours());
+  fake->key_ = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+  auto listener = net::Listener::Bind("127.0.0.1", 0);
+  EXPECT_TRUE(listener.ok()) << listener.status().message();
+  if (!listener.ok()) return nullptr;
+  options.listen = "127.0.0.1:0";
+  options.next = fmt::format("127.0.0.1:{}", listener->port());
+  if (options.key == nullptr) {
+    options.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
+  }
+  if (options.ring_secret.empty()) options.ring_secret = kTestRingSecret;
+  auto stage = ring::Stage::Create(options);
+  EXPECT_TRUE(stage.ok()) << stage.status().message();
+  if (!stage.ok()) return nullptr;
+  fake->stage_ = std::move(stage).value();
+  fake->runner_ = std::thread([st = fake->stage_.get()] { (void)st->Run(); });
+  ring::LinkAuth auth;
+  auth.key = fake->key_;
+  auth.ring_secret = kTestRingSecret;
+
+  // The stage dials us as its successor, while we dial it as its predecessor.
+  Status succ_status;
+  std::thread acceptor([&] {
+    succ_status = [&]() -> Status {
+      KV_ASSIGN_OR_RETURN(auto s, listener->Accept());
+      KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeRespond(*s, auth, auth));
+      fake->succ_ = std::make_unique<ring::Link>(
+          std::make_unique<ring::SecureStream>(std::move(s), hs.tx, hs.rx, 80 << 20),
+          "fake successor");
+      KV_ASSIGN_OR_RETURN(auto hello, fake->succ_->Receive());
+      if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO");
+      return fake->succ_->Send(ring::HelloMsg{me});
+    }();
+  });
+  Status pred_status = [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(auto raw, net::DialTcp("127.0.0.1", fake->stage_->port(), 5000));
+    KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeInitiate(*raw, wire::Role::kStage, auth));
+    fake->pred_ = std::make_unique<ring::Link>(
+        std::make_unique<ring::SecureStream>(std::move(raw), hs.tx, hs.rx, 80 << 20),
+        "fake predecessor");
+    KV_RETURN_IF_ERROR(fake->pred_->Send(ring::HelloMsg{me}));
+    KV_ASSIGN_OR_RETURN(auto hello, fake->pred_->Receive());
+    if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO back");
+    return Status::Ok();
+  }();
+  if (!pred_status.ok()) listener->Close();  // wakes an Accept() that never gets its connection
+  acceptor.join();
+  EXPECT_TRUE(pred_status.ok()) << pred_status.message();
+  EXPECT_TRUE(succ_status.ok()) << succ_status.message();
+  if (!pred_status.ok() || !succ_status.ok()) return nullptr;
+  fake->inbox_ = std::make_unique<Inbox>(fake->succ_.get());
+  return fake;
+}
+
+FakeNeighbours::~FakeNeighbours() {
+  if (pred_) pred_->Close();
+  if (succ_) succ_->Close();
+  inbox_.reset();
+  if (stage_) stage_->Stop();
+  if (runner_.joinable()) runner_.join();
 }
 
 Generation GenerateLocally(const std::string& model, const std::string& prompt,

@@ -2,14 +2,20 @@
 // generation it must reproduce.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "model/sampler.h"
+#include "net/stream.h"
 #include "ring/client.h"
+#include "ring/link.h"
 #include "ring/stage.h"
 
 namespace kvasir::testing {
@@ -66,6 +72,49 @@ class BoundPorts {
  private:
   std::vector<uint16_t> ports_;
   std::vector<int> fds_;
+};
+
+// What a link receives, read on its own thread so a test waits with a deadline instead of hanging.
+class Inbox {
+ public:
+  explicit Inbox(ring::Link* link);
+  ~Inbox();  // the owner closes the link first
+  // The next message within `ms`, or nothing.
+  std::optional<ring::Message> Next(int ms);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ring::Message> messages_;
+  bool ended_ = false;
+  std::thread reader_;
+};
+
+// HELLO of a fake stage of `model` holding layers [first, last).
+wire::Hello FakeStageHello(const std::string& model, int first, int last);
+
+// One real stage between neighbours played by the test: the test dials the stage as its
+// predecessor (pred()) and takes the stage's dial as its successor (what the stage sends on
+// arrives in inbox()). Both fake ends say `me` in HELLO and prove kTestRingSecret with key().
+class FakeNeighbours {
+ public:
+  // Starts a stage with `options` (listen and next are set here; key and ring_secret when
+  // unset) and links to it both ways. nullptr, with a failed expectation, when that fails.
+  static std::unique_ptr<FakeNeighbours> Start(ring::StageOptions options, const wire::Hello& me);
+  ~FakeNeighbours();  // closes both links, then stops the stage
+
+  ring::Stage& stage() { return *stage_; }
+  ring::Link& pred() { return *pred_; }
+  Inbox& inbox() { return *inbox_; }
+  const ring::NodeKey& key() const { return *key_; }
+
+ private:
+  FakeNeighbours() = default;
+  std::shared_ptr<const ring::NodeKey> key_;
+  std::unique_ptr<ring::Stage> stage_;
+  std::thread runner_;
+  std::unique_ptr<ring::Link> pred_, succ_;
+  std::unique_ptr<Inbox> inbox_;
 };
 
 // Greedy sampling (temperature 0): the sampling every exactness test compares under.

@@ -87,6 +87,18 @@ TEST(BatchSchedulerTest, EndedSessionsAreDroppedAndClearEmpties) {
   EXPECT_TRUE(s.NextBatch(All).empty());
 }
 
+TEST(BatchSchedulerTest, TakeSessionTakesOnlyItsItemsInOrder) {
+  BatchScheduler s(256);
+  s.AddPrefill(Item(1, 0, 4));
+  s.AddPrefill(Item(2, 0, 4));
+  s.AddDecode(Item(2, 9, 1));
+  s.AddPrefill(Item(2, 4, 4));
+  s.AddDecode(Item(3, 7, 1));
+  EXPECT_EQ(Shape(s.TakeSession(2)), (Shp{{2, 0}, {2, 4}, {2, 9}}));
+  EXPECT_TRUE(s.TakeSession(2).empty());
+  EXPECT_EQ(Shape(s.NextBatch(All)), (Shp{{3, 7}, {1, 0}}));
+}
+
 TEST(BatchSchedulerTest, ForwardInputConcatenatesItems) {
   std::vector<Work> items = {Item(7, 3, 2), Item(9, 0, 3)};
   items[1].sample = true;

@@ -1,0 +1,59 @@
+// Contribution receipts (docs/PROTOCOL.md, "RECEIPT"): after a session closes, a receipt travels
+// once around the ring and every stage appends a line saying how many token rows its window ran
+// for the session, signed with its node key over everything before it. The completed receipt
+// proves to anyone who knows the ring's keys (the market) who did what, and no stage can alter,
+// drop or reorder another's line. Pure: no links, no model; any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ring/node_key.h"
+#include "ring/wire.h"
+
+namespace kvasir::ring {
+
+struct ReceiptLine {
+  PublicKey node{};              // the signer
+  uint32_t first = 0, last = 0;  // the signer's window [first, last)
+  uint64_t tokens = 0;           // token rows the window ran for the session
+  Signature signature{};         // over everything before it (wire.h, "RECEIPT")
+};
+
+struct Receipt {
+  std::array<uint8_t, 16> id{};        // random, chosen by the head
+  std::array<uint8_t, 16> model_id{};  // the model identity
+  uint32_t session = 0;                // the head's session id
+  std::vector<ReceiptLine> lines;      // in ring order from the head; at most kMaxReceiptLines
+};
+
+// The RECEIPT payload: ReceiptBody, then the lines. Requires lines.size() <= kMaxReceiptLines.
+std::vector<uint8_t> EncodeReceipt(const Receipt& receipt);
+
+// Parses a RECEIPT payload (any bytes are safe). Refuses a payload shorter than the body, a
+// session of 0, n_lines of 0 or over kMaxReceiptLines, a tail that is not exactly n_lines lines,
+// nonzero reserved bytes and empty windows; errors name the field and its offset:
+// "RECEIPT: line 2 (offset 288): reserved byte 3 is 0x07, must be 0". Signatures are not checked
+// here (VerifyReceipt). A receipt that parses encodes back to the same bytes.
+Result<Receipt> ParseReceipt(std::span<const uint8_t> payload);
+
+// Appends `key`'s line for window [first, last) and `tokens` rows, signed over the receipt as it
+// stands plus the new line. Requires receipt->lines.size() < kMaxReceiptLines (check before
+// appending to a receipt from a peer).
+void AppendReceiptLine(Receipt* receipt, const NodeKey& key, uint32_t first, uint32_t last,
+                       uint64_t tokens);
+
+// Checks every line's signature, each over everything before it, and the line count (1 to
+// kMaxReceiptLines). The error names the first line that fails and its signer: "receipt line 1
+// (node 3fa91c07): the signature does not verify". Says nothing of whether the signers are the
+// ones that should have signed (that is for whoever knows the ring: the head, the market).
+Status VerifyReceipt(const Receipt& receipt);
+
+// The receipt id as 32 lowercase hex digits.
+std::string ReceiptIdHex(const Receipt& receipt);
+
+}  // namespace kvasir::ring
