@@ -25,6 +25,8 @@ constexpr Subcommand kSubcommands[] = {
     {"slice", kvasir::cli::SliceMain, "write a stage mini-GGUF holding one window of layers"},
     {"fetch", kvasir::cli::FetchMain, "download one window of a model over HTTP(S) range requests"},
     {"relay", kvasir::cli::RelayMain, "bridge ring edges over WebSocket for stages behind NAT"},
+    {"market", kvasir::cli::MarketMain, "serve the coverage/demand map, claims and credit (docs/MARKET.md)"},
+    {"join", kvasir::cli::JoinMain, "give this machine to the network: claim a window and serve it"},
     {"id", kvasir::cli::IdMain, "print this node's public key (creating its key on first use)"},
     {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
 };

@@ -11,6 +11,9 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kTooLarge: return "too large";
     case StatusCode::kUnauthenticated: return "unauthenticated";
     case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kConflict: return "conflict";
+    case StatusCode::kForbidden: return "forbidden";
   }
   return "unknown";
 }

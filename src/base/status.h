@@ -21,6 +21,9 @@ enum class StatusCode : uint8_t {
   kTooLarge,         // a size or count over a limit
   kUnauthenticated,  // a missing or failed proof of identity
   kTimeout,          // a deadline passed
+  kNotFound,         // the thing asked for does not exist (a model, a claim)
+  kConflict,         // lost a race: what was asked for is held by someone else
+  kForbidden,        // authenticated, but not allowed to do this (another's claim)
 };
 
 // "invalid input", "unavailable", ...

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -316,6 +317,41 @@ sigset_t BlockStopSignals() {
   sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+uint64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+  std::string unit = text.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double value = 0;
+  try {
+    if (end == 0) throw std::invalid_argument("no number");
+    value = std::stod(text.substr(0, end));
+  } catch (const std::exception&) {
+    return Error("'{}' is not a size (like 2GiB or 512MiB)", text);
+  }
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else return Error("'{}': unknown unit '{}' (use B, KiB, MiB, GiB or TiB)", text, unit);
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 1e18) return Error("'{}' is not a plausible size", text);
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace kvasir::cli

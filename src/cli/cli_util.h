@@ -61,6 +61,11 @@ std::optional<std::string> CheckSampling(const SamplingParams& params);
 
 // Number of threads to use by default: the cores this process may run on (at least 1).
 int DefaultThreads();
+// MemAvailable from /proc/meminfo in bytes, or 0.
+uint64_t AvailableMemory();
+// "2GiB", "512MiB", "1.5G", "800M", "4096" (bytes): binary units, an optional B. Errors quote the
+// text.
+Result<uint64_t> ParseByteSize(const std::string& text);
 
 // "260", "292.86 K", "420.12 M", "6.74 B".
 std::string HumanCount(uint64_t count);

@@ -18,5 +18,7 @@ int SliceMain(int argc, char** argv);
 int FetchMain(int argc, char** argv);
 int RelayMain(int argc, char** argv);
 int IdMain(int argc, char** argv);
+int MarketMain(int argc, char** argv);
+int JoinMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
@@ -17,6 +18,7 @@
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "kernels/kernels.h"
+#include "market/market_client.h"
 #include "model/sampler.h"
 
 namespace kvasir::cli {
@@ -35,6 +37,8 @@ struct GenerateOptions {
   std::string stats_path;
   bool ignore_eos = false;
   std::string ring;                // HOST:PORT of a ring's head: generate there instead
+  std::string market;              // a market to ask for a ready ring of the model named by -m
+  double market_wait_s = 30;       // how long to wait for a ring to become ready
   std::vector<std::string> stops;  // ring only: stop strings
   TrustFlags trust;                // ring only: how the head is authenticated
   std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
@@ -170,9 +174,49 @@ int RunOnRing(const GenerateOptions& o) {
   return kExitOk;
 }
 
+// Asks the market for a ready ring of the model (counting as demand), then runs on its head,
+// which must prove the node key the market names.
+int RunOnMarket(GenerateOptions o) {
+  if (!o.ring.empty()) return UsageError(kCmd, "use either --market or --ring, not both");
+  if (o.model_path.empty()) return UsageError(kCmd, "--market needs --model NAME (a model the market lists)");
+  if (!o.trust.head_key.empty()) return UsageError(kCmd, "--market names the head's key itself; drop --head-key");
+  auto client = market::MarketClient::Create(o.market, nullptr);
+  if (!client.ok()) return UsageError(kCmd, client.status().message());
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(o.market_wait_s * 1000));
+  std::string said;
+  while (true) {
+    auto ring = client->Get("/v1/rings/" + o.model_path);
+    if (ring.ok()) {
+      try {
+        o.ring = ring->at("head").at("address").get<std::string>();
+        o.trust.head_key = ring->at("head").at("node").get<std::string>();
+        KV_LOG_INFO("market: ring {} of {} (epoch {}), head {} at {}", ring->at("ring").get<int>(),
+                    o.model_path, ring->at("epoch").get<int64_t>(), o.trust.head_key.substr(0, 8),
+                    o.ring);
+      } catch (const std::exception& e) {
+        return Fail(kCmd, fmt::format("market {}: malformed ring answer: {}", o.market, e.what()));
+      }
+      break;
+    }
+    if (ring.status().code() != StatusCode::kUnavailable ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return Fail(kCmd, ring.status());
+    }
+    if (ring.status().message() != said) {
+      said = ring.status().message();
+      KV_LOG_INFO("{}; waiting up to {:.0f} s (--market-wait)", said, o.market_wait_s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  o.model_path.clear();
+  return RunOnRing(o);
+}
+
 int RunGenerate(GenerateOptions o) {
   if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
   o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+  if (!o.market.empty()) return RunOnMarket(std::move(o));
   if (!o.ring.empty()) {
     if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
     return RunOnRing(o);
@@ -235,7 +279,13 @@ int GenerateMain(int argc, char** argv) {
     GenerateOptions o;
     o.n_threads = DefaultThreads();
     o.sampling.temperature = 0.8f;
-    app.add_option("-m,--model", o.model_path, "GGUF model file");
+    app.add_option("-m,--model", o.model_path,
+                   "GGUF model file (with --market: the name of a model the market lists)");
+    app.add_option("--market", o.market,
+                   "http[s]://HOST[:PORT] of a market: generate on a ready ring of --model there");
+    app.add_option("--market-wait", o.market_wait_s,
+                   "(with --market) seconds to wait for a ring to be ready")
+        ->capture_default_str();
     app.add_option("--ring", o.ring, "generate on a running ring: HOST:PORT of its head stage");
     app.add_option("--stop", o.stops, "(with --ring) stop when the text contains this");
     app.add_option("--manifest", o.manifest_path,

@@ -29,18 +29,6 @@ namespace {
 
 constexpr const char* kCmd = "profile";
 
-// MemAvailable from /proc/meminfo in bytes, or 0.
-uint64_t AvailableMemory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
 struct ProfileOptions {
   std::string model_path;
   std::string name;

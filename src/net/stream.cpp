@@ -124,6 +124,7 @@ Listener::Listener(Listener&& other) noexcept { *this = std::move(other); }
 
 Listener& Listener::operator=(Listener&& other) noexcept {
   std::swap(fd_, other.fd_);
+  std::swap(adopted_, other.adopted_);
   const bool closed = closed_.load();
   closed_ = other.closed_.load();
   other.closed_ = closed;
@@ -182,6 +183,7 @@ Result<Listener> Listener::Adopt(int fd) {
     return Error("cannot create a pipe: {}", std::strerror(errno));
   }
   l.fd_ = fd;
+  l.adopted_ = true;
   return l;
 }
 
@@ -245,8 +247,10 @@ void Listener::Close() {
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
   }
   // Stop accepting now (new connections are refused); the descriptor itself is closed by the
-  // destructor, once no Accept() can be using it.
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  // destructor, once no Accept() can be using it. Not an adopted socket: it may be a dup() of one
+  // its owner keeps listening on (`kvasir join` restarting a stage on the same port), and a
+  // shutdown would reach the owner's too; the wake pipe alone ends Accept().
+  if (fd_ >= 0 && !adopted_) ::shutdown(fd_, SHUT_RDWR);
 }
 
 Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms) {

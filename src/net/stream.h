@@ -46,12 +46,15 @@ class Listener {
   static Result<Listener> Bind(const std::string& host, uint16_t port);
   // Takes over `fd`, a socket already bound and listening (inherited from a supervisor such as
   // `kvasir run`, so a port is bound once and never left free for another process to take).
-  // Refuses anything else, naming the fd.
+  // Refuses anything else, naming the fd. Close() then only stops Accept(): the socket may be a
+  // dup() its owner still listens on, so connections that arrive meanwhile wait in its backlog.
   static Result<Listener> Adopt(int fd);
   // Gives the listening socket up (it is no longer closed by this Listener), e.g. to hand it to
   // a child process or a Stage.
   int Release();
   uint16_t port() const { return port_; }
+  // The listening socket, still owned by this Listener (dup() it to hand a copy on).
+  int fd() const { return fd_; }
   // The numeric address it listens on ("127.0.0.1", "::1", "0.0.0.0").
   const std::string& host() const { return host_; }
   // Blocks until a connection arrives or Close() is called (then returns an error).
@@ -62,6 +65,7 @@ class Listener {
  private:
   Listener() = default;
   int fd_ = -1;               // closed only by the destructor, so Accept() never races a close
+  bool adopted_ = false;      // from Adopt(): never shut down, only closed (see Close())
   std::atomic<bool> closed_{false};
   int wake_[2] = {-1, -1};  // self-pipe to interrupt poll() in Accept()
   uint16_t port_ = 0;

@@ -360,7 +360,11 @@ Result<std::unique_ptr<net::Stream>> DialRelayEdge(const std::string& url, Role 
                                                    std::span<const uint8_t> secret,
                                                    const RelayDialOptions& options) {
   KV_ASSIGN_OR_RETURN(RelayEdgeUrl edge, ParseRelayEdgeUrl(url));
-  const std::string hello = EdgeHello(secret, edge.edge_id, role);
+  std::string hello = EdgeHello(secret, edge.edge_id, role);
+  if (options.token) {
+    hello.assign(1, static_cast<char>(role));
+    hello.append(reinterpret_cast<const char*>(options.token->data()), options.token->size());
+  }
   try {
     if (!edge.url.tls()) {
       auto s = std::make_unique<WsStream<PlainNext>>(edge.url, nullptr);

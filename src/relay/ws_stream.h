@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,9 @@ struct RelayDialOptions {
   int idle_timeout_ms = 30000;
   // Polled while dialing; returning true abandons the dial (a stage that is stopping).
   std::function<bool()> cancelled;
+  // The edge token to send instead of one made from the secret (a market hands each node the
+  // tokens of its own edges, never the relay's secret).
+  std::optional<EdgeToken> token;
 };
 
 // A relay edge URL, checked: ws:// or wss://, path /edge/<id> with a valid edge id.

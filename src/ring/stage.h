@@ -93,6 +93,8 @@ class Stage {
   virtual void Stop() = 0;
   // Logs this stage's statistics (one line). Thread-safe.
   virtual void LogStats() = 0;
+  // Whether the links to both neighbours are up now (handshake and HELLO done). Thread-safe.
+  virtual bool linked() const = 0;
 };
 
 }  // namespace kvasir::ring

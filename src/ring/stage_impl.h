@@ -70,6 +70,10 @@ class StageImpl final : public Stage {
   Status Run() override;
   void Stop() override;
   void LogStats() override;
+  bool linked() const override {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    return pred_ != nullptr && succ_ != nullptr;
+  }
 
  private:
   // stage.cpp: creation, stop, statistics, the event queue.

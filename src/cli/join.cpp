@@ -1,0 +1,115 @@
+// kvasir join: give this machine to the network. Claims the best window of a model the market
+// wants that fits --memory, fetches only that window, serves it in its ring, and releases it on
+// SIGINT/SIGTERM (docs/MARKET.md, "kvasir join").
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "base/human.h"
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/fetch_cli.h"
+#include "cli/ring_options.h"
+#include "market/joiner.h"
+#include "net/url.h"
+#include "ring/node_key.h"
+
+namespace kvasir::cli {
+namespace {
+constexpr const char* kCmd = "join";
+}  // namespace
+
+int JoinMain(int argc, char** argv) {
+  return Guarded(kCmd, [&]() -> int {
+    CLI::App app{"Join the network: claim a window of a model the market wants, fetch it and "
+                 "serve it in its ring.",
+                 "kvasir join"};
+    market::JoinOptions o;
+    o.n_threads = DefaultThreads();
+    std::string key_file, memory, log_level = "info";
+    app.add_option("--market", o.market_url, "http[s]://HOST[:PORT] of the market")->required();
+    app.add_option("--key", key_file, "node key (created on first use; default " +
+                                          ring::DefaultKeyPath() + ")");
+    app.add_option("--memory", memory,
+                   "memory this node gives (weights + KV + runtime), e.g. 2GiB (default: 80% of "
+                   "the available memory)");
+    app.add_flag("--behind-nat", o.behind_nat,
+                 "this machine accepts no inbound connections: both ring links go through the "
+                 "market's relay");
+    app.add_option("--cache", o.cache_dir,
+                   "where fetched windows are kept (default: $KVASIR_CACHE_DIR, "
+                   "$XDG_CACHE_HOME/kvasir or ~/.cache/kvasir)");
+    app.add_option("--listen", o.listen, "HOST:PORT the predecessor and clients connect to")
+        ->capture_default_str();
+    app.add_option("--advertise", o.advertise,
+                   "HOST:PORT others should dial (default: this node's address as the market "
+                   "sees it, and the listen port)");
+    app.add_option("--model", o.model, "claim only windows of this model");
+    app.add_option("-t,--threads", o.n_threads, "compute threads")->capture_default_str();
+    app.add_option("--ca", o.ca_file, "PEM certificates to trust for https:// and wss://")
+        ->check(CLI::ExistingFile);
+    app.add_option("--poll", o.poll_s, "seconds between map polls while waiting")
+        ->capture_default_str();
+    app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+    if (auto u = net::ParseUrl(o.market_url); !u.ok()) {
+      return UsageError(kCmd, "--market: " + u.status().message());
+    }
+    if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
+    if (memory.empty()) {
+      o.memory_bytes = static_cast<uint64_t>(static_cast<double>(AvailableMemory()) * 0.8);
+      if (o.memory_bytes == 0) return UsageError(kCmd, "cannot read the available memory; give --memory");
+    } else {
+      auto m = ParseByteSize(memory);
+      if (!m.ok()) return UsageError(kCmd, "--memory: " + m.status().message());
+      o.memory_bytes = *m;
+    }
+    if (o.cache_dir.empty()) o.cache_dir = DefaultSliceDir();
+    const std::string path = key_file.empty() ? ring::DefaultKeyPath() : key_file;
+    bool created = false;
+    auto key = ring::NodeKey::LoadOrCreate(path, &created);
+    if (!key.ok()) return Fail(kCmd, key.status());
+    if (created) KV_LOG_INFO("join: created node key {}", path);
+    o.key = std::make_shared<const ring::NodeKey>(std::move(key).value());
+    const std::string ca = o.ca_file;
+    o.ensure_slice = [ca](const FetchOptions& f) {
+      FetchOptions with = f;
+      with.http.ca_file = ca;
+      return EnsureSlice(with);
+    };
+
+    const sigset_t set = BlockStopSignals();
+    auto joiner = market::Joiner::Create(o);
+    if (!joiner.ok()) return Fail(kCmd, joiner.status());
+    market::Joiner* j = joiner->get();
+    std::thread signals([j, set] {
+      while (true) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) return;
+        if (sig == SIGUSR1) {
+          const auto s = j->state();
+          KV_LOG_INFO("join: claim {} ({} ring {} window {}, layers {}:{}), serving epoch {}, {} "
+                      "stage starts, {} receipts submitted, {} refused",
+                      s.claim, s.model, s.ring, s.window, s.first, s.last, s.serving_epoch,
+                      s.stages_started, s.receipts_submitted, s.receipts_refused);
+          continue;
+        }
+        KV_LOG_INFO("join: {}: releasing the claim and leaving", sig == SIGINT ? "interrupt" : "terminate");
+        j->Stop();
+        return;
+      }
+    });
+    Status st = j->Run();
+    j->Stop();
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+    if (!st.ok()) return Fail(kCmd, st);
+    return kExitOk;
+  });
+}
+
+}  // namespace kvasir::cli

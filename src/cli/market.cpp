@@ -1,0 +1,202 @@
+// kvasir market: the coverage/demand service (docs/MARKET.md). `kvasir market --db D --listen A`
+// serves it; `kvasir market add-model` registers a model; `kvasir market balances` prints who
+// earned what. SIGINT/SIGTERM stop the server; every answered change is already on disk.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "base/human.h"
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/ring_options.h"
+#include "market/api.h"
+#include "market/market_server.h"
+#include "market/model_spec.h"
+#include "market/store.h"
+#include "net/url.h"
+#include "relay/edge_token.h"
+
+namespace kvasir::cli {
+namespace {
+
+constexpr const char* kCmd = "market";
+
+int AddModel(int argc, char** argv) {
+  CLI::App app{"Register a model with the market: its identity, digests and rings of windows.",
+               "kvasir market add-model"};
+  std::string db;
+  market::ModelSpecOptions o;
+  bool replace = false;
+  app.add_option("--db", db, "market database (SQLite)")->required();
+  app.add_option("-m,--model", o.model_path, "local GGUF file (read and hashed)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--url", o.url, "http[s] URL stages fetch the model from")->required();
+  app.add_option("--name", o.name, "name clients and nodes use (default: the file's stem)");
+  app.add_option("--rings", o.rings, "complete copies of the model to cover")->capture_default_str();
+  auto* windows = app.add_option("--windows", o.windows, "split each ring evenly into N windows");
+  app.add_option("--devices", o.devices_path, "plan the windows for these devices (devices.json)")
+      ->check(CLI::ExistingFile)
+      ->excludes(windows);
+  app.add_option("--ctx", o.ctx, "context each stage reserves (enters each window's memory)")
+      ->capture_default_str();
+  app.add_flag("--replace", replace, "replace a model of the same name (drops its claims)");
+  if (auto code = ParseArgs(app, "market add-model", argc, argv)) return *code;
+  if (auto u = net::ParseUrl(o.url); !u.ok()) return UsageError(kCmd, u.status().message());
+  if (o.windows == 0 && o.devices_path.empty()) {
+    return UsageError(kCmd, "give --windows N or --devices FILE");
+  }
+  auto spec = market::BuildModelSpec(o);
+  if (!spec.ok()) return Fail(kCmd, spec.status());
+  auto store = market::Store::Open(db);
+  if (!store.ok()) return Fail(kCmd, store.status());
+  if (Status s = (*store)->AddModel(*spec, replace, market::UnixNow()); !s.ok()) {
+    return Fail(kCmd, s);
+  }
+  std::printf("model %s (%s): %d layers, %zu ring(s) of %zu windows\n", spec->name.c_str(),
+              spec->model_id.c_str(), spec->n_layer, spec->rings.size(), spec->rings[0].size());
+  std::printf("%-7s %-9s %12s %12s %8s\n", "window", "layers", "weights", "memory", "tensors");
+  for (size_t w = 0; w < spec->rings[0].size(); ++w) {
+    const auto& win = spec->rings[0][w];
+    std::printf("%-7zu %-9s %12s %12s %8zu\n", w, fmt::format("{}:{}", win.first, win.last).c_str(),
+                HumanBytes(win.bytes).c_str(), HumanBytes(win.memory).c_str(), win.tensors.size());
+  }
+  return kExitOk;
+}
+
+int Balances(int argc, char** argv) {
+  CLI::App app{"Print who earned what, with the receipts behind it.", "kvasir market balances"};
+  std::string db, node;
+  bool json = false;
+  app.add_option("--db", db, "market database (SQLite)")->required()->check(CLI::ExistingFile);
+  app.add_option("--node", node, "only this node's receipts (64 hex digits)");
+  app.add_flag("--json", json, "print JSON (as GET /v1/balances)");
+  if (auto code = ParseArgs(app, "market balances", argc, argv)) return *code;
+  if (!node.empty()) {
+    auto key = ring::ParsePublicKey(node);
+    if (!key.ok()) return UsageError(kCmd, "--node: " + key.status().message());
+    node = ring::PublicKeyHex(*key);
+  }
+  auto store = market::Store::Open(db);
+  if (!store.ok()) return Fail(kCmd, store.status());
+  auto balances = (*store)->Balances();
+  if (!balances.ok()) return Fail(kCmd, balances.status());
+  auto receipts = (*store)->Receipts(node, 20);
+  if (!receipts.ok()) return Fail(kCmd, receipts.status());
+  if (json) {
+    market::MarketApi api(store->get(), {});
+    std::printf("%s\n", api.Handle({"GET", node.empty() ? "/v1/balances" : "/v1/balances?node=" + node,
+                                    {}, "", ""},
+                                   market::UnixNow())
+                            .body.c_str());
+    return kExitOk;
+  }
+  std::printf("%-16s %14s %12s %9s\n", "node", "credit", "work", "receipts");
+  for (const auto& b : *balances) {
+    if (!node.empty() && b.node != node) continue;
+    std::printf("%-16s %14.3f %12llu %9lld\n", b.node.substr(0, 16).c_str(), b.credit,
+                static_cast<unsigned long long>(b.work), static_cast<long long>(b.receipts));
+  }
+  std::printf("\n%s receipts:\n", node.empty() ? "latest" : "this node's");
+  std::printf("%-16s %-16s %4s %7s  %s\n", "receipt", "model", "ring", "tokens", "signers (layers)");
+  for (const auto& r : *receipts) {
+    std::string signers;
+    for (const auto& l : r.lines) {
+      signers += fmt::format("{}{} ({}:{})", signers.empty() ? "" : " -> ", l.node.substr(0, 8),
+                             l.first, l.last);
+    }
+    std::printf("%-16s %-16s %4d %7llu  %s\n", r.id.substr(0, 16).c_str(), r.model.c_str(), r.ring,
+                static_cast<unsigned long long>(r.tokens), signers.c_str());
+  }
+  return kExitOk;
+}
+
+int Serve(int argc, char** argv) {
+  CLI::App app{"Serve the market: the coverage/demand map, claims, receipts and the live page.",
+               "kvasir market"};
+  std::string db, relay_secret_file, log_level = "info";
+  market::MarketServerOptions so;
+  market::MarketConfig config;
+  app.add_option("--db", db, "market database (SQLite; created when missing)")->required();
+  app.add_option("--listen", so.listen, "HOST:PORT to serve on")->capture_default_str();
+  app.add_option("--relay", config.relay_url,
+                 "ws[s]://HOST[:PORT] of the relay nodes behind NAT are given");
+  app.add_option("--relay-secret-file", relay_secret_file,
+                 "the relay's secret: nodes get the edge tokens of their own edges")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", so.tls_cert, "PEM certificate chain (with --tls-key): serve HTTPS")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", so.tls_key, "PEM private key of the certificate")
+      ->check(CLI::ExistingFile);
+  app.add_option("--lease", config.lease_s, "seconds a claim lasts without a heartbeat")
+      ->capture_default_str();
+  app.add_option("--clock-skew", config.clock_skew_s,
+                 "seconds a signed request's time may differ from the market's")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+  if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+  if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+  if (config.lease_s < 3 || config.lease_s > 3600) {
+    return UsageError(kCmd, "--lease must be from 3 to 3600 seconds");
+  }
+  if (config.clock_skew_s < 5 || config.clock_skew_s > 3600) {
+    return UsageError(kCmd, "--clock-skew must be from 5 to 3600 seconds");
+  }
+  while (!config.relay_url.empty() && config.relay_url.back() == '/') config.relay_url.pop_back();
+  if (!config.relay_url.empty()) {
+    auto u = net::ParseWebSocketUrl(config.relay_url);
+    if (!u.ok() || u->target != "/") {
+      return UsageError(kCmd, "--relay: ws[s]://HOST[:PORT] without a path");
+    }
+  }
+  if (!relay_secret_file.empty()) {
+    if (config.relay_url.empty()) return UsageError(kCmd, "--relay-secret-file needs --relay");
+    auto secret = relay::ReadSecretFile(relay_secret_file);
+    if (!secret.ok()) return Fail(kCmd, secret.status());
+    config.relay_secret = *secret;
+  } else if (!config.relay_url.empty()) {
+    KV_LOG_WARN("no --relay-secret-file: nodes get zero edge tokens, which only a relay without "
+                "--secret-file accepts");
+  }
+  const sigset_t set = BlockStopSignals();
+  auto store = market::Store::Open(db);
+  if (!store.ok()) return Fail(kCmd, store.status());
+  market::MarketApi api(store->get(), config);
+  auto server = market::MarketServer::Start(so, &api);
+  if (!server.ok()) return Fail(kCmd, server.status());
+  std::string host;
+  uint16_t port = 0;
+  (void)net::ParseHostPort(so.listen, &host, &port);
+  std::printf("market: listening on %s:%u\n", host.c_str(), (*server)->port());
+  std::fflush(stdout);
+  KV_LOG_INFO("market: database {}, lease {} s{}", db, config.lease_s,
+              config.relay_url.empty() ? "" : ", relay " + config.relay_url);
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) break;
+    if (sig == SIGUSR1) {
+      const auto st = (*server)->stats();
+      KV_LOG_INFO("market: {} connections, {} requests, {} refused", st.connections, st.requests,
+                  st.refused);
+      continue;
+    }
+    break;
+  }
+  KV_LOG_INFO("market: stopping");
+  (*server)->Stop();
+  return kExitOk;
+}
+
+}  // namespace
+
+int MarketMain(int argc, char** argv) {
+  return Guarded(kCmd, [&]() -> int {
+    if (argc >= 2 && std::string_view(argv[1]) == "add-model") return AddModel(argc - 1, argv + 1);
+    if (argc >= 2 && std::string_view(argv[1]) == "balances") return Balances(argc - 1, argv + 1);
+    return Serve(argc, argv);
+  });
+}
+
+}  // namespace kvasir::cli

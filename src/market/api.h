@@ -1,0 +1,71 @@
+// The market's HTTP API (docs/MARKET.md) as a pure function of a request: routing, body limits,
+// JSON parsing with every field checked, signatures and nonces, and the answers. Knows nothing of
+// sockets (market_server.h does the HTTP), so tests and the fuzzer call it directly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "market/store.h"
+
+namespace kvasir::market {
+
+inline constexpr size_t kMaxRequestBytes = size_t{1} << 20;  // 1 MiB
+inline constexpr size_t kMaxNameChars = 64;
+inline constexpr size_t kMaxAddressChars = 255;
+
+struct ApiRequest {
+  std::string method;  // "GET", "POST", "DELETE", ...
+  std::string target;  // "/v1/claims/17?x=y"
+  std::map<std::string, std::string> headers;  // lowercase names
+  std::string body;
+  std::string remote_ip;  // completes an address with an empty or wildcard host
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string allow;  // for 405
+};
+
+struct MarketConfig {
+  double lease_s = 30;
+  int64_t clock_skew_s = 120;
+  std::string relay_url;     // "wss://relay.example.org" (no path), or empty
+  std::string relay_secret;  // the relay's secret, or empty (zero tokens)
+};
+
+class MarketApi {
+ public:
+  MarketApi(Store* store, MarketConfig config) : store_(store), config_(std::move(config)) {}
+  // Answers one request as of `now` (Unix seconds). Never throws, whatever the bytes.
+  ApiResponse Handle(const ApiRequest& request, double now);
+
+ private:
+  ApiResponse Route(const ApiRequest& request, double now);
+  ApiResponse Map(double now);
+  ApiResponse Claim(const ApiRequest& request, double now);
+  ApiResponse Heartbeat(const ApiRequest& request, double now);
+  ApiResponse Release(const ApiRequest& request, const std::string& id, double now);
+  ApiResponse Ring(const std::string& model, double now);
+  ApiResponse Receipt(const ApiRequest& request, double now);
+  ApiResponse Balances(const std::string& query);
+  ApiResponse Health(double now);
+  Store* store_;
+  MarketConfig config_;
+};
+
+// {"error": {"code": ..., "message": ...}} with the HTTP status for a Status's code.
+ApiResponse ErrorResponse(const Status& status);
+ApiResponse ErrorResponse(int http_status, const std::string& code, const std::string& message);
+
+// 1-64 characters from A-Z a-z 0-9 . _ -
+bool ValidName(const std::string& name);
+
+// The live page (GET /).
+const std::string& MarketPage();
+
+}  // namespace kvasir::market

@@ -1,0 +1,73 @@
+// `kvasir join` as a library (docs/MARKET.md, "kvasir join"): a node that claims a window from the
+// market, fetches it, runs it as a ring stage with the neighbours the market names, re-links when
+// they change, heartbeats its lease, submits the receipts its ring signs, and releases its claim
+// when it stops.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "ring/node_key.h"
+#include "ring/stage.h"
+#include "shard/fetch.h"
+
+namespace kvasir::market {
+
+struct JoinOptions {
+  std::string market_url;  // http[s]://HOST[:PORT]
+  std::shared_ptr<const ring::NodeKey> key;
+  uint64_t memory_bytes = 0;  // what a window (weights + KV + runtime) may take
+  bool behind_nat = false;    // accepts no inbound connections: both links through the relay
+  std::string cache_dir;      // where fetched slices are kept
+  std::string listen = "0.0.0.0:0";  // where the predecessor (and clients, on the head) connect
+  // HOST:PORT the market tells others; default ":<bound port>" (the market fills in the address
+  // this node's requests come from).
+  std::string advertise;
+  std::string model;  // claim only windows of this model (empty: any)
+  int n_threads = 1;
+  std::string ca_file;  // for https:// markets, models and wss:// relays
+  double poll_s = 2;    // map polls while waiting, and the longest gap between heartbeats
+  // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).
+  // The CLI passes one that shows progress.
+  std::function<Status(const FetchOptions&)> ensure_slice;
+  // Last changes to each stage's options before it starts (tests: timeouts, names).
+  std::function<void(ring::StageOptions*)> configure_stage;
+};
+
+// What the node is doing, for logs and tests.
+struct JoinState {
+  int64_t claim = 0;  // 0: none
+  std::string model;
+  int ring = -1, window = -1, first = 0, last = 0;
+  int64_t serving_epoch = -1;
+  uint64_t stages_started = 0;  // times a stage was (re)started with new neighbours
+  uint64_t receipts_submitted = 0, receipts_refused = 0;
+};
+
+class Joiner {
+ public:
+  // Checks the options and binds the listen address (kept for the node's whole life, so a stage
+  // restarted with new neighbours is reached at the same port).
+  static Result<std::unique_ptr<Joiner>> Create(JoinOptions options);
+  ~Joiner();
+
+  // Works until Stop(): claims, serves, claims again when a claim is lost. Returns an error only
+  // when it cannot go on (a bad market URL, a node key the market refuses).
+  Status Run();
+  // Asks Run() to release its claim and return. Thread-safe, idempotent.
+  void Stop();
+  uint16_t port() const;
+  JoinState state() const;
+
+  struct Impl;
+
+ private:
+  explicit Joiner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvasir::market

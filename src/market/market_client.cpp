@@ -1,0 +1,79 @@
+#include "market/market_client.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "market/signed_request.h"
+#include "net/url.h"
+
+namespace kvasir::market {
+
+StatusCode CodeForHttpStatus(int status) {
+  switch (status) {
+    case 401: return StatusCode::kUnauthenticated;
+    case 403: return StatusCode::kForbidden;
+    case 404: return StatusCode::kNotFound;
+    case 409: return StatusCode::kConflict;
+    case 413: return StatusCode::kTooLarge;
+    default: return status >= 500 ? StatusCode::kUnavailable : StatusCode::kInvalidInput;
+  }
+}
+
+Result<MarketClient> MarketClient::Create(std::string base_url,
+                                          std::shared_ptr<const ring::NodeKey> key,
+                                          net::HttpRequestOptions http) {
+  while (!base_url.empty() && base_url.back() == '/') base_url.pop_back();
+  KV_ASSIGN_OR_RETURN(net::Url url, net::ParseUrl(base_url));
+  if (url.target != "/") {
+    return Error("market URL {}: give the server only (http[s]://HOST[:PORT]), not a path",
+                 base_url);
+  }
+  return MarketClient(std::move(base_url), std::move(key), std::move(http));
+}
+
+Result<nlohmann::json> MarketClient::Send(const std::string& method, const std::string& target,
+                                          const std::string& body, bool sign) const {
+  std::map<std::string, std::string> headers;
+  if (sign) {
+    if (key_ == nullptr) return Error("{} {}: needs a node key", method, target);
+    const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    headers = SignRequest(*key_, method, target, body, now);
+  }
+  KV_ASSIGN_OR_RETURN(net::HttpReply reply,
+                      net::HttpRequest(method, base_ + target, headers, body, http_));
+  nlohmann::json j = nlohmann::json::parse(reply.body, nullptr, false);
+  if (reply.status >= 200 && reply.status < 300) {
+    if (j.is_discarded()) {
+      return Error("market {}: {} {}: the answer is not JSON", base_, method, target);
+    }
+    return j;
+  }
+  std::string message = reply.body.substr(0, 300);
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string()) {
+    message = j["error"]["message"].get<std::string>();
+  }
+  return Status::Error(fmt::format("market {}: {} {}: HTTP {}: {}", base_, method, target,
+                                   reply.status, message),
+                       CodeForHttpStatus(reply.status));
+}
+
+Result<nlohmann::json> MarketClient::Get(const std::string& target) const {
+  return Send("GET", target, "", false);
+}
+Result<nlohmann::json> MarketClient::PostSigned(const std::string& target,
+                                                const nlohmann::json& body) const {
+  return Send("POST", target, body.dump(), true);
+}
+Result<nlohmann::json> MarketClient::DeleteSigned(const std::string& target) const {
+  return Send("DELETE", target, "", true);
+}
+Result<nlohmann::json> MarketClient::Post(const std::string& target,
+                                          const nlohmann::json& body) const {
+  return Send("POST", target, body.dump(), false);
+}
+
+}  // namespace kvasir::market

@@ -1,0 +1,187 @@
+// The market's state in SQLite (docs/MARKET.md): models and their rings of windows, claims
+// (leases), demand, seen nonces, receipts and balances. Every method that changes state is one
+// transaction, so a crash (kill -9 included) loses nothing a caller was told had happened.
+// Expired claims are swept at the start of every transaction, so "held" always means "held now".
+// Times are Unix seconds (wall clock): leases outlive a restart of the market. Not thread-safe:
+// one Store per thread (several Stores, in one process or several, may share a database file).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "market/sqlite.h"
+
+namespace kvasir::market {
+
+struct TensorDigest {
+  std::string name;
+  std::string sha256;  // 64 hex digits
+};
+
+struct WindowSpec {
+  int first = 0, last = 0;  // layers [first, last)
+  uint64_t bytes = 0;       // weights held
+  uint64_t memory = 0;      // weights + KV at ctx + runtime
+  std::vector<TensorDigest> tensors;
+};
+
+struct ModelSpec {
+  std::string name;      // 1-64 of A-Z a-z 0-9 . _ -
+  std::string model_id;  // 32 hex digits
+  std::string url;       // where stages fetch the full GGUF
+  int n_layer = 0;
+  int ctx = 0;
+  std::vector<std::vector<WindowSpec>> rings;  // [ring][window], each ring tiling [0, n_layer)
+};
+
+// A claim as stored.
+struct ClaimInfo {
+  int64_t id = 0;
+  std::string model;  // name
+  int ring = 0, window = 0;
+  std::string node;     // public key, 64 hex digits
+  std::string address;  // HOST:PORT, empty when behind NAT
+  bool behind_nat = false;
+  double rate = 1;
+  double created = 0, expires = 0, last_beat = 0;
+  int64_t serving_epoch = -1;
+};
+
+struct WindowState {
+  int window = 0;
+  int first = 0, last = 0;
+  uint64_t bytes = 0, memory = 0;
+  double rate = 1;  // the holder's locked rate, or what a claim would lock now
+  std::optional<ClaimInfo> claim;
+};
+
+struct RingState {
+  int ring = 0;
+  int64_t epoch = 0;
+  bool complete = false;  // every window claimed
+  bool ready = false;     // and every holder serves this epoch
+  std::vector<WindowState> windows;
+};
+
+struct ModelState {
+  std::string name, model_id, url;
+  int n_layer = 0, ctx = 0;
+  int64_t demand_total = 0;
+  int64_t demand_recent = 0;  // requests in the last 10 minutes
+  std::vector<RingState> rings;
+};
+
+struct ClaimRequest {
+  std::string node;  // 64 hex
+  std::string model;
+  int ring = 0, window = 0;
+  std::string address;  // empty when behind_nat
+  bool behind_nat = false;
+};
+
+struct ClaimGrant {
+  ClaimInfo claim;
+  ModelState model;  // without rings
+  WindowSpec window;
+  bool renewed = false;  // the node already held this window
+};
+
+struct HeartbeatReply {
+  ClaimInfo claim;
+  RingState ring;
+};
+
+// One signer's share of a receipt, as the caller verified it.
+struct ReceiptShare {
+  std::string node;  // 64 hex
+  int first = 0, last = 0;
+  uint64_t tokens = 0;
+};
+
+struct CreditLine {
+  std::string node;
+  int first = 0, last = 0;
+  uint64_t work = 0;  // tokens x layers
+  double credit = 0;
+};
+
+struct ReceiptRecord {
+  std::string id;  // 32 hex
+  std::string model;
+  int ring = 0;
+  uint64_t tokens = 0;
+  double time = 0;
+  std::vector<CreditLine> lines;
+};
+
+struct Balance {
+  std::string node;
+  double credit = 0;
+  uint64_t work = 0;
+  int64_t receipts = 0;
+};
+
+// rate = (1 + d) * (1 + u), rounded to 3 decimals: d = min(4, recent requests / 10), u = the
+// fraction of the model's windows that are uncovered.
+double RewardRate(int64_t recent_requests, int uncovered_windows, int total_windows);
+
+class Store {
+ public:
+  // Opens or creates the database and its schema.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+
+  // Registers a model. kConflict when the name exists and !replace (replace drops its claims).
+  Status AddModel(const ModelSpec& spec, bool replace, double now);
+
+  // Takes (or renews, when the node holds it) a window for lease_s. kNotFound for an unknown
+  // model, ring or window; kConflict when another node holds the window or this node holds
+  // another claim; kInvalidInput when window 0 is claimed without an address.
+  Result<ClaimGrant> Claim(const ClaimRequest& request, double now, double lease_s);
+  // Renews the node's claim and records the epoch it serves (-1: not serving). kNotFound when
+  // the claim is gone, kForbidden when it is another node's.
+  Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
+                                   double now, double lease_s);
+  // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
+  Status Release(const std::string& node, int64_t claim, double now);
+
+  // The whole map (every model, ring and window) as of `now`.
+  Result<std::vector<ModelState>> Map(double now);
+  // A ready ring of `model` for a client, counting one request of demand. kNotFound for an
+  // unknown model, kUnavailable when no ring is ready (the message says what is missing).
+  Result<std::pair<ModelState, RingState>> PickRing(const std::string& model, double now);
+
+  // Records a nonce of a signed request; false when this node used it before.
+  Result<bool> UseNonce(const std::string& node, const std::string& nonce, double now,
+                        double keep_s);
+
+  // Credits a receipt whose signatures the caller checked: `shares` in ring order must be the
+  // current holders of one ring of `model` with their windows, tiling the model, equal token
+  // counts >= 1. Refusals are kInvalidInput with the reason ("duplicate receipt", "line 2: node
+  // 3fa9... does not hold window 2 of ring 0").
+  Result<ReceiptRecord> CreditReceipt(const std::string& receipt_id, const std::string& model_id,
+                                      const std::vector<ReceiptShare>& shares,
+                                      const std::string& payload, double now);
+
+  // Every node with credit, highest first.
+  Result<std::vector<Balance>> Balances();
+  // The latest `limit` receipts, or all of one node's when `node` is not empty.
+  Result<std::vector<ReceiptRecord>> Receipts(const std::string& node, int limit);
+
+  // Counts for /health.
+  Result<std::pair<int64_t, int64_t>> Counts(double now);  // models, live claims
+
+ private:
+  explicit Store(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  Status Sweep(double now);
+  Status BumpEpoch(int64_t model_row, int ring);
+  Result<std::vector<ModelState>> ReadModels(double now, const std::string& only);
+  Result<ClaimInfo> ReadClaim(int64_t claim);
+  std::unique_ptr<Db> db_;
+};
+
+}  // namespace kvasir::market

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The market end to end, with real network isolation (docs/MARKET.md). Two network namespaces
+# joined by a veth pair: "pub" (a public host: the market, the relay, nginx serving the model file,
+# two `kvasir join` nodes) and "phone" (one `kvasir join --behind-nat` node behind a simulated
+# carrier NAT that drops every new inbound TCP connection). From an empty map the three nodes claim
+# the three windows of stories260K, fetch only their windows over HTTP range requests, and form a
+# ring by themselves. Then:
+#  - `kvasir generate --market` prints exactly the text of `kvasir generate -m` for the same seed;
+#  - GET /v1/balances shows credit for all three nodes (the phone too) and the receipts behind it;
+#  - headless Chromium loads the live page, which shows the ring's windows and their holders (a
+#    screenshot is kept in ARTIFACT_DIR);
+#  - the market is killed (kill -9) and restarted: no claim, receipt or balance is lost;
+#  - one node is killed (kill -9): its window is uncovered within the lease, a fourth node claims
+#    it, and the ring serves the same text again.
+# Usage: market_test.sh KVASIR_BINARY ASSETS_DIR [ARTIFACT_DIR]. Exit 77 (skip) as nat_test.sh.
+set -uo pipefail
+bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR [ARTIFACT_DIR]}
+assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR [ARTIFACT_DIR]}}
+artifacts=${3:-}
+model="$assets/models/stories260K.gguf"
+pids=()
+# shellcheck source=netns_lib.sh
+source "$(dirname "$0")/netns_lib.sh"
+# shellcheck source=page_check.sh
+source "$(dirname "$0")/page_check.sh"
+
+require_netns nft "nftables (nft)"
+command -v nginx >/dev/null || missing "nginx is not installed"
+command -v curl >/dev/null || missing "curl is not installed"
+
+tag=$$
+pub=kv-mpub-$tag
+phone=kv-mphone-$tag
+two_hosts "$pub" "$phone" 78 "mp$tag" "mf$tag"
+ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
+table inet carrier_nat {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    tcp flags syn ct state new drop
+  }
+}
+NFT
+in_pub() { ip netns exec "$pub" "$@"; }
+in_phone() { ip netns exec "$phone" "$@"; }
+dump_logs() {
+  for f in "$work"/*.log; do echo "--- $(basename "$f")"; tail -n 25 "$f"; done
+}
+die() { dump_logs; fail "$*"; }
+
+# The model file, served with Range support by nginx on the public host.
+mkdir -p "$work/files" "$work/nginx"
+cp "$model" "$work/files/stories260K.gguf"
+cat >"$work/nginx/nginx.conf" <<EOF
+user root;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  server { listen 10.78.0.1:8081; root $work/files; }
+}
+EOF
+# Background processes are started with `ip netns exec` directly (not through a function), so
+# `pids` holds the processes themselves and the cleanup stops them.
+ip netns exec "$pub" nginx -c "$work/nginx/nginx.conf" &
+pids+=($!)
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+  -subj /CN=10.78.0.1 -addext subjectAltName=IP:10.78.0.1 \
+  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
+(umask 077 && head -c 32 /dev/urandom >"$work/relay.secret")
+ip netns exec "$pub" "$bin" relay --listen 10.78.0.1:8443 --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
+  --secret-file "$work/relay.secret" 2>"$work/relay.log" &
+pids+=($!)
+
+db="$work/market.sqlite"
+"$bin" market add-model --db "$db" --model "$model" --url http://10.78.0.1:8081/stories260K.gguf \
+  --windows 3 --ctx 256 >"$work/add-model.out" 2>"$work/add-model.log" || die "add-model failed"
+cat "$work/add-model.out"
+market_url=http://10.78.0.1:8080
+start_market() {
+  ip netns exec "$pub" "$bin" market --db "$db" --listen 10.78.0.1:8080 --relay wss://10.78.0.1:8443 \
+    --relay-secret-file "$work/relay.secret" --lease 6 2>>"$work/market.log" &
+  market_pid=$!
+  pids+=($market_pid)
+  for _ in $(seq 100); do
+    in_pub curl -fsS "$market_url/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "the market does not answer on $market_url"
+}
+start_market
+
+map() { in_pub curl -fsS "$market_url/v1/map"; }
+# The number of windows of ring 0 in `state`.
+count_state() { map | grep -o "\"state\":\"$1\"" | wc -l; }
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
+  local limit=$1 what=$2
+  shift 2
+  for _ in $(seq $((limit * 5))); do
+    "$@" && return 0
+    sleep 0.2
+  done
+  map
+  die "$what: not within $limit s"
+}
+ring_ready() { map | grep -q '"ready":true'; }
+
+node_key() { "$bin" id --key "$work/$1.key" 2>/dev/null; }
+join() {  # join NAME NAMESPACE [FLAGS...]
+  local name=$1 ns=$2
+  shift 2
+  ip netns exec "$ns" "$bin" join --market "$market_url" --key "$work/$name.key" --memory 1GiB \
+    --cache "$work/cache-$name" --ca "$work/cert.pem" --poll 0.5 -t 1 "$@" 2>"$work/join-$name.log" &
+  pids+=($!)
+  eval "pid_$name=$!"
+}
+join a "$pub" --listen 10.78.0.1:0
+join b "$pub" --listen 10.78.0.1:0
+join phone "$phone" --behind-nat
+wait_for 60 "three nodes form a ready ring" ring_ready
+echo "ring formed by itself: $(count_state serving) windows serving"
+for n in a b phone; do key=$(node_key $n); [ ${#key} -eq 64 ] || die "no key for node $n"; done
+map | grep -q "\"holder\":\"$(node_key phone)\"" || die "the phone holds no window"
+grep -q "paired" "$work/relay.log" || die "the relay paired no edge: the phone's links are not relayed"
+
+prompt="Once upon a time"
+want=$("$bin" generate -m "$model" -p "$prompt" -n 24 --seed 42 -t 1 2>/dev/null) ||
+  fail "single-process generate failed"
+generate_market() {
+  in_pub "$bin" generate --market "$market_url" --model stories260K --market-wait 60 -p "$prompt" \
+    -n 24 --seed 42 2>>"$work/client.log"
+}
+got=$(generate_market) || die "generate --market failed"
+[ "$got" = "$want" ] || { echo "want: $want"; echo "got:  $got"; die "the market's ring differs from one process"; }
+echo "generate --market = generate -m: $got"
+
+# The receipt of that session credits all three nodes.
+balances_have_all() {
+  local b
+  b=$(in_pub curl -fsS "$market_url/v1/balances") || return 1
+  for n in a b phone; do echo "$b" | grep -q "\"node\":\"$(node_key $n)\",\"receipts\"" || return 1; done
+}
+wait_for 20 "credit for all three nodes" balances_have_all
+in_pub curl -fsS "$market_url/v1/balances" >"$work/balances.json"
+grep -q '"receipts":\[{' "$work/balances.json" || die "no receipt behind the balances"
+echo "balances: $(grep -o '"credit":[0-9.]*' "$work/balances.json" | head -3 | tr '\n' ' ')"
+
+# The live page in a real browser, inside the public host's namespace.
+page_out=${artifacts:-$work/page}
+printf '#!/bin/sh\nexec ip netns exec %s chromium "$@"\n' "$pub" >"$work/chromium"
+chmod +x "$work/chromium"
+command -v chromium >/dev/null || missing "chromium is not installed"
+CHROMIUM="$work/chromium" page_check "$market_url/" "$page_out" || {
+  rc=$?
+  [ $rc -eq 77 ] && skip "chromium is not installed"
+  die "the page did not load in chromium"
+}
+grep -q 'data-loaded="1"' "$page_out/page.html" || die "the page did not render the map"
+[ "$(grep -o 'class="window"' "$page_out/page.html" | wc -l)" -eq 3 ] || die "the page does not show 3 windows"
+for n in a b phone; do
+  grep -q "data-holder=\"$(node_key $n)\"" "$page_out/page.html" || die "the page does not show node $n as a holder"
+done
+echo "page: 3 windows with their holders; screenshot $page_out/market-page.png"
+
+# kill -9 the market and start it again on the same database: nothing is lost.
+holders_before=$(map | grep -o '"holder":"[0-9a-f]*"' | sort)
+balances_before=$(in_pub curl -fsS "$market_url/v1/balances" | grep -o '"node":"[0-9a-f]*","receipts":[0-9]*' | sort)
+kill -9 "$market_pid"
+wait "$market_pid" 2>/dev/null
+start_market
+[ "$(map | grep -o '"holder":"[0-9a-f]*"' | sort)" = "$holders_before" ] || die "claims were lost in the market's restart"
+balances_after=$(in_pub curl -fsS "$market_url/v1/balances" | grep -o '"node":"[0-9a-f]*","receipts":[0-9]*' | sort)
+[ "$balances_after" = "$balances_before" ] || die "receipts or balances were lost in the market's restart"
+echo "market killed (-9) and restarted: claims, receipts and balances intact"
+
+# kill -9 node b: its window is uncovered within the lease; a fourth node takes it.
+b_key=$(node_key b)
+# shellcheck disable=SC2154
+kill -9 "$pid_b"
+b_gone() { ! map | grep -q "\"holder\":\"$b_key\""; }
+wait_for 10 "node b's window is uncovered after kill -9 (lease 6 s)" b_gone
+echo "node b killed (-9): its window was freed"
+join d "$pub" --listen 10.78.0.1:0
+d_holds() { map | grep -q "\"holder\":\"$(node_key d)\""; }
+wait_for 30 "node d claims the freed window" d_holds
+wait_for 60 "the ring is ready again" ring_ready
+got=$(generate_market) || die "generate --market failed after the replacement"
+[ "$got" = "$want" ] || { echo "want: $want"; echo "got:  $got"; die "the repaired ring differs from one process"; }
+echo "ring repaired by node d: $got"
+echo "PASS"
