@@ -210,7 +210,7 @@ ApiResponse MarketApi::Route(const ApiRequest& req, double now) {
   constexpr std::string_view kRingPrefix = "/v1/rings/";
   if (path.starts_with(kRingPrefix)) {
     if (req.method != "GET") return method_not_allowed("GET");
-    return Ring(path.substr(kRingPrefix.size()), now);
+    return Ring(path.substr(kRingPrefix.size()), req.remote_ip, now);
   }
   return ErrorResponse(404, "not_found", fmt::format("no such endpoint: {}", path.substr(0, 100)));
 }
@@ -302,11 +302,11 @@ ApiResponse MarketApi::Release(const ApiRequest& req, const std::string& id, dou
   return Json(200, {{"released", claim}});
 }
 
-ApiResponse MarketApi::Ring(const std::string& model, double now) {
+ApiResponse MarketApi::Ring(const std::string& model, const std::string& remote_ip, double now) {
   if (!ValidName(model)) {
     return ErrorResponse(400, "bad_request", "model name in the path: 1-64 characters from A-Z a-z 0-9 . _ -");
   }
-  auto picked = store_->PickRing(model, now);
+  auto picked = store_->PickRing(model, remote_ip, now);
   if (!picked.ok()) return ErrorResponse(picked.status());
   const auto& [m, r] = *picked;
   const ClaimInfo& head = *r.windows.at(0).claim;
@@ -331,9 +331,6 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
                                          bytes->size());
   auto receipt = ring::ParseReceipt(payload);
   if (!receipt.ok()) return ErrorResponse(422, "refused_receipt", receipt.status().message());
-  if (Status s = ring::VerifyReceipt(*receipt); !s.ok()) {
-    return ErrorResponse(422, "refused_receipt", s.message());
-  }
   std::vector<ReceiptShare> shares;
   for (const ring::ReceiptLine& l : receipt->lines) {
     shares.push_back({ring::PublicKeyHex(l.node), static_cast<int>(l.first),
@@ -341,13 +338,12 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
   }
   const std::string model_id(reinterpret_cast<const char*>(receipt->model_id.data()),
                              receipt->model_id.size());
-  auto rec = store_->CreditReceipt(ring::ReceiptIdHex(*receipt), ToHex(model_id), shares, *bytes,
-                                   now);
+  const ring::Receipt& parsed = *receipt;
+  auto rec = store_->CreditReceipt(ring::ReceiptIdHex(parsed), ToHex(model_id), shares, *bytes, now,
+                                   [&parsed] { return ring::VerifyReceipt(parsed); });
   if (!rec.ok()) {
-    if (rec.status().code() == StatusCode::kInvalidInput) {
-      return ErrorResponse(422, "refused_receipt", rec.status().message());
-    }
-    return ErrorResponse(rec.status());
+    if (rec.status().code() == StatusCode::kUnavailable) return ErrorResponse(rec.status());
+    return ErrorResponse(422, "refused_receipt", rec.status().message());
   }
   json credited = json::array();
   for (const CreditLine& l : rec->lines) {

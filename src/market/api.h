@@ -50,7 +50,7 @@ class MarketApi {
   ApiResponse Claim(const ApiRequest& request, double now);
   ApiResponse Heartbeat(const ApiRequest& request, double now);
   ApiResponse Release(const ApiRequest& request, const std::string& id, double now);
-  ApiResponse Ring(const std::string& model, double now);
+  ApiResponse Ring(const std::string& model, const std::string& remote_ip, double now);
   ApiResponse Receipt(const ApiRequest& request, double now);
   ApiResponse Balances(const std::string& query);
   ApiResponse Health(double now);

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS claims(
   UNIQUE(model, ring, window), UNIQUE(node));
 CREATE TABLE IF NOT EXISTS nonces(
   node TEXT NOT NULL, nonce TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY(node, nonce));
-CREATE TABLE IF NOT EXISTS demand(model INT NOT NULL, ring INT NOT NULL, time REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS demand(
+  model INT NOT NULL, ring INT NOT NULL, source TEXT NOT NULL, time REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS receipts(
   id TEXT PRIMARY KEY, model TEXT NOT NULL, ring INT NOT NULL, tokens INT NOT NULL,
   time REAL NOT NULL, payload BLOB NOT NULL);
@@ -426,7 +427,8 @@ Result<std::vector<ModelState>> Store::Map(double now) {
   return models;
 }
 
-Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& model, double now) {
+Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& model,
+                                                         const std::string& source, double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, model));
@@ -438,8 +440,17 @@ Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& mode
     KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, model).Step());
     if (row) model_row = s.Int(0);
   }
-  // Count the request whether or not a ring is ready: unmet demand raises the reward.
+  // Count the request whether or not a ring is ready (unmet demand raises the reward), but one
+  // address only once in a while.
+  bool counts = true;
   {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT 1 FROM demand WHERE model = ? AND source = ? "
+                                             "AND time > ?"));
+    KV_ASSIGN_OR_RETURN(bool row,
+                        s.Bind(1, model_row).Bind(2, source).Bind(3, now - kDemandSpacingSeconds).Step());
+    counts = !row;
+  }
+  if (counts) {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE models SET demand_total = demand_total + 1 "
                                              "WHERE id = ?"));
     KV_RETURN_IF_ERROR(s.Bind(1, model_row).Run());
@@ -459,9 +470,11 @@ Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& mode
       best_load = load;
     }
   }
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO demand(model, ring, time) VALUES(?, ?, ?)"));
-    KV_RETURN_IF_ERROR(s.Bind(1, model_row).Bind(2, best ? best->ring : -1).Bind(3, now).Run());
+  if (counts) {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO demand(model, ring, source, time) "
+                                             "VALUES(?, ?, ?, ?)"));
+    KV_RETURN_IF_ERROR(
+        s.Bind(1, model_row).Bind(2, best ? best->ring : -1).Bind(3, source).Bind(4, now).Run());
   }
   KV_RETURN_IF_ERROR(txn->Commit());
   if (best == nullptr) {
@@ -488,7 +501,8 @@ Result<bool> Store::UseNonce(const std::string& node, const std::string& nonce, 
 Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
                                            const std::string& model_id,
                                            const std::vector<ReceiptShare>& shares,
-                                           const std::string& payload, double now) {
+                                           const std::string& payload, double now,
+                                           const std::function<Status()>& verify) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   {
@@ -557,6 +571,7 @@ Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
     return Error("the windows end at layer {}, not at the model's {}", expect_first,
                  model->n_layer);
   }
+  if (verify) KV_RETURN_IF_ERROR(verify());
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO receipts(id, model, ring, tokens, time, "
                                              "payload) VALUES(?, ?, ?, ?, ?, ?)"));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,9 @@
 #include "market/sqlite.h"
 
 namespace kvasir::market {
+
+// Requests for a ring from one address count as demand at most once in this many seconds.
+inline constexpr double kDemandSpacingSeconds = 10;
 
 struct TensorDigest {
   std::string name;
@@ -151,9 +155,12 @@ class Store {
 
   // The whole map (every model, ring and window) as of `now`.
   Result<std::vector<ModelState>> Map(double now);
-  // A ready ring of `model` for a client, counting one request of demand. kNotFound for an
-  // unknown model, kUnavailable when no ring is ready (the message says what is missing).
-  Result<std::pair<ModelState, RingState>> PickRing(const std::string& model, double now);
+  // A ready ring of `model` for a client, counting one request of demand (at most one per
+  // `source` address every kDemandSpacingSeconds, so one client cannot inflate rewards).
+  // kNotFound for an unknown model, kUnavailable when no ring is ready (the message says what is
+  // missing).
+  Result<std::pair<ModelState, RingState>> PickRing(const std::string& model,
+                                                    const std::string& source, double now);
 
   // Records a nonce of a signed request; false when this node used it before.
   Result<bool> UseNonce(const std::string& node, const std::string& nonce, double now,
@@ -163,9 +170,12 @@ class Store {
   // current holders of one ring of `model` with their windows, tiling the model, equal token
   // counts >= 1. Refusals are kInvalidInput with the reason ("duplicate receipt", "line 2: node
   // 3fa9... does not hold window 2 of ring 0").
+  // `verify` checks the signatures; it runs only once the cheap checks passed, so a flood of
+  // receipts from strangers costs no signature verification.
   Result<ReceiptRecord> CreditReceipt(const std::string& receipt_id, const std::string& model_id,
                                       const std::vector<ReceiptShare>& shares,
-                                      const std::string& payload, double now);
+                                      const std::string& payload, double now,
+                                      const std::function<Status()>& verify);
 
   // Every node with credit, highest first.
   Result<std::vector<Balance>> Balances();

@@ -548,3 +548,57 @@ TEST(CliTest, ProfileEntryFeedsThePlanner) {
 
 }  // namespace
 }  // namespace kvasir
+
+// ---- market, join, generate --market ------------------------------------------------------
+
+namespace kvasir {
+namespace {
+
+TEST(CliTest, MarketAndJoinFlagsAreCheckedBeforeAnything) {
+  ExpectUsageError(Kvasir({"join"}), "join", "--market");
+  ExpectUsageError(Kvasir({"join", "--market", "ftp://m.example"}), "join", "--market");
+  ExpectUsageError(Kvasir({"join", "--market", "http://m.example", "--memory", "2XB"}), "join",
+                   "--memory: '2XB': unknown unit");
+  ExpectUsageError(Kvasir({"join", "--market", "http://m.example", "--poll", "0"}), "join",
+                   "--poll");
+  ExpectUsageError(Kvasir({"market"}), "market", "--db");
+  ExpectUsageError(Kvasir({"market", "--db", "/tmp/x.sqlite", "--lease", "1"}), "market",
+                   "--lease");
+  ExpectUsageError(Kvasir({"market", "--db", "/tmp/x.sqlite", "--relay", "https://r"}), "market",
+                   "--relay");
+  ExpectUsageError(Kvasir({"generate", "--market", "http://m.example", "-p", "hi"}), "generate",
+                   "--model NAME");
+}
+
+TEST(CliTest, AddModelRegistersOnceAndBalancesPrintATable) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string db = dir.File("m.sqlite");
+  ExpectUsageError(Kvasir({"market", "add-model", "--db", db, "-m", AssetPath(kStories), "--url",
+                           "not a url", "--windows", "3"}),
+                   "market", "URL");
+  ExpectRuntimeError(Kvasir({"market", "add-model", "--db", db, "-m", AssetPath(kStories), "--url",
+                             "http://f.example/s.gguf", "--windows", "9"}),
+                     "market", "--windows 9");
+  RunResult ok = Kvasir({"market", "add-model", "--db", db, "-m", AssetPath(kStories), "--url",
+                         "http://f.example/s.gguf", "--windows", "3"});
+  ASSERT_EQ(ok.code, 0) << Describe(ok);
+  EXPECT_THAT(ok.out, HasSubstr("model stories260K"));
+  EXPECT_THAT(ok.out, HasSubstr("4:5"));
+  ExpectRuntimeError(Kvasir({"market", "add-model", "--db", db, "-m", AssetPath(kStories), "--url",
+                             "http://f.example/s.gguf", "--windows", "3"}),
+                     "market", "already registered");
+  RunResult b = Kvasir({"market", "balances", "--db", db});
+  ASSERT_EQ(b.code, 0) << Describe(b);
+  EXPECT_THAT(b.out, HasSubstr("credit"));
+}
+
+TEST(CliTest, GenerateOnAMarketThatIsNotThereNamesIt) {
+  RunResult r = Kvasir({"generate", "--market", "http://127.0.0.1:1", "--model", "x", "--market-wait",
+                        "1", "-p", "hi"});
+  EXPECT_EQ(r.code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace kvasir

@@ -105,7 +105,8 @@ TEST_F(MarketApiTest, ACompleteRingNamesNeighboursAndBecomesReadyWhenAllServe) {
   ApiResponse ring = api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0 + 2);
   ASSERT_EQ(ring.status, 200) << ring.body;
   EXPECT_EQ(Body(ring)["head"]["node"], Hex(keys_[0]));
-  EXPECT_EQ(Map(kT0 + 2)["models"][0]["demand"]["total"], 2);
+  // Two requests from one address within 10 s count as one of demand.
+  EXPECT_EQ(Map(kT0 + 2)["models"][0]["demand"]["total"], 1);
   EXPECT_EQ(Map(kT0 + 2)["models"][0]["rings"][0]["windows"][1]["state"], "serving");
 }
 
@@ -241,8 +242,15 @@ TEST_F(MarketApiTest, RewardsFavourScarceAndDemandedModels) {
   (void)id;
   EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][1]["rate"].get<double>(), 1.667);
   EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][0]["rate"].get<double>(), 2.0);
-  // 20 requests in the last 10 minutes: d = 2, so the rate triples.
-  for (int i = 0; i < 20; ++i) (void)api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0);
+  // One address asking again and again is one request of demand...
+  for (int i = 0; i < 50; ++i) (void)api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0);
+  EXPECT_EQ(Map(kT0)["models"][0]["demand"]["recent"], 1);
+  // ...20 addresses in the last 10 minutes: d = 2, so the rate triples.
+  for (int i = 1; i < 20; ++i) {
+    ApiRequest r = Plain("GET", "/v1/rings/tiny");
+    r.remote_ip = "10.1.0." + std::to_string(i);
+    (void)api_->Handle(r, kT0);
+  }
   EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][1]["rate"].get<double>(), 5.0);
   EXPECT_DOUBLE_EQ(RewardRate(1000, 0, 3), 5.0);  // demand is capped at d = 4
 }
@@ -316,6 +324,13 @@ TEST_F(MarketReceiptTest, DuplicatedForgedTruncatedAndForeignReceiptsAreRefused)
   ring::Receipt forged = kvasir::testing::SignedReceipt({&keys_[0], &keys_[1], &keys_[2]}, 20, 2);
   forged.lines[1].tokens = 2000;
   EXPECT_EQ(Submit(forged).status, 422);
+
+  // Everything in order but one signature: caught by the signature check, the last one.
+  ring::Receipt bad_sig = kvasir::testing::SignedReceipt({&keys_[0], &keys_[1], &keys_[2]}, 20, 8);
+  bad_sig.lines[2].signature[10] ^= 1;
+  ApiResponse bs = Submit(bad_sig);
+  EXPECT_EQ(bs.status, 422);
+  EXPECT_NE(Reason(bs).find("does not verify"), std::string::npos) << Reason(bs);
 
   ring::Receipt truncated = kvasir::testing::SignedReceipt({&keys_[0], &keys_[1]}, 20, 3);
   ApiResponse t = Submit(truncated);
