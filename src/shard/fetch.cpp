@@ -337,7 +337,8 @@ Status FetchSlice(const FetchOptions& o, FetchSummary* summary) {
     return Error("{}: serves model {}, the manifest names model {}", rh.url, plan.parent_model_id,
                  *o.expected_model_id);
   }
-  for (const auto& [name, sha] : o.sha256) {
+  for (const auto& entry : o.sha256) {
+    const std::string& name = entry.first;
     const bool in_window = std::any_of(plan.source.begin(), plan.source.end(),
                                        [&](const GgufTensorInfo& t) { return t.name == name; });
     if (!in_window) {

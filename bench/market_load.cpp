@@ -1,0 +1,126 @@
+// market_load: how many nodes one `kvasir market` can keep, from a process of its own (the market
+// runs in another). Each of --nodes threads has its own node key, claims one window of the model
+// --model (registered with at least that many windows in all its rings), then heartbeats as fast
+// as the market answers for --seconds; a last thread reads GET /v1/map in a loop. Prints the
+// signed heartbeats per second, their median and 99th-percentile latency, and the map's.
+// Every heartbeat is one SQLite transaction with synchronous=FULL, so the disk's fsync rate
+// bounds the figure; a real node heartbeats every lease/3 (10 s by default).
+// Example: market_load --market http://127.0.0.1:8080 --model load --nodes 16 --seconds 5
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "market/market_client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kvasir::market::MarketClient;
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Heartbeat and map load on a kvasir market."};
+  std::string market, model = "load";
+  int nodes = 16, rings = 1;
+  double seconds = 5;
+  app.add_option("--market", market, "http://HOST:PORT")->required();
+  app.add_option("--model", model, "model to claim windows of")->capture_default_str();
+  app.add_option("--nodes", nodes, "nodes (threads), one window each")->capture_default_str();
+  app.add_option("--rings", rings, "rings of the model to spread the nodes over")
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "how long to heartbeat")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto reader = MarketClient::Create(market, nullptr);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "market_load: %s\n", reader.status().message().c_str());
+    return 2;
+  }
+  auto map = reader->Get("/v1/map");
+  if (!map.ok()) {
+    std::fprintf(stderr, "market_load: %s\n", map.status().message().c_str());
+    return 1;
+  }
+  // Windows to claim: (ring, window) of the model, in order.
+  std::vector<std::pair<int, int>> windows;
+  for (const auto& m : (*map)["models"]) {
+    if (m["name"] != model) continue;
+    for (const auto& r : m["rings"]) {
+      for (const auto& w : r["windows"]) windows.emplace_back(r["ring"].get<int>(), w["window"].get<int>());
+    }
+  }
+  if (static_cast<int>(windows.size()) < nodes) {
+    std::fprintf(stderr, "market_load: model '%s' has %zu windows, fewer than --nodes %d\n",
+                 model.c_str(), windows.size(), nodes);
+    return 1;
+  }
+  std::atomic<bool> go{false}, stop{false};
+  std::atomic<int> failed{0};
+  std::vector<std::vector<double>> beats(static_cast<size_t>(nodes));
+  std::vector<double> map_ms;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < nodes; ++i) {
+    threads.emplace_back([&, i] {
+      auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
+      auto c = MarketClient::Create(market, key);
+      auto grant = c->PostSigned("/v1/claims", {{"model", model},
+                                                {"ring", windows[static_cast<size_t>(i)].first},
+                                                {"window", windows[static_cast<size_t>(i)].second},
+                                                {"address", ":7000"}});
+      if (!grant.ok()) {
+        std::fprintf(stderr, "market_load: claim: %s\n", grant.status().message().c_str());
+        ++failed;
+        return;
+      }
+      const int64_t claim = (*grant)["claim"].get<int64_t>();
+      while (!go) std::this_thread::yield();
+      while (!stop) {
+        const auto t0 = Clock::now();
+        auto r = c->PostSigned("/v1/heartbeat", {{"claim", claim}, {"serving_epoch", -1}});
+        if (!r.ok()) {
+          ++failed;
+          continue;
+        }
+        beats[static_cast<size_t>(i)].push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+      (void)c->DeleteSigned("/v1/claims/" + std::to_string(claim));
+    });
+  }
+  std::thread mapper([&] {
+    while (!go) std::this_thread::yield();
+    while (!stop) {
+      const auto t0 = Clock::now();
+      if (reader->Get("/v1/map").ok()) {
+        map_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // claims done
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  mapper.join();
+  std::vector<double> all;
+  for (const auto& b : beats) all.insert(all.end(), b.begin(), b.end());
+  std::printf("%-22s %10s %10s %10s\n", "request", "per second", "p50 ms", "p99 ms");
+  std::printf("%-22s %10.0f %10.2f %10.2f\n", "POST /v1/heartbeat", all.size() / seconds,
+              Percentile(all, 0.5), Percentile(all, 0.99));
+  std::printf("%-22s %10.0f %10.2f %10.2f\n", "GET /v1/map", map_ms.size() / seconds,
+              Percentile(map_ms, 0.5), Percentile(map_ms, 0.99));
+  std::printf("nodes %d, failed requests %d\n", nodes, failed.load());
+  return failed > 0 ? 1 : 0;
+}
