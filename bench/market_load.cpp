@@ -4,7 +4,7 @@
 // as the market answers for --seconds; a last thread reads GET /v1/map in a loop. Prints the
 // signed heartbeats per second, their median and 99th-percentile latency, and the map's.
 // Every heartbeat is one SQLite transaction with synchronous=FULL, so the disk's fsync rate
-// bounds the figure; a real node heartbeats every lease/3 (10 s by default).
+// bounds the figure; a real node heartbeats every lease/3, at most --poll (2 s) apart.
 // Example: market_load --market http://127.0.0.1:8080 --model load --nodes 16 --seconds 5
 #include <CLI/CLI.hpp>
 #include <algorithm>
