@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <chrono>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KV_PAUSE() _mm_pause()
@@ -9,7 +11,13 @@
 
 namespace kvasir {
 namespace {
-// About 50-100 microseconds of spinning before a worker sleeps.
+// How long a worker spins for the next job before it sleeps. Decode issues jobs microseconds
+// apart, so a short spin saves the wake-up; but a ring stage then waits milliseconds for its
+// predecessor, and a spin counted in `pause` instructions lasts ~1 ms where `pause` takes ~140
+// cycles (recent Intel), burning a core other stages on the host need. So the spin is timed.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+constexpr int kSpinCheckEvery = 64;  // pause iterations between clock reads
+// The caller waiting for workers to finish a job spins this many iterations before yielding.
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
@@ -55,11 +63,15 @@ void ThreadPool::WorkerLoop(int index) {
   uint32_t seen = 0;  // the generation before any Run(); a late-starting worker must not skip job 1
   while (true) {
     int spins = 0;
+    const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+    bool spinning = true;
     uint32_t g;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
+      if (spinning && (++spins % kSpinCheckEvery != 0 ||
+                       std::chrono::steady_clock::now() < spin_until)) {
         KV_PAUSE();
       } else {
+        spinning = false;
         std::unique_lock<std::mutex> lock(mu_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         cv_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });

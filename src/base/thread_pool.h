@@ -1,5 +1,6 @@
-// A persistent pool of worker threads for data-parallel kernels. Workers spin briefly between jobs
-// (decode issues many small jobs per token) and then sleep on a condition variable.
+// A persistent pool of worker threads for data-parallel kernels. Workers spin for 50 us between
+// jobs (decode issues many small jobs per token) and then sleep on a condition variable, so an idle
+// pool (a ring stage waiting for its predecessor) leaves the cores to others.
 #pragma once
 
 #include <atomic>
