@@ -103,11 +103,10 @@ Result<std::string> CompleteAddress(const std::string& text, const std::string& 
 }
 
 Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const ApiRequest& req,
-                              std::string_view path, double now) {
+                              double now) {
   KV_ASSIGN_OR_RETURN(SignedBy by,
                       VerifySignedRequest(req.headers, req.method, req.target, req.body,
                                           static_cast<int64_t>(now), config.clock_skew_s));
-  (void)path;
   KV_ASSIGN_OR_RETURN(bool fresh, store->UseNonce(by.node_hex, by.nonce, now,
                                                   2.0 * static_cast<double>(config.clock_skew_s)));
   if (!fresh) {
@@ -231,7 +230,7 @@ ApiResponse MarketApi::Map(double now) {
 }
 
 ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
-  auto by = Authenticate(store_, config_, req, "/v1/claims", now);
+  auto by = Authenticate(store_, config_, req, now);
   if (!by.ok()) return ErrorResponse(by.status());
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
@@ -277,7 +276,7 @@ ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
 }
 
 ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
-  auto by = Authenticate(store_, config_, req, "/v1/heartbeat", now);
+  auto by = Authenticate(store_, config_, req, now);
   if (!by.ok()) return ErrorResponse(by.status());
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
@@ -296,7 +295,7 @@ ApiResponse MarketApi::Release(const ApiRequest& req, const std::string& id, dou
   if (id.empty() || ec != std::errc() || end != id.data() + id.size() || claim < 1) {
     return ErrorResponse(400, "bad_request", "claim id in the path: must be a positive integer");
   }
-  auto by = Authenticate(store_, config_, req, "/v1/claims", now);
+  auto by = Authenticate(store_, config_, req, now);
   if (!by.ok()) return ErrorResponse(by.status());
   if (Status s = store_->Release(by->node_hex, claim, now); !s.ok()) return ErrorResponse(s);
   return Json(200, {{"released", claim}});
@@ -353,16 +352,17 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
 }
 
 ApiResponse MarketApi::Balances(const std::string& query) {
-  const std::string node = QueryValue(query, "node");
+  std::string node = QueryValue(query, "node");
   if (!node.empty()) {
     auto key = ring::ParsePublicKey(node);
     if (!key.ok()) {
       return ErrorResponse(400, "bad_request", fmt::format("query 'node': {}", key.status().message()));
     }
+    node = ring::PublicKeyHex(*key);  // the store keeps lowercase keys
   }
   auto balances = store_->Balances();
   if (!balances.ok()) return ErrorResponse(balances.status().WithCode(StatusCode::kUnavailable));
-  auto receipts = store_->Receipts(node.empty() ? "" : ring::PublicKeyHex(*ring::ParsePublicKey(node)), 100);
+  auto receipts = store_->Receipts(node, 100);
   if (!receipts.ok()) return ErrorResponse(receipts.status().WithCode(StatusCode::kUnavailable));
   return Json(200, BalancesToJson(*balances, *receipts));
 }

@@ -122,6 +122,8 @@ struct Joiner::Impl {
   void ReceiptLoop();
   Result<std::unique_ptr<ring::Stage>> StartStage(const Grant& g, const std::string& slice,
                                                   const json& beat);
+  Result<std::unique_ptr<ring::Stage>> StageFromBeat(const Grant& g, const std::string& slice,
+                                                     const json& beat);
 };
 
 Result<Grant> Joiner::Impl::FindAndClaim() {
@@ -267,7 +269,7 @@ void Joiner::Impl::ReceiptLoop() {
       std::lock_guard<std::mutex> lock(mu);
       if (r.ok()) {
         ++state.receipts_submitted;
-        KV_LOG_DEBUG("join: receipt {} credited", r->value("receipt", std::string()));
+        KV_LOG_DEBUG("join: receipt credited: {}", r->dump().substr(0, 80));
         break;
       }
       if (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kTimeout) {
@@ -283,6 +285,18 @@ void Joiner::Impl::ReceiptLoop() {
 Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StartStage(const Grant& g,
                                                               const std::string& slice,
                                                               const json& beat) {
+  // The heartbeat answer comes from the network: a field of the wrong type is an error here,
+  // never an exception out of the node.
+  try {
+    return StageFromBeat(g, slice, beat);
+  } catch (const std::exception& e) {
+    return Error("the market's heartbeat answer is malformed: {}", e.what());
+  }
+}
+
+Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
+                                                                 const std::string& slice,
+                                                                 const json& beat) {
   const json& pred = beat.at("pred");
   const json& next = beat.at("next");
   ring::StageOptions s;
