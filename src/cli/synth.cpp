@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf_writer.h"
 #include "kernels/kernels.h"
+#include "model/quant_mix.h"
 
 namespace kvasir::cli {
 namespace {
@@ -44,8 +45,6 @@ constexpr SynthArch kArchs[] = {
     {"qwen3", 1000000.0f, 1e-6f, false, true},
 };
 
-constexpr TensorType kSynthTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                                      TensorType::kQ8_0, TensorType::kQ4_0};
 
 struct SynthOptions {
   std::string arch = "llama";
@@ -57,7 +56,14 @@ struct SynthOptions {
   int n_ctx = 2048;
   std::optional<float> rope_base;
   std::string vocab_path;
-  std::string type_name = "f16";
+  std::string type_name = "f16";  // a file mix: every matrix's type follows llama.cpp's rules
+  bool pure = false;               // every matrix gets the mix's base type
+  std::string rope_scaling;        // rope.scaling.type to write, or empty
+  float rope_factor = 0.0f;        // rope.scaling.factor (and the llama3 factor)
+  int rope_orig_ctx = 0;           // rope.scaling.original_context_length (and llama3's)
+  std::string rope_freqs;          // "llama3": write rope_freqs.weight
+  float rope_low_freq = 1.0f;      // llama3 low_freq_factor
+  float rope_high_freq = 4.0f;     // llama3 high_freq_factor
   uint64_t seed = 42;
   bool tied = false;
   std::string name;
@@ -65,7 +71,7 @@ struct SynthOptions {
   int n_threads = 1;
 };
 
-enum class Init { kNormal, kOnes };
+enum class Init { kNormal, kOnes, kRopeFreqs };
 
 struct SynthTensor {
   std::string name;
@@ -99,30 +105,68 @@ void FillNormalRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* ou
   }
 }
 
-// The matrix type for a row length: the requested type, or f16 when the row is not a whole
-// number of blocks (as llama.cpp's quantizer falls back).
-TensorType MatrixType(const std::string& name, uint64_t row_len, TensorType wanted) {
-  auto info = GetTensorTypeInfo(static_cast<uint32_t>(wanted));
-  if (info && row_len % info->block_elems == 0) return wanted;
-  KV_LOG_INFO("synth: {}: row length {} is not a multiple of the {} block size {}; using f16", name,
-              row_len, info ? info->name : "?", info ? info->block_elems : 0);
-  return TensorType::kF16;
+// Llama 3.1's rope scaling as convert_hf_to_gguf.py bakes it into rope_freqs.weight: pair i of
+// wavelength w = 2 pi / base^(-2i / n_rot) keeps its angle when w < orig / high, is slowed by the
+// factor when w > orig / low, and in between by 1 / ((1 - s) / factor + s) with
+// s = (orig / w - low) / (high - low). Computed in float, as the converter does.
+std::vector<float> Llama3RopeFreqs(const SynthOptions& o, float base, int n_rot) {
+  const float factor = o.rope_factor > 0 ? o.rope_factor : 8.0f;
+  const float orig = static_cast<float>(o.rope_orig_ctx > 0 ? o.rope_orig_ctx : 8192);
+  const float low_wavelen = orig / o.rope_low_freq;
+  const float high_wavelen = orig / o.rope_high_freq;
+  std::vector<float> out;
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float freq = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(n_rot));
+    const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const float smooth = (orig / wavelen - o.rope_low_freq) / (o.rope_high_freq - o.rope_low_freq);
+      out.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
+    }
+  }
+  return out;
+}
+
+// The matrix type: the mix's choice for this tensor (or its base type with --pure), falling back
+// as llama.cpp's quantizer does when the row is not a whole number of blocks.
+TensorType MatrixType(const SynthOptions& o, FileMix mix, const std::string& name,
+                      uint64_t row_len) {
+  const TensorType base = GetFileMixInfo(mix).base;
+  MixTensor t{name, row_len, 2, o.n_layer, o.n_head / o.n_head_kv, o.tied};
+  TensorType chosen = o.pure ? base : ChooseTensorType(mix, t);
+  t.row_len = 0;  // fits every block size: the choice before any fallback
+  const TensorType ideal = o.pure ? base : ChooseTensorType(mix, t);
+  if (o.pure) {
+    auto info = GetTensorTypeInfo(static_cast<uint32_t>(base));
+    if (!info || row_len % info->block_elems != 0) chosen = TensorType::kF16;
+  }
+  if (chosen != ideal) {
+    auto info = GetTensorTypeInfo(static_cast<uint32_t>(ideal));
+    KV_LOG_INFO("synth: {}: row length {} is not a multiple of the {} block size {}; using {}",
+                name, row_len, info ? info->name : "?", info ? info->block_elems : 0,
+                TensorTypeName(static_cast<uint32_t>(chosen)));
+  }
+  return chosen;
 }
 
 std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& o, uint64_t n_vocab,
-                                     TensorType type) {
+                                     FileMix mix) {
   const uint64_t E = o.n_embd, F = o.n_ff, V = n_vocab;
   const uint64_t hd = o.n_embd / o.n_head;
   const uint64_t q_dim = o.n_head * hd, kv_dim = o.n_head_kv * hd;
   std::vector<SynthTensor> out;
   auto matrix = [&](std::string name, uint64_t cols, uint64_t rows) {
-    TensorType t = MatrixType(name, cols, type);
+    TensorType t = MatrixType(o, mix, name, cols);
     out.push_back({std::move(name), {cols, rows}, t, Init::kNormal});
   };
   auto vector = [&](std::string name, uint64_t n, Init init) {
     out.push_back({std::move(name), {n}, TensorType::kF32, init});
   };
   matrix("token_embd.weight", E, V);
+  if (o.rope_freqs == "llama3") vector("rope_freqs.weight", hd / 2, Init::kRopeFreqs);
   vector("output_norm.weight", E, Init::kOnes);
   if (!o.tied) matrix("output.weight", E, V);
   for (int il = 0; il < o.n_layer; ++il) {
@@ -147,24 +191,6 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
     matrix(p + "ffn_down.weight", F, E);
   }
   return out;
-}
-
-// general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*).
-uint32_t FileType(TensorType t) {
-  switch (t) {
-    case TensorType::kF32:
-      return 0;
-    case TensorType::kF16:
-      return 1;
-    case TensorType::kQ4_0:
-      return 2;
-    case TensorType::kQ8_0:
-      return 7;
-    case TensorType::kBF16:
-      return 32;
-    default:
-      return 0;
-  }
 }
 
 // Flag checks that need no file: a broken constraint is a usage error.
@@ -194,12 +220,30 @@ std::optional<std::string> CheckOptions(const SynthOptions& o) {
   if (o.rope_base && !(*o.rope_base > 0.0f)) {
     return fmt::format("--rope-base must be > 0 (got {})", *o.rope_base);
   }
+  if (!o.rope_scaling.empty() && o.rope_scaling != "none" && o.rope_scaling != "linear" &&
+      o.rope_scaling != "yarn") {
+    return fmt::format("--rope-scaling '{}' is not supported (supported: none, linear, yarn)",
+                       o.rope_scaling);
+  }
+  if (!o.rope_freqs.empty() && o.rope_freqs != "llama3") {
+    return fmt::format("--rope-freqs '{}' is not supported (supported: llama3)", o.rope_freqs);
+  }
+  if (o.rope_factor < 0 || !std::isfinite(o.rope_factor)) {
+    return fmt::format("--rope-factor must be > 0 (got {})", o.rope_factor);
+  }
+  if (o.rope_orig_ctx < 0) {
+    return fmt::format("--rope-orig-ctx must be > 0 (got {})", o.rope_orig_ctx);
+  }
+  if (!(o.rope_low_freq > 0 && o.rope_high_freq > o.rope_low_freq)) {
+    return fmt::format("--rope-low-freq {} and --rope-high-freq {} need 0 < low < high",
+                       o.rope_low_freq, o.rope_high_freq);
+  }
   return std::nullopt;
 }
 
 // Streams the tensors' bytes: rows generated and quantized in parallel, chunk by chunk.
 Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions& o,
-                    GgufStreamWriter& out) {
+                    float rope_base, GgufStreamWriter& out) {
   ThreadPool pool(o.n_threads);
   const bool tty = isatty(STDERR_FILENO) != 0;
   uint64_t total_bytes = 0, done_bytes = 0;
@@ -228,6 +272,8 @@ Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions&
         for (int64_t r = begin; r < end; ++r) {
           if (t.init == Init::kOnes) {
             std::fill(row.begin(), row.end(), 1.0f);
+          } else if (t.init == Init::kRopeFreqs) {
+            row = Llama3RopeFreqs(o, rope_base, static_cast<int>(2 * cols));
           } else {
             FillNormalRow(o.seed, ti, static_cast<uint64_t>(r0 + r), row.data(), cols);
           }
@@ -271,13 +317,10 @@ int RunSynth(const SynthOptions& o) {
     return UsageError(
         kCmd, fmt::format("--arch '{}' is not supported (supported: {})", o.arch, arch_names));
   }
-  std::optional<TensorType> type = TensorTypeFromName(o.type_name);
-  bool type_ok = false;
-  for (TensorType t : kSynthTypes) type_ok = type_ok || (type && *type == t);
-  if (!type_ok) {
-    return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: f32, f16, bf16, "
-                                        "q8_0, q4_0)",
-                                        o.type_name));
+  const std::optional<FileMixInfo> mix = FileMixFromName(o.type_name);
+  if (!mix) {
+    return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: {})",
+                                        o.type_name, FileMixNames()));
   }
   if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
 
@@ -299,7 +342,7 @@ int RunSynth(const SynthOptions& o) {
                GgufValue::String(!o.name.empty() ? o.name
                                                  : fmt::format("synth-{}-{}L-{}E", arch->name,
                                                                o.n_layer, o.n_embd)));
-  writer.SetKv("general.file_type", GgufValue::Uint32(FileType(*type)));
+  writer.SetKv("general.file_type", GgufValue::Uint32(mix->file_type));
   writer.SetKv(prefix + "block_count", GgufValue::Uint32(o.n_layer));
   writer.SetKv(prefix + "context_length", GgufValue::Uint32(o.n_ctx));
   writer.SetKv(prefix + "embedding_length", GgufValue::Uint32(o.n_embd));
@@ -310,13 +353,28 @@ int RunSynth(const SynthOptions& o) {
   writer.SetKv(prefix + "rope.freq_base",
                GgufValue::Float32(o.rope_base.value_or(arch->rope_base)));
   writer.SetKv(prefix + "rope.dimension_count", GgufValue::Uint32(head_dim));
+  if (!o.rope_scaling.empty()) {
+    writer.SetKv(prefix + "rope.scaling.type", GgufValue::String(o.rope_scaling));
+  }
+  if (!o.rope_scaling.empty() && o.rope_factor > 0) {
+    writer.SetKv(prefix + "rope.scaling.factor", GgufValue::Float32(o.rope_factor));
+  }
+  if (!o.rope_scaling.empty() && o.rope_orig_ctx > 0) {
+    writer.SetKv(prefix + "rope.scaling.original_context_length",
+                 GgufValue::Uint32(static_cast<uint32_t>(o.rope_orig_ctx)));
+  }
   for (const auto& kv : (*vocab)->kvs()) {
     if (kv.key.rfind("tokenizer.", 0) == 0) writer.SetKv(kv.key, kv.value);
   }
 
-  std::vector<SynthTensor> tensors = PlanTensors(*arch, o, n_vocab, *type);
+  std::vector<SynthTensor> tensors = PlanTensors(*arch, o, n_vocab, mix->mix);
   uint64_t n_params = 0;
   for (const auto& t : tensors) {
+    if (!KernelsSupport(t.type)) {
+      return Fail(kCmd, fmt::format("{}: type {} cannot be quantized by this build (supported: {})",
+                                    t.name, TensorTypeName(static_cast<uint32_t>(t.type)),
+                                    SupportedTypesList()));
+    }
     if (Status st = writer.DeclareTensor(t.name, t.type, t.ne); !st.ok()) return Fail(kCmd, st);
     uint64_t n = 1;
     for (uint64_t d : t.ne) n *= d;
@@ -326,7 +384,7 @@ int RunSynth(const SynthOptions& o) {
   Stopwatch clock;
   auto out = GgufStreamWriter::Create(writer, o.out_path);
   if (!out.ok()) return Fail(kCmd, out.status());
-  if (Status st = WriteTensors(tensors, o, **out); !st.ok())
+  if (Status st = WriteTensors(tensors, o, o.rope_base.value_or(arch->rope_base), **out); !st.ok())
     return Fail(kCmd, WithPath(st, o.out_path));
   if (Status st = (*out)->Finish(); !st.ok()) return Fail(kCmd, st);
   KV_LOG_INFO("synth: wrote {}: {} {} layers, {} params, {} tensors, vocab {}, {:.2f} s",
@@ -352,7 +410,21 @@ int SynthMain(int argc, char** argv) {
     app.add_option("--ff", o.n_ff, "feed-forward width")->required();
     app.add_option("--vocab-from", o.vocab_path, "GGUF file whose tokenizer.* keys are copied")
         ->required();
-    app.add_option("--type", o.type_name, "matrix type: f32, f16, bf16, q8_0, q4_0")
+    app.add_option("--type", o.type_name,
+                   "file type, with the per-tensor mix llama.cpp's quantizer gives it: f32, f16, "
+                   "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k")
+        ->capture_default_str();
+    app.add_flag("--pure", o.pure, "every matrix gets the file type's base type (no mix)");
+    app.add_option("--rope-scaling", o.rope_scaling, "rope.scaling.type to write: none, linear, yarn");
+    app.add_option("--rope-factor", o.rope_factor,
+                   "rope.scaling.factor (with --rope-scaling), or the llama3 factor (default 8)");
+    app.add_option("--rope-orig-ctx", o.rope_orig_ctx,
+                   "rope.scaling.original_context_length, or llama3's (default 8192)");
+    app.add_option("--rope-freqs", o.rope_freqs,
+                   "llama3: write rope_freqs.weight as Llama 3.1 files carry it");
+    app.add_option("--rope-low-freq", o.rope_low_freq, "llama3 low_freq_factor")
+        ->capture_default_str();
+    app.add_option("--rope-high-freq", o.rope_high_freq, "llama3 high_freq_factor")
         ->capture_default_str();
     app.add_option("--seed", o.seed, "random seed")->capture_default_str();
     app.add_option("--ctx", o.n_ctx, "context_length key")->capture_default_str();

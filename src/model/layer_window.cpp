@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "model/arch/registry.h"
 #include "model/backend.h"
+#include "model/rope.h"
 
 namespace kvasir {
 namespace {
@@ -102,6 +103,15 @@ class LlamaFamilyWindow final : public LayerWindow {
     const int64_t e = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
     if (spec_.has_embed) {
       KV_ASSIGN_OR_RETURN(tok_embd_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
+    }
+    if (cfg_.rope_freq_factors && spec_.last > spec_.first) {
+      KV_ASSIGN_OR_RETURN(rope_freqs_, b.Vector("rope_freqs.weight", cfg_.n_rot / 2));
+      for (int i = 0; i < cfg_.n_rot / 2; ++i) {
+        if (!(rope_freqs_[i] > 0 && std::isfinite(rope_freqs_[i]))) {
+          return Error("{}: tensor rope_freqs.weight: factor {} is {}, not a positive number",
+                       file_->path(), i, rope_freqs_[i]);
+        }
+      }
     }
     for (int il = spec_.first; il < spec_.last; ++il) {
       const LayerTensorNames n = LlamaFamilyLayerNames(il);
@@ -202,6 +212,7 @@ class LlamaFamilyWindow final : public LayerWindow {
 
   MatrixView tok_embd_;           // [n_vocab, n_embd]
   std::vector<LayerWeights> layers_;
+  const float* rope_freqs_ = nullptr;  // [n_rot / 2] angle divisors, or null
   const float* out_norm_ = nullptr;  // [n_embd]
   MatrixView output_;             // [n_vocab, n_embd]
   std::vector<std::vector<float>> owned_;
@@ -263,20 +274,14 @@ Status LlamaFamilyWindow::Validate(const ForwardInput& in, int* n_rows) const {
 }
 
 void LlamaFamilyWindow::ComputeRope(const ForwardInput& in, int n_rows) {
-  // Angles in double precision: theta_i = pos * freq_scale * base^(-2i / n_rot).
   const int half = cfg_.n_rot / 2;
   cos_sin_.resize(static_cast<size_t>(n_rows) * half * 2);
+  const std::span<const float> factors =
+      rope_freqs_ != nullptr ? std::span<const float>(rope_freqs_, half) : std::span<const float>();
   int r = 0;
   for (const SeqChunk& ch : in.chunks) {
     for (int t = 0; t < ch.n_tokens; ++t, ++r) {
-      const double pos = static_cast<double>(ch.pos0 + t) * cfg_.rope_freq_scale;
-      float* cs = cos_sin_.data() + static_cast<size_t>(r) * half * 2;
-      for (int i = 0; i < half; ++i) {
-        const double theta = pos * std::pow(static_cast<double>(cfg_.rope_base),
-                                            -2.0 * i / static_cast<double>(cfg_.n_rot));
-        cs[2 * i] = static_cast<float>(std::cos(theta));
-        cs[2 * i + 1] = static_cast<float>(std::sin(theta));
-      }
+      RopeCosSin(cfg_, factors, ch.pos0 + t, cos_sin_.data() + static_cast<size_t>(r) * half * 2);
     }
   }
 }

@@ -16,6 +16,13 @@ enum class RopeType {
   kNeox,    // rotate (x[i], x[i + n_rot/2]) — qwen2, qwen3
 };
 
+// rope.scaling.type. Llama 3.1's "llama3" scaling is not a type: it is stored as rope_freqs.weight.
+enum class RopeScaling {
+  kNone,
+  kLinear,  // positions divided by rope.scaling.factor
+  kYarn,    // YaRN: per-pair blend of interpolated and extrapolated angles, plus a magnitude factor
+};
+
 struct ModelConfig {
   std::string arch;        // general.architecture, for display only
   std::string name;        // general.name, for display only
@@ -30,8 +37,15 @@ struct ModelConfig {
   int n_rot = 0;           // rope.dimension_count, else head_dim
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear and YaRN scaling)
   RopeType rope_type = RopeType::kNormal;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  int rope_orig_ctx = 0;          // rope.scaling.original_context_length, else n_ctx_train
+  float yarn_ext_factor = 0.0f;   // 0 unless YaRN: weight of the extrapolated angle
+  float yarn_beta_fast = 32.0f;   // YaRN correction range, in rotations
+  float yarn_beta_slow = 1.0f;
+  float rope_attn_factor = 1.0f;  // magnitude factor of cos/sin (YaRN's mscale, rope.scaling.attn_factor)
+  bool rope_freq_factors = false;  // rope_freqs.weight divides each pair's angle (Llama 3.1+)
   bool qkv_bias = false;   // q/k/v projections carry biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (qwen3)
   bool tied_output = false;  // no output.weight: the head reuses token_embd.weight

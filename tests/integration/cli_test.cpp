@@ -430,6 +430,53 @@ TEST(CliTest, SynthSameSeedSameBytes) {
   EXPECT_FALSE(bytes_a == ReadFileToString(c)) << "different seeds, same bytes";
 }
 
+// --rope-freqs llama3 writes the factors Llama 3.1 files carry: the same values as the shared
+// fixture, which holds what convert_hf_to_gguf.py computes for factor 8, low 1, high 4, 8192.
+TEST(CliTest, SynthWritesLlama3RopeFreqsAndRopeScalingKeys) {
+  KV_REQUIRE_ASSET(kStories);
+  KV_REQUIRE_ASSET("models/synth-llama31-f32.gguf");
+  TempDir dir;
+  const std::string path = dir.File("l31.gguf");
+  RunResult s = Kvasir({"synth", "--layers", "1", "--embd", "256", "--heads", "4", "--ff", "64",
+                        "--vocab-from", AssetPath(kStories), "--type", "f32", "--rope-base",
+                        "500000", "--rope-freqs", "llama3", "--rope-factor", "8",
+                        "--rope-orig-ctx", "8192", "-o", path});
+  ASSERT_EQ(s.code, 0) << Describe(s);
+  auto ours = GgufFile::Open(path);
+  auto ref = GgufFile::Open(AssetPath("models/synth-llama31-f32.gguf"));
+  ASSERT_TRUE(ours.ok() && ref.ok());
+  const GgufTensorInfo* a = ours->FindTensor("rope_freqs.weight");
+  const GgufTensorInfo* b = ref->FindTensor("rope_freqs.weight");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(a->ne[0], 32u);
+  const auto da = ours->TensorData(*a), db = ref->TensorData(*b);
+  ASSERT_EQ(da.size(), db.size());
+  for (size_t i = 0; i < 32; ++i) {
+    float x, y;
+    std::memcpy(&x, da.data() + 4 * i, 4);
+    std::memcpy(&y, db.data() + 4 * i, 4);
+    EXPECT_NEAR(x, y, 1e-6f * y) << "pair " << i;
+  }
+
+  const std::string yarn = dir.File("yarn.gguf");
+  s = Kvasir({"synth", "--layers", "1", "--embd", "64", "--heads", "4", "--ff", "64",
+              "--vocab-from", AssetPath(kStories), "--rope-scaling", "yarn", "--rope-factor", "4",
+              "--rope-orig-ctx", "512", "-o", yarn});
+  ASSERT_EQ(s.code, 0) << Describe(s);
+  auto y = GgufFile::Open(yarn);
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(y->GetString("llama.rope.scaling.type").value(), "yarn");
+  EXPECT_EQ(y->GetUint("llama.rope.scaling.original_context_length").value(), 512u);
+  RunResult gen = Kvasir({"generate", "-m", yarn, "-p", "Once upon a time", "-n", "4", "--temp",
+                          "0", "--ignore-eos"});
+  EXPECT_EQ(gen.code, 0) << Describe(gen);
+  ExpectUsageError(Kvasir({"synth", "--layers", "1", "--embd", "64", "--heads", "4", "--ff", "64",
+                           "--vocab-from", AssetPath(kStories), "--rope-scaling", "longrope",
+                           "-o", dir.File("x.gguf")}),
+                   "synth", "longrope");
+}
+
 TEST(CliTest, SynthValidatesShape) {
   TempDir dir;
   const std::string out = dir.File("x.gguf");

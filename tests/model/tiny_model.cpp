@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,7 @@ Status WriteTinyModel(const std::string& path, const TinyModelShape& shape) {
   w.SetKv(a + ".attention.head_count_kv", GgufValue::Uint32(s.n_head_kv));
   w.SetKv(a + ".context_length", GgufValue::Uint32(s.n_ctx));
   w.SetKv(a + ".attention.layer_norm_rms_epsilon", GgufValue::Float32(1e-5f));
+  for (const auto& [key, value] : s.extra_kvs) w.SetKv(key, value);
 
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 0.1f);
@@ -49,6 +51,12 @@ Status WriteTinyModel(const std::string& path, const TinyModelShape& shape) {
   };
   const int hd = s.n_embd / s.n_head, kvd = hd * s.n_head_kv;
   KV_RETURN_IF_ERROR(add("token_embd.weight", s.n_embd, s.n_vocab, true));
+  if (!s.rope_freqs.empty()) {
+    std::vector<uint8_t> bytes(s.rope_freqs.size() * sizeof(float));
+    std::memcpy(bytes.data(), s.rope_freqs.data(), bytes.size());
+    const std::vector<uint64_t> ne = {static_cast<uint64_t>(s.rope_freqs.size())};
+    KV_RETURN_IF_ERROR(w.AddTensor("rope_freqs.weight", TensorType::kF32, ne, bytes));
+  }
   for (int il = 0; il < s.n_layer; ++il) {
     auto n = [il](const char* t) { return fmt::format("blk.{}.{}", il, t); };
     KV_RETURN_IF_ERROR(add(n("attn_norm.weight"), s.n_embd, 1, false));

@@ -3,8 +3,11 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
+#include "gguf/gguf_value.h"
 #include "gguf/tensor_type.h"
 
 namespace kvasir::testing {
@@ -22,6 +25,8 @@ struct TinyModelShape {
   bool tied = false;
   uint64_t seed = 1;
   std::string vocab_from;  // copy tokenizer.* keys from this GGUF (n_vocab becomes its size)
+  std::vector<std::pair<std::string, GgufValue>> extra_kvs;  // e.g. llama.rope.scaling.type
+  std::vector<float> rope_freqs;  // written as rope_freqs.weight (f32) when not empty
 };
 
 // Writes the model to `path`.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace kvasir {
 
 // Defined in one file per architecture.
@@ -72,6 +74,72 @@ Result<int> GetPositiveInt(const GgufFile& file, const std::string& key) {
   return static_cast<int>(v);
 }
 
+
+// rope.scaling.* as llama.cpp reads them: a missing type means linear, the factor (or the older
+// rope.scale_linear) gives freq_scale = 1 / factor, and YaRN's magnitude factor is folded into
+// rope_attn_factor the way llama.cpp folds it into its attn_factor.
+Status LoadRopeScaling(const GgufFile& file, const std::string& p, ModelConfig* cfg) {
+  std::string scaling = "linear";
+  if (file.Find(p + ".rope.scaling.type") != nullptr) {
+    KV_ASSIGN_OR_RETURN(scaling, file.GetString(p + ".rope.scaling.type"));
+  }
+  double factor = 0;
+  if (file.Find(p + ".rope.scaling.factor") != nullptr) {
+    KV_ASSIGN_OR_RETURN(factor, file.GetFloat(p + ".rope.scaling.factor"));
+  } else if (file.Find(p + ".rope.scale_linear") != nullptr) {
+    KV_ASSIGN_OR_RETURN(factor, file.GetFloat(p + ".rope.scale_linear"));
+  }
+  if (factor == 0) factor = 1;
+  if (!(factor > 0 && factor < 1e6)) {
+    return Error("{}: rope.scaling.factor {} must be positive", file.path(), factor);
+  }
+  if (scaling == "none") {
+    cfg->rope_scaling = RopeScaling::kNone;
+    factor = 1;
+  } else if (scaling == "linear") {
+    cfg->rope_scaling = factor == 1 ? RopeScaling::kNone : RopeScaling::kLinear;
+  } else if (scaling == "yarn") {
+    cfg->rope_scaling = RopeScaling::kYarn;
+  } else {
+    return Error("{}: rope scaling '{}' is not supported (supported: none, linear, yarn)",
+                 file.path(), scaling);
+  }
+  cfg->rope_freq_scale = static_cast<float>(1.0 / factor);
+  KV_ASSIGN_OR_RETURN(uint64_t orig_ctx, file.GetUintOr(p + ".rope.scaling.original_context_length",
+                                                        static_cast<uint64_t>(cfg->n_ctx_train)));
+  if (orig_ctx == 0 || orig_ctx > (1u << 30)) {
+    return Error("{}: rope.scaling.original_context_length {} is out of range", file.path(),
+                 orig_ctx);
+  }
+  cfg->rope_orig_ctx = static_cast<int>(orig_ctx);
+  const bool yarn = cfg->rope_scaling == RopeScaling::kYarn;
+  KV_ASSIGN_OR_RETURN(double ext, file.GetFloatOr(p + ".rope.scaling.yarn_ext_factor", -1.0));
+  if (ext < 0) ext = yarn ? 1.0 : 0.0;
+  KV_ASSIGN_OR_RETURN(double attn, file.GetFloatOr(p + ".rope.scaling.yarn_attn_factor", 1.0));
+  KV_ASSIGN_OR_RETURN(double beta_fast, file.GetFloatOr(p + ".rope.scaling.yarn_beta_fast", 32.0));
+  KV_ASSIGN_OR_RETURN(double beta_slow, file.GetFloatOr(p + ".rope.scaling.yarn_beta_slow", 1.0));
+  KV_ASSIGN_OR_RETURN(double log_mul, file.GetFloatOr(p + ".rope.scaling.yarn_log_multiplier", 0.0));
+  KV_ASSIGN_OR_RETURN(double rope_attn, file.GetFloatOr(p + ".rope.scaling.attn_factor", 1.0));
+  if (!(ext <= 1e3 && attn > 0 && attn < 1e3 && beta_fast > 0 && beta_slow > 0 &&
+        beta_fast < 1e6 && beta_slow < 1e6 && std::isfinite(log_mul) && rope_attn > 0 &&
+        rope_attn < 1e3)) {
+    return Error("{}: rope.scaling.yarn_* / attn_factor values are out of range", file.path());
+  }
+  if (ext != 0) {
+    // llama.cpp's magnitude factor for a scale s: 1 + 0.1 m ln(s) for s > 1.
+    auto mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+    attn = log_mul != 0 ? mscale(factor, 1.0) / mscale(factor, log_mul) : mscale(factor, 1.0);
+    // RopeCosSin multiplies by 1 + 0.1 ln(factor) again, as ggml's rope does; cancel it here.
+    attn /= 1.0 + 0.1 * std::log(factor);
+  }
+  cfg->yarn_ext_factor = static_cast<float>(ext);
+  cfg->yarn_beta_fast = static_cast<float>(beta_fast);
+  cfg->yarn_beta_slow = static_cast<float>(beta_slow);
+  cfg->rope_attn_factor = static_cast<float>(attn * rope_attn);
+  cfg->rope_freq_factors = file.FindTensor("rope_freqs.weight") != nullptr;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LoadLlamaFamilyConfig(const GgufFile& file, std::string_view prefix, ModelConfig* cfg) {
@@ -115,22 +183,7 @@ Status LoadLlamaFamilyConfig(const GgufFile& file, std::string_view prefix, Mode
   KV_ASSIGN_OR_RETURN(double base, file.GetFloatOr(p + ".rope.freq_base", 10000.0));
   if (!(base > 1)) return Error("{}: rope.freq_base {} must be > 1", file.path(), base);
   cfg->rope_base = static_cast<float>(base);
-  // Linear RoPE scaling divides positions by the factor.
-  std::string scaling = "none";
-  if (file.Find(p + ".rope.scaling.type") != nullptr) {
-    KV_ASSIGN_OR_RETURN(scaling, file.GetString(p + ".rope.scaling.type"));
-  }
-  KV_ASSIGN_OR_RETURN(double factor, file.GetFloatOr(p + ".rope.scaling.factor", 1.0));
-  if (file.Find(p + ".rope.scale_linear") != nullptr) {
-    KV_ASSIGN_OR_RETURN(factor, file.GetFloat(p + ".rope.scale_linear"));
-    scaling = "linear";
-  }
-  if (scaling == "linear" && factor > 0 && factor != 1.0) {
-    cfg->rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none" && scaling != "linear" && factor != 1.0) {
-    return Error("{}: rope scaling '{}' is not supported (supported: none, linear)", file.path(),
-                 scaling);
-  }
+  KV_RETURN_IF_ERROR(LoadRopeScaling(file, p, cfg));
 
   const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
   if (embd == nullptr) {
