@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/progress.h"
 #include "cli/commands.h"
@@ -42,6 +43,7 @@ struct GenerateOptions {
   std::vector<std::string> stops;  // ring only: stop strings
   TrustFlags trust;                // ring only: how the head is authenticated
   std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
+  ChatFlags chat;                  // -p as a user message in the model's chat template
 };
 
 struct GenerateStats {
@@ -62,6 +64,7 @@ std::optional<std::string> CheckOptions(const GenerateOptions& o) {
   if (o.n_predict < 0) return fmt::format("-n must be >= 0 (got {})", o.n_predict);
   if (o.n_threads < 1) return fmt::format("-t must be >= 1 (got {})", o.n_threads);
   if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
+  if (std::string e = CheckChatFlags(o.chat); !e.empty()) return e;
   return CheckSampling(o.sampling);
 }
 
@@ -146,6 +149,13 @@ int RunOnRing(const GenerateOptions& o) {
   RingRequest req;
   req.head = o.ring;
   req.prompt = o.prompt;
+  if (o.chat.enabled()) {
+    // The head tokenizes what it is sent, as a local run would (BOS as its vocabulary asks, special
+    // tokens parsed), so the laid-out text gives the same ids there.
+    auto text = ChatPromptWithoutModel(o.chat, o.market.empty() ? "--ring" : "--market", o.prompt);
+    if (!text.ok()) return UsageError(kCmd, text.status().message());
+    req.prompt = std::move(text).value();
+  }
   req.n_predict = o.n_predict;
   req.sampling = o.sampling;
   req.ignore_eos = o.ignore_eos;
@@ -216,7 +226,13 @@ int RunOnMarket(GenerateOptions o) {
 int RunGenerate(GenerateOptions o) {
   if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
   o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
-  if (!o.market.empty()) return RunOnMarket(std::move(o));
+  if (!o.market.empty()) {
+    // Refused before asking the market for a ring: the client has no model to read a template from.
+    if (o.chat.enabled() && o.chat.template_name.empty()) {
+      return UsageError(kCmd, ChatPromptWithoutModel(o.chat, "--market", "").status().message());
+    }
+    return RunOnMarket(std::move(o));
+  }
   if (!o.ring.empty()) {
     if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
     return RunOnRing(o);
@@ -226,6 +242,16 @@ int RunGenerate(GenerateOptions o) {
     if (Status st = CheckWritable(o.stats_path); !st.ok()) return Fail(kCmd, st);
   }
 
+  std::string prompt_text = o.prompt;
+  if (o.chat.enabled()) {
+    // Only the header is read here, so a model without a usable template costs no weight loading.
+    auto file = OpenGguf(o.model_path);
+    if (!file.ok()) return Fail(kCmd, file.status());
+    auto text = ChatPrompt(o.chat, (*file)->header(), o.model_path, o.prompt);
+    if (!text.ok()) return Fail(kCmd, text.status());
+    prompt_text = std::move(text).value();
+  }
+
   Stopwatch load_clock;
   auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true);
   if (!model.ok()) return Fail(kCmd, model.status());
@@ -233,7 +259,7 @@ int RunGenerate(GenerateOptions o) {
   stats.load_ms = load_clock.Millis();
 
   const std::vector<int32_t> prompt =
-      model->tokenizer->Encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
+      model->tokenizer->Encode(prompt_text, /*add_special=*/true, /*parse_special=*/true);
   const int n_ctx = model->window->n_ctx();
   stats.n_prompt = static_cast<int>(prompt.size());
   if (prompt.empty()) return Fail(kCmd, "the prompt is empty (no tokens)");
@@ -291,7 +317,9 @@ int GenerateMain(int argc, char** argv) {
     app.add_option("--manifest", o.manifest_path,
                    "(with --ring) the ring's manifest: rank 0's node_key authenticates the head");
     AddClientTrustFlags(app, &o.trust);
-    app.add_option("-p,--prompt", o.prompt, "prompt text")->required();
+    app.add_option("-p,--prompt", o.prompt, "prompt text (with --chat: the user's message)")
+        ->required();
+    AddChatFlags(app, &o.chat);
     app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
     AddSamplingOptions(app, &o.sampling, &o.seed);
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
@@ -299,7 +327,8 @@ int GenerateMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--stats", o.stats_path, "write timing statistics as JSON to this file");
     app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after end-of-generation tokens");
-    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    std::vector<char*> args = SpellChatAliases(argc, argv);
+    if (auto code = ParseArgs(app, kCmd, argc, args.data())) return *code;
     return RunGenerate(std::move(o));
   });
 }

@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/secret_file.h"
+#include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/ring_cli.h"
@@ -45,6 +46,7 @@ struct RunOptions {
   RingRequest request;
   std::optional<uint64_t> seed;
   bool relay = false;  // every link through a local `kvasir relay`
+  ChatFlags chat;      // -p as a user message in the model's chat template
 };
 
 struct Child {
@@ -205,6 +207,15 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
+// The model's header: the local file, or the header of a model given by URL (one ranged read).
+Result<std::shared_ptr<const GgufFile>> OpenModelHeader(const std::string& path, bool remote) {
+  if (!remote) return OpenGguf(path);
+  KV_ASSIGN_OR_RETURN(RemoteHeader rh, ReadRemoteHeader(path, net::HttpOptions{}));
+  KV_ASSIGN_OR_RETURN(GgufHeader header, ParseGgufHeader(rh.bytes, rh.file_size, rh.url));
+  return std::make_shared<const GgufFile>(
+      GgufFile::HeaderOnly(std::move(header), path, rh.file_size));
+}
+
 // One stage to spawn: its name and window.
 struct StagePlan {
   std::string name;
@@ -213,6 +224,7 @@ struct StagePlan {
 
 int RunRing(RunOptions o) {
   std::vector<StagePlan> plan;
+  Result<std::shared_ptr<const GgufFile>> file = Status::Error("not opened");
   // A model given by URL: every stage fetches its own window (or reuses one fetched before).
   bool remote = net::LooksLikeUrl(o.model_path);
   if (!o.manifest_path.empty()) {
@@ -230,17 +242,7 @@ int RunRing(RunOptions o) {
     if (o.n_ctx == 0) o.n_ctx = m->ctx;
   } else {
     if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
-    Result<std::shared_ptr<const GgufFile>> file = Status::Error("unset");
-    if (remote) {
-      auto rh = ReadRemoteHeader(o.model_path, net::HttpOptions{});
-      if (!rh.ok()) return Fail(kCmd, rh.status());
-      auto header = ParseGgufHeader(rh->bytes, rh->file_size, rh->url);
-      if (!header.ok()) return Fail(kCmd, header.status());
-      file = std::make_shared<const GgufFile>(
-          GgufFile::HeaderOnly(std::move(header).value(), o.model_path, rh->file_size));
-    } else {
-      file = OpenGguf(o.model_path);
-    }
+    file = OpenModelHeader(o.model_path, remote);
     if (!file.ok()) return Fail(kCmd, file.status());
     auto cfg = LoadModelConfig(**file);
     if (!cfg.ok()) return Fail(kCmd, cfg.status());
@@ -253,6 +255,15 @@ int RunRing(RunOptions o) {
       plan.push_back({fmt::format("stage{}", i), i * n_layer / o.n_stages,
                       (i + 1) * n_layer / o.n_stages});
     }
+  }
+  if (o.chat.enabled()) {
+    // The head tokenizes the text (BOS as the vocabulary asks, special tokens parsed), as
+    // `generate` does locally.
+    if (!file.ok()) file = OpenModelHeader(o.model_path, remote);
+    if (!file.ok()) return Fail(kCmd, file.status());
+    auto text = ChatPrompt(o.chat, (*file)->header(), o.model_path, o.request.prompt);
+    if (!text.ok()) return Fail(kCmd, text.status());
+    o.request.prompt = std::move(text).value();
   }
   // Stages that download first need longer than a local ring to come up; a stage that fails ends
   // the run anyway.
@@ -380,7 +391,9 @@ int RunMain(int argc, char** argv) {
     app.add_option("-m,--model", o.model_path, "GGUF model file (with --manifest: default its model)");
     app.add_option("--manifest", o.manifest_path, "rank manifest from `kvasir plan`: its windows")
         ->excludes(app.add_option("--stages", o.n_stages, "number of stages (even split)"));
-    app.add_option("-p,--prompt", o.request.prompt, "prompt text")->required();
+    app.add_option("-p,--prompt", o.request.prompt, "prompt text (with --chat: the user's message)")
+        ->required();
+    AddChatFlags(app, &o.chat);
     app.add_option("-n,--n-predict", o.request.n_predict, "tokens to generate")
         ->capture_default_str();
     AddSamplingOptions(app, &s, &o.seed);
@@ -400,7 +413,9 @@ int RunMain(int argc, char** argv) {
     app.add_flag("--relay", o.relay,
                  "carry every link through a local `kvasir relay` (ws:// on loopback), as stages "
                  "behind NAT would through a public one");
-    if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    std::vector<char*> args = SpellChatAliases(argc, argv);
+    if (auto code = ParseArgs(app, kCmd, argc, args.data())) return *code;
+    if (std::string e = CheckChatFlags(o.chat); !e.empty()) return UsageError(kCmd, e);
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
     if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);
     if (o.threads_per_stage < 1) return UsageError(kCmd, "-t must be >= 1");

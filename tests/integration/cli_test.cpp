@@ -647,5 +647,137 @@ TEST(CliTest, GenerateOnAMarketThatIsNotThereNamesIt) {
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
 }
 
+// ---- chat templates ---------------------------------------------------------------------------
+
+// "prompt:    N tokens" from generate's summary, or -1.
+int PromptTokens(const RunResult& r) {
+  const size_t at = r.err.find("prompt:    ");
+  return at == std::string::npos ? -1 : std::atoi(r.err.c_str() + at + 11);
+}
+
+// A copy of stories260K (tensors and all) whose tokenizer.chat_template is `chat_template`.
+std::string StoriesWithTemplate(const TempDir& dir, const std::string& chat_template) {
+  auto stories = GgufFile::Open(AssetPath(kStories));
+  EXPECT_TRUE(stories.ok()) << stories.status().message();
+  GgufWriter w;
+  w.CopyKvs(stories->header());
+  w.SetKv("tokenizer.chat_template", GgufValue::String(chat_template));
+  for (const GgufTensorInfo& t : stories->tensors()) {
+    EXPECT_TRUE(w.AddTensor(t.name, static_cast<TensorType>(t.type),
+                            std::span<const uint64_t>(t.ne.data(), t.n_dims),
+                            stories->TensorData(t))
+                    .ok());
+  }
+  const std::string path = dir.File("chat.gguf");
+  EXPECT_TRUE(w.Write(path).ok());
+  return path;
+}
+
+TEST(CliTest, ChatOnAModelWithoutATemplateFailsClearly) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  RunResult r = Kvasir({"generate", "-m", model, "--chat", "-p", "hi", "-n", "1"});
+  ExpectRuntimeError(r, "generate", model);
+  EXPECT_THAT(r.err, HasSubstr("no tokenizer.chat_template"));
+  EXPECT_THAT(r.err, HasSubstr("--chat-template NAME"));
+  EXPECT_EQ(r.out, "");
+  // -sys alone asks for the chat format too.
+  ExpectRuntimeError(Kvasir({"generate", "-m", model, "-sys", "Be kind.", "-p", "hi", "-n", "1"}),
+                     "generate", "no tokenizer.chat_template");
+  ExpectRuntimeError(Kvasir({"run", "-m", model, "--chat", "-p", "hi", "-n", "1"}), "run",
+                     "no tokenizer.chat_template");
+}
+
+TEST(CliTest, ChatWithAForcedTemplateChangesThePrompt) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  const std::vector<std::string> base = {
+      "generate", "-m", model, "-p", "Once upon a time", "-n", "2", "--temp", "0", "-t", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Kvasir(args);
+  };
+  RunResult plain = with({});
+  ASSERT_EQ(plain.code, 0) << Describe(plain);
+  EXPECT_EQ(PromptTokens(plain), 5);
+  // The vocabulary has no <|im_start|> token: the markers tokenize as text, the prompt grows.
+  RunResult chat = with({"--chat", "--chat-template", "chatml"});
+  ASSERT_EQ(chat.code, 0) << Describe(chat);
+  EXPECT_GT(PromptTokens(chat), 5);
+  // --chat-template alone implies --chat.
+  RunResult forced = with({"--chat-template", "chatml"});
+  ASSERT_EQ(forced.code, 0) << Describe(forced);
+  EXPECT_EQ(PromptTokens(forced), PromptTokens(chat));
+  // -sys (llama.cpp's spelling) and --system add a system turn and imply --chat.
+  RunResult sys = with({"-sys", "Be kind.", "--chat-template", "chatml"});
+  ASSERT_EQ(sys.code, 0) << Describe(sys);
+  EXPECT_GT(PromptTokens(sys), PromptTokens(chat));
+  RunResult system = with({"--system", "Be kind.", "--chat-template", "chatml"});
+  EXPECT_EQ(PromptTokens(system), PromptTokens(sys));
+  // Another family lays the same turn out differently.
+  RunResult gemma = with({"--chat-template", "gemma"});
+  ASSERT_EQ(gemma.code, 0) << Describe(gemma);
+  EXPECT_GT(PromptTokens(gemma), 5);
+  EXPECT_NE(PromptTokens(gemma), PromptTokens(chat));
+
+  ExpectUsageError(with({"--chat-template", "vicuna"}), "generate", "--chat-template");
+}
+
+TEST(CliTest, ChatUsesTheTemplateInTheFile) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string chatml = StoriesWithTemplate(
+      dir,
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
+      "%}{{ '<|im_start|>assistant\n' }}{% endif %}");
+  RunResult own = Kvasir(
+      {"generate", "-m", chatml, "--chat", "-p", "Once upon a time", "-n", "2", "--temp", "0"});
+  ASSERT_EQ(own.code, 0) << Describe(own);
+  RunResult forced = Kvasir({"generate", "-m", AssetPath(kStories), "--chat-template", "chatml",
+                             "-p", "Once upon a time", "-n", "2", "--temp", "0"});
+  ASSERT_EQ(forced.code, 0) << Describe(forced);
+  EXPECT_EQ(PromptTokens(own), PromptTokens(forced));
+  EXPECT_EQ(own.out, forced.out);
+
+  const std::string odd = StoriesWithTemplate(dir, "{{ messages | my_own_format }}");
+  RunResult r = Kvasir({"generate", "-m", odd, "--chat", "-p", "hi", "-n", "1"});
+  ExpectRuntimeError(r, "generate", odd);
+  EXPECT_THAT(r.err, HasSubstr("not recognised"));
+  EXPECT_THAT(r.err, HasSubstr("<|im_start|>"));
+  // An override still works on such a file.
+  RunResult over =
+      Kvasir({"generate", "-m", odd, "--chat-template", "llama3", "-p", "hi", "-n", "1"});
+  EXPECT_EQ(over.code, 0) << Describe(over);
+}
+
+TEST(CliTest, ChatOnARingNeedsANamedTemplate) {
+  // The client has no model file: refused before it connects to anything.
+  ExpectUsageError(Kvasir({"generate", "--ring", "127.0.0.1:1", "--chat", "-p", "hi"}), "generate",
+                   "--chat-template NAME");
+  ExpectUsageError(Kvasir({"generate", "--market", "http://127.0.0.1:1", "--model", "x", "-sys",
+                           "Be kind.", "-p", "hi"}),
+                   "generate", "--chat-template NAME");
+}
+
+TEST(CliTest, RunChatGivesTheLocalPrompt) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::string model = AssetPath(kStories);
+  RunResult local =
+      Kvasir({"generate", "-m", model, "-sys", "Be kind.", "--chat-template", "llama3", "-p",
+              "Once upon a time", "-n", "4", "--temp", "0", "-t", "1"});
+  ASSERT_EQ(local.code, 0) << Describe(local);
+  RunResult ring =
+      Kvasir({"run", "-m", model, "--stages", "2", "-sys", "Be kind.", "--chat-template", "llama3",
+              "-p", "Once upon a time", "-n", "4", "--temp", "0", "-t", "1", "-c", "256"});
+  ASSERT_EQ(ring.code, 0) << Describe(ring);
+  EXPECT_GT(PromptTokens(ring), 5);
+  EXPECT_EQ(PromptTokens(ring), PromptTokens(local));
+  EXPECT_EQ(ring.out, local.out);
+  ExpectUsageError(Kvasir({"run", "-m", model, "--chat-template", "nope", "-p", "hi"}), "run",
+                   "--chat-template");
+}
+
 }  // namespace
 }  // namespace kvasir
