@@ -117,6 +117,12 @@ void GenericRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t r
 void MatMulQuantRowsT(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
                       int64_t row_end) {
   if (w.type != TensorType::kQ4_0 && w.type != TensorType::kQ8_0) {
+#if HWY_TARGET == HWY_AVX3_DL
+    if (HaveX86Kernels() && HaveVnniKQuantKernel(w.type)) {
+      MatMulKQuantRowsVnni(w, acts, y, row_begin, row_end);
+      return;
+    }
+#endif
     MatMulIntFormRows(w, acts, y, row_begin, row_end);
     return;
   }
