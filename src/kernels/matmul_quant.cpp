@@ -118,8 +118,13 @@ void MatMulQuantRowsT(const MatrixView& w, const QuantActs& acts, float* y, int6
                       int64_t row_end) {
   if (w.type != TensorType::kQ4_0 && w.type != TensorType::kQ8_0) {
 #if HWY_TARGET == HWY_AVX3_DL
-    if (HaveX86Kernels() && HaveVnniKQuantKernel(w.type)) {
+    if (HaveX86Kernels() && HaveKQuantKernels(w.type)) {
       MatMulKQuantRowsVnni(w, acts, y, row_begin, row_end);
+      return;
+    }
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+    if (HaveX86Kernels() && HaveKQuantKernels(w.type)) {
+      MatMulKQuantRowsAvx2(w, acts, y, row_begin, row_end);
       return;
     }
 #endif

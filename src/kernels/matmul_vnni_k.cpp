@@ -359,7 +359,7 @@ void RunRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_b
 
 }  // namespace
 
-bool HaveVnniKQuantKernel(TensorType type) {
+bool HaveKQuantKernels(TensorType type) {
   return type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
 }
 
@@ -382,7 +382,7 @@ void MatMulKQuantRowsVnni(const MatrixView& w, const QuantActs& acts, float* y, 
 
 #else  // !KV_HAVE_X86_KERNELS
 
-bool HaveVnniKQuantKernel(TensorType) { return false; }
+bool HaveKQuantKernels(TensorType) { return false; }
 
 void MatMulKQuantRowsVnni(const MatrixView&, const QuantActs&, float*, int64_t, int64_t) {
   KV_CHECK(false, "VNNI kernels are not built for this architecture");
