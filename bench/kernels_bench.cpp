@@ -1,6 +1,7 @@
 // MatMul benchmarks: decode (one token, memory-bound; reports GB/s of weights streamed) and prefill
 // (128 tokens, compute-bound; reports GFLOP/s, 2 flops per multiply-add) for the matrix shapes of a
-// 2048-wide model, in Q4_0, Q8_0 and F16, on 1 and 2 threads.
+// 2048-wide model, in Q4_0, Q8_0, F16 and the K-quants of Q4_K_M/Q5_K_M files (Q4_K, Q5_K, Q6_K),
+// on 1 and 2 threads. KQuants times the other quantized types once (one thread, 5632 x 2048).
 //
 //   build-kernels/bin/kernels_bench --benchmark_filter=Decode --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
@@ -95,7 +96,8 @@ void BM_MatMul(benchmark::State& state) {
 double MinOf(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 void MatMulArgs(benchmark::internal::Benchmark* b, int64_t n_tokens) {
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kF16}) {
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kF16, TensorType::kQ4_K,
+                          TensorType::kQ5_K, TensorType::kQ6_K}) {
     for (int64_t rows : {2048, 5632}) {
       for (int64_t threads : {1, 2}) {
         b->Args({static_cast<int64_t>(type), rows, 2048, n_tokens, threads, 0});
@@ -116,6 +118,18 @@ BENCHMARK(BM_MatMul)->Name("DecodeBatch")->Apply([](auto* b) {
       for (int64_t n_tokens : {1, 2, 4, 8}) {
         b->Args({static_cast<int64_t>(TensorType::kQ4_0), 5632, 2048, n_tokens, threads, cached});
       }
+    }
+  }
+  b->ArgNames({"type", "rows", "cols", "tokens", "threads", "cached"});
+  b->Unit(benchmark::kMicrosecond);
+  b->UseRealTime();
+  b->ComputeStatistics("min", MinOf);
+});
+BENCHMARK(BM_MatMul)->Name("KQuants")->Apply([](auto* b) {
+  for (TensorType type : {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K,
+                          TensorType::kQ3_K}) {
+    for (int64_t n_tokens : {1, 128}) {
+      b->Args({static_cast<int64_t>(type), 5632, 2048, n_tokens, 1, 0});
     }
   }
   b->ArgNames({"type", "rows", "cols", "tokens", "threads", "cached"});

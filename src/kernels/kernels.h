@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "gguf/tensor_type.h"
+#include "kernels/quant_blocks.h"  // block layouts of the quantized types
 
 namespace kvasir {
 
@@ -20,29 +21,22 @@ uint16_t F32ToF16(float f);  // round to nearest even, as ggml
 float BF16ToF32(uint16_t h);
 uint16_t F32ToBF16(float f);  // round to nearest even; NaN stays NaN
 
-// Block layouts (ggml-compatible, little-endian, packed).
-#pragma pack(push, 1)
-struct BlockQ8_0 {
-  uint16_t d;     // f16 scale
-  int8_t qs[32];  // value = d * qs[i]
-};
-struct BlockQ4_0 {
-  uint16_t d;      // f16 scale
-  uint8_t qs[16];  // element i (i<16) = low nibble of qs[i], element i+16 = high nibble; value = d*(q-8)
-};
-#pragma pack(pop)
-static_assert(sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ4_0) == 18);
 
-// True for the types the kernels can dequantize and multiply: F32, F16, BF16, Q8_0, Q4_0.
+// True for the types the kernels can dequantize and multiply: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1 (blocks of 32) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (blocks of 256).
 bool KernelsSupport(TensorType type);
-std::string SupportedTypesList();  // "f32, f16, bf16, q8_0, q4_0", for messages
+std::string SupportedTypesList();  // "f32, f16, bf16, q8_0, q4_0, ...", for messages
+
+// Values per block of `type` (1 for F32/F16/BF16, 32, or 256 for the K-quants).
+int64_t BlockValues(TensorType type);
 
 // Bytes of one row of `n` elements of `type` (n must be a multiple of the block size).
 size_t RowBytes(TensorType type, int64_t n);
 
-// Quantizes/converts `n` floats into `type` (n a multiple of the block size). Q8_0 and Q4_0 follow
-// ggml's reference quantizers (scale from the absolute maximum, round to nearest).
+// Quantizes/converts `n` floats into `type` (n a multiple of the block size). Every type follows
+// ggml's reference quantizer (quantize_row_*_ref): Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 take the scale from
+// the extremes and round to nearest; the K-quants search sub-block scales (and mins) that minimise
+// a weighted squared error, then quantize those scales with one f16 super-block scale.
 void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst);
 // Dequantizes/converts `n` values of `type` to floats.
 void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst);
@@ -61,8 +55,10 @@ struct MatrixView {
 
 // y[t, r] = sum_i W[r, i] * x[t, i] for t < n_tokens, r < w.rows.
 // x: [n_tokens, w.cols] f32 row-major. y: [n_tokens, w.rows] f32 row-major.
-// For Q8_0/Q4_0 weights the activations are first quantized to Q8_0 blocks (as ggml does), and the
-// products use integer dot products; F16/BF16 weights are widened to f32. Work is split over `pool`.
+// For quantized weights the activations are first quantized to Q8_0 blocks (as ggml does for Q8_0
+// and Q4_0), and the products use integer dot products (kernels_ref.cpp defines the arithmetic);
+// F16/BF16 weights are widened to f32. The result of a (row, token) does not depend on the batch,
+// the thread count or the SIMD target (where fused multiply-add is available). Work is split over `pool`.
 void MatMul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 // Row `r` of W dequantized into out[0, w.cols).

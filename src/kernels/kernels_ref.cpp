@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/quant_ints.h"
+#include "kernels/quant_ref.h"
 
 namespace kvasir::ref {
 namespace {
@@ -94,7 +96,9 @@ void QuantizeRow(TensorType type, const float* src, int64_t n, void* dst) {
       QuantizeQ4_0(src, n, static_cast<BlockQ4_0*>(dst));
       return;
     default:
-      KV_CHECK(false, "QuantizeRow: unsupported type {}", static_cast<uint32_t>(type));
+      KV_CHECK(IsExtraQuantType(type), "QuantizeRow: unsupported type {}",
+               static_cast<uint32_t>(type));
+      QuantizeExtraRow(type, src, n, dst);
   }
 }
 
@@ -121,38 +125,44 @@ void DequantizeRow(TensorType type, const void* src, int64_t n, float* dst) {
       return;
     }
     default:
-      KV_CHECK(false, "DequantizeRow: unsupported type {}", static_cast<uint32_t>(type));
+      KV_CHECK(IsExtraQuantType(type), "DequantizeRow: unsupported type {}",
+               static_cast<uint32_t>(type));
+      DequantizeExtraRow(type, src, n, dst);
   }
 }
 
-// Quantized weights: every activation row becomes Q8_0 blocks; per block the integer dot product
-// isum is exact, and the row sum is one fused multiply-add per block, in block order:
-//   acc = fma(float(isum_b), dw_b * dx_b, acc).
-// The SIMD kernels perform exactly these operations for every (row, token).
+// Quantized weights: every activation row becomes Q8_0 blocks, and every weight block of 32 its
+// integer form; quant_ints.h defines the arithmetic (for Q8_0/Q4_0 it is one fused multiply-add
+// per block, acc = fma(float(isum_b), dw_b * dx_b, acc)). The SIMD kernels perform exactly these
+// operations for every (row, token).
 void MatMul(const MatrixView& w, const float* x, int64_t n_tokens, float* y) {
   const int64_t cols = w.cols;
   const auto* base = static_cast<const uint8_t*>(w.data);
-  if (w.type == TensorType::kQ8_0 || w.type == TensorType::kQ4_0) {
+  if (kernels_internal::IsQuantizedType(w.type)) {
     const int64_t nb = cols / kBlock;
+    const kernels_internal::MinKind kind = kernels_internal::MinKindOf(w.type);
     std::vector<BlockQ8_0> xq(static_cast<size_t>(nb));
+    std::vector<int32_t> sum(static_cast<size_t>(nb)), sum_lo(static_cast<size_t>(nb));
+    std::vector<float> dx(static_cast<size_t>(nb)), fsum(static_cast<size_t>(nb));
+    kernels_internal::IntBlock blk;
     for (int64_t t = 0; t < n_tokens; ++t) {
       QuantizeQ8_0(x + t * cols, cols, xq.data());
+      for (int64_t b = 0; b < nb; ++b) {
+        sum[b] = sum_lo[b] = 0;
+        for (int j = 0; j < kBlock; ++j) {
+          sum[b] += xq[b].qs[j];
+          if (j < 16) sum_lo[b] += xq[b].qs[j];
+        }
+        dx[b] = F16ToF32(xq[b].d);
+        fsum[b] = dx[b] * static_cast<float>(sum[b]);
+      }
       for (int64_t r = 0; r < w.rows; ++r) {
         const uint8_t* row = base + static_cast<size_t>(r) * w.row_bytes;
         float acc = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
-          int32_t isum = 0;
-          float dw;
-          if (w.type == TensorType::kQ8_0) {
-            const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-            for (int j = 0; j < kBlock; ++j) isum += int32_t{blk.qs[j]} * int32_t{xq[b].qs[j]};
-            dw = F16ToF32(blk.d);
-          } else {
-            const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-            for (int j = 0; j < kBlock; ++j) isum += Q4Value(blk, j) * int32_t{xq[b].qs[j]};
-            dw = F16ToF32(blk.d);
-          }
-          acc = std::fma(static_cast<float>(isum), dw * F16ToF32(xq[b].d), acc);
+          kernels_internal::DecodeIntBlock(w.type, row, b, &blk);
+          acc = kernels_internal::IntBlockStep(blk, kind, xq[b].qs, dx[b], sum[b], sum_lo[b],
+                                               fsum[b], acc);
         }
         y[t * w.rows + r] = acc;
       }

@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/quant_ints.h"
 
 namespace kvasir {
 namespace {
@@ -20,6 +21,9 @@ struct ActBuffers {
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int32_t> corr;
+  std::vector<int32_t> sum;
+  std::vector<int32_t> sum_lo;
+  std::vector<float> fsum;
 };
 
 thread_local ActBuffers t_acts;
@@ -62,7 +66,7 @@ void MatMul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
   if (n_tokens == 0 || w.rows == 0) return;
   KV_CHECK(w.row_bytes >= RowBytes(w.type, w.cols), "MatMul: row stride {} < row size {}",
            w.row_bytes, RowBytes(w.type, w.cols));
-  if (w.type == TensorType::kQ8_0 || w.type == TensorType::kQ4_0) {
+  if (kernels_internal::IsQuantizedType(w.type)) {
     const int64_t nb = w.cols / kQBlock;
     ActBuffers& buf = t_acts;
     const auto need = static_cast<size_t>(n_tokens * nb);
@@ -70,9 +74,14 @@ void MatMul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
       buf.qs.resize(need * kQBlock);
       buf.d.resize(need);
       buf.corr.resize(need);
+      buf.sum.resize(need);
+      buf.sum_lo.resize(need);
+      buf.fsum.resize(need);
     }
-    const kernels_internal::QuantActs acts{n_tokens, w.cols, buf.qs.data(), buf.d.data(),
-                                           buf.corr.data()};
+    const kernels_internal::QuantActs acts{n_tokens,          w.cols,
+                                           buf.qs.data(),     buf.d.data(),
+                                           buf.corr.data(),   buf.sum.data(),
+                                           buf.sum_lo.data(), buf.fsum.data()};
     const int32_t bias = kernels_internal::UnsignedWeightBias(w.type);
     pool.ParallelFor(kernels_internal::ActTiles(n_tokens), 1, [&](int64_t begin, int64_t end) {
       kernels_internal::QuantizeActs(x, bias, acts, begin, end);

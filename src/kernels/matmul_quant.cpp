@@ -1,4 +1,5 @@
-// Q8_0/Q4_0 weights x Q8_0 activations (Highway, dispatched at run time). The x86 targets hand the
+// Quantized weights x Q8_0 activations (Highway, dispatched at run time). Types other than
+// Q8_0/Q4_0 go to the kernels of matmul_int_form.cpp. The x86 targets hand the
 // work to the intrinsics kernels of matmul_x86.h (AVX3_DL: VNNI; AVX3, AVX2: AVX2); the others run
 // the portable kernel below. All perform, for every (row, token),
 // acc = fma(float(isum_b), dw_b * dx_b, acc) over the blocks in order with exact integer isum_b, so
@@ -115,6 +116,21 @@ void GenericRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t r
 
 void MatMulQuantRowsT(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
                       int64_t row_end) {
+  if (w.type != TensorType::kQ4_0 && w.type != TensorType::kQ8_0) {
+#if HWY_TARGET == HWY_AVX3_DL
+    if (HaveX86Kernels() && HaveKQuantKernels(w.type)) {
+      MatMulKQuantRowsVnni(w, acts, y, row_begin, row_end);
+      return;
+    }
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+    if (HaveX86Kernels() && HaveKQuantKernels(w.type)) {
+      MatMulKQuantRowsAvx2(w, acts, y, row_begin, row_end);
+      return;
+    }
+#endif
+    MatMulIntFormRows(w, acts, y, row_begin, row_end);
+    return;
+  }
 #if HWY_TARGET == HWY_AVX3_DL
   if (HaveX86Kernels()) {
     MatMulQuantRowsVnni(w, acts, y, row_begin, row_end);

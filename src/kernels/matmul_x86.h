@@ -27,4 +27,13 @@ void MatMulQuantRowsVnni(const MatrixView& w, const QuantActs& acts, float* y, i
 void MatMulQuantRowsAvx2(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
                          int64_t row_end);  // AVX2 + FMA + F16C
 
+// Q4_K/Q5_K/Q6_K (HaveKQuantKernels) with AVX512-VNNI, same contract and arithmetic as the
+// integer form of quant_ints.h: bit-identical to ref::MatMul (matmul_vnni_k.cpp).
+bool HaveKQuantKernels(TensorType type);
+void MatMulKQuantRowsVnni(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
+                          int64_t row_end);
+// The same types with AVX2 + FMA + F16C (matmul_avx2_k.cpp).
+void MatMulKQuantRowsAvx2(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_begin,
+                          int64_t row_end);
+
 }  // namespace kvasir::kernels_internal

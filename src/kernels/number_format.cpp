@@ -76,39 +76,78 @@ uint16_t F32ToBF16(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-bool KernelsSupport(TensorType type) {
+bool KernelsSupport(TensorType type) { return BlockValues(type) > 0; }
+
+std::string SupportedTypesList() {
+  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k";
+}
+
+int64_t BlockValues(TensorType type) {
   switch (type) {
     case TensorType::kF32:
     case TensorType::kF16:
     case TensorType::kBF16:
+      return 1;
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
-      return true;
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+      return 32;
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      return kSuperBlock;
     default:
-      return false;
+      return 0;
   }
 }
 
-std::string SupportedTypesList() { return "f32, f16, bf16, q8_0, q4_0"; }
+namespace {
+
+size_t BlockBytes(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+      return 4;
+    case TensorType::kF16:
+    case TensorType::kBF16:
+      return 2;
+    case TensorType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case TensorType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case TensorType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case TensorType::kQ5_0:
+      return sizeof(BlockQ5_0);
+    case TensorType::kQ5_1:
+      return sizeof(BlockQ5_1);
+    case TensorType::kQ2_K:
+      return sizeof(BlockQ2_K);
+    case TensorType::kQ3_K:
+      return sizeof(BlockQ3_K);
+    case TensorType::kQ4_K:
+      return sizeof(BlockQ4_K);
+    case TensorType::kQ5_K:
+      return sizeof(BlockQ5_K);
+    case TensorType::kQ6_K:
+      return sizeof(BlockQ6_K);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
 
 size_t RowBytes(TensorType type, int64_t n) {
   KV_CHECK(n >= 0, "negative row length {}", n);
-  switch (type) {
-    case TensorType::kF32:
-      return static_cast<size_t>(n) * 4;
-    case TensorType::kF16:
-    case TensorType::kBF16:
-      return static_cast<size_t>(n) * 2;
-    case TensorType::kQ8_0:
-      KV_CHECK(n % 32 == 0, "q8_0 row of {} values is not a multiple of 32", n);
-      return static_cast<size_t>(n / 32) * sizeof(BlockQ8_0);
-    case TensorType::kQ4_0:
-      KV_CHECK(n % 32 == 0, "q4_0 row of {} values is not a multiple of 32", n);
-      return static_cast<size_t>(n / 32) * sizeof(BlockQ4_0);
-    default:
-      KV_CHECK(false, "RowBytes: unsupported type {}", static_cast<uint32_t>(type));
-  }
-  return 0;
+  const int64_t values = BlockValues(type);
+  KV_CHECK(values > 0, "RowBytes: unsupported type {}", static_cast<uint32_t>(type));
+  KV_CHECK(n % values == 0, "{} row of {} values is not a multiple of {}",
+           TensorTypeName(static_cast<uint32_t>(type)), n, values);
+  return static_cast<size_t>(n / values) * BlockBytes(type);
 }
 
 }  // namespace kvasir

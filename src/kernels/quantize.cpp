@@ -7,11 +7,45 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/quant_ints.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/quantize.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+
+#ifndef KVASIR_KERNELS_QUANTIZE_ONCE
+#define KVASIR_KERNELS_QUANTIZE_ONCE
+namespace kvasir::kernels_internal {
+
+// Dequantizes through the integer form: per half block, value = (dw * s) * q (+ offset). These are
+// exactly the operations of ggml's dequantizers (dw * s and the offsets are exact products, and
+// a - b equals a + (-b)), so the result equals ref::DequantizeRow bit for bit.
+inline void DequantizeIntForm(TensorType type, const void* src, int64_t n, float* dst) {
+  KV_CHECK(IsQuantizedType(type), "DequantizeRow: unsupported type {}",
+           static_cast<uint32_t>(type));
+  const int64_t values = BlockValues(type);
+  KV_CHECK(n % values == 0, "{} row of {} values", TensorTypeName(static_cast<uint32_t>(type)), n);
+  const MinKind kind = MinKindOf(type);
+  IntBlock blk;
+  for (int64_t b = 0; b < n / kQBlock; ++b) {
+    DecodeIntBlock(type, static_cast<const uint8_t*>(src), b, &blk);
+    for (int h = 0; h < 2; ++h) {
+      const float scale = blk.dw * static_cast<float>(blk.s[h]);
+      float* out = dst + b * kQBlock + 16 * h;
+      const int8_t* q = blk.q + 16 * h;
+      if (kind == MinKind::kNone) {
+        for (int i = 0; i < 16; ++i) out[i] = scale * static_cast<float>(q[i]);
+      } else {
+        const float off = kind == MinKind::kFloat ? blk.dmin : blk.dmin * static_cast<float>(blk.m[h]);
+        for (int i = 0; i < 16; ++i) out[i] = scale * static_cast<float>(q[i]) + off;
+      }
+    }
+  }
+}
+
+}  // namespace kvasir::kernels_internal
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace kvasir::kernels_internal {
@@ -32,7 +66,8 @@ HWY_INLINE hn::Vec<DF> RoundHalfAway(DF df, hn::Vec<DF> v) {
 }
 
 // Quantizes nb consecutive blocks of 32 values as ggml's reference Q8_0 quantizer does. Block b's
-// values go to qs_at(b); done(b, f16 scale, sum of the quantized values) reports the rest. Blocks
+// values go to qs_at(b); done(b, f16 scale, sum of the quantized values, sum of the first 16)
+// reports the rest. Blocks
 // go in chunks, each step over a whole chunk, so the per-block divisions and reductions overlap.
 template <class QsAt, class Done>
 HWY_INLINE void QuantizeBlocksQ8(const float* x, int64_t nb, QsAt qs_at, Done done) {
@@ -56,13 +91,21 @@ HWY_INLINE void QuantizeBlocksQ8(const float* x, int64_t nb, QsAt qs_at, Done do
       const float* xb = x + (c0 + i) * kQBlock;
       int8_t* qs = qs_at(c0 + i);
       const auto vinv = hn::Set(df, inv[i]);
-      auto vsum = hn::Zero(di);
+      auto vlo = hn::Zero(di);
+      auto vhi = hn::Zero(di);
       for (size_t j = 0; j < kQBlock; j += n) {
         const auto q = hn::ConvertTo(di, RoundHalfAway(df, hn::Mul(hn::LoadU(df, xb + j), vinv)));
-        vsum = hn::Add(vsum, q);
+        if (j < kQBlock / 2) {
+          vlo = hn::Add(vlo, q);
+        } else {
+          vhi = hn::Add(vhi, q);
+        }
         hn::StoreU(hn::DemoteTo(d8, q), d8, qs + j);
       }
-      done(c0 + i, F32ToF16(scale[i]), hn::GetLane(hn::SumOfLanes(di, vsum)));
+      // At most 16 lanes, so no vector straddles the two halves.
+      const int32_t lo = hn::GetLane(hn::SumOfLanes(di, vlo));
+      const int32_t hi = hn::GetLane(hn::SumOfLanes(di, vhi));
+      done(c0 + i, F32ToF16(scale[i]), lo + hi, lo);
     }
   }
 }
@@ -80,9 +123,13 @@ void QuantizeActsT(const float* x, int32_t bias, const QuantActs& out, int64_t t
     for (int64_t tt = 0; tt < nt; ++tt) {
       QuantizeBlocksQ8(
           x + (t0 + tt) * cols, nb, [&](int64_t b) { return qs + (b * nt + tt) * kQBlock; },
-          [&](int64_t b, uint16_t d16, int32_t sum) {
-            d[b * nt + tt] = F16ToF32(d16);
-            corr[b * nt + tt] = -bias * sum;
+          [&](int64_t b, uint16_t d16, int32_t sum, int32_t sum_lo) {
+            const int64_t slot = b * nt + tt;
+            d[slot] = F16ToF32(d16);
+            corr[slot] = -bias * sum;
+            out.sum[t0 * nb + slot] = sum;
+            out.sum_lo[t0 * nb + slot] = sum_lo;
+            out.fsum[t0 * nb + slot] = d[slot] * static_cast<float>(sum);
           });
     }
   }
@@ -91,7 +138,7 @@ void QuantizeActsT(const float* x, int32_t bias, const QuantActs& out, int64_t t
 void QuantizeRowQ8T(const float* src, int64_t n, BlockQ8_0* dst) {
   QuantizeBlocksQ8(
       src, n / kQBlock, [&](int64_t b) { return dst[b].qs; },
-      [&](int64_t b, uint16_t d16, int32_t) { dst[b].d = d16; });
+      [&](int64_t b, uint16_t d16, int32_t, int32_t) { dst[b].d = d16; });
 }
 
 // Hardware half-precision conversion (F16C on x86, NEON on Arm) is exact for every input; the
@@ -176,7 +223,7 @@ void DequantizeRowT(TensorType type, const void* src, int64_t n, float* dst) {
       return;
     }
     default:
-      KV_CHECK(false, "DequantizeRow: unsupported type {}", static_cast<uint32_t>(type));
+      DequantizeIntForm(type, src, n, dst);
   }
 }
 

@@ -65,9 +65,18 @@ void ForEachSimdTarget(Fn&& fn) {
   kernels_internal::ForceSimdTarget(0);
 }
 
-inline constexpr TensorType kAllTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                                           TensorType::kQ8_0, TensorType::kQ4_0};
+inline constexpr TensorType kAllTypes[] = {
+    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
+    TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
+    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
 
-inline bool IsQuantized(TensorType t) { return t == TensorType::kQ8_0 || t == TensorType::kQ4_0; }
+inline bool IsQuantized(TensorType t) { return BlockValues(t) > 1; }
+
+// `cols` rounded up to a whole number of the type's blocks (256 for the K-quants, whose tests then
+// see the same shapes with 256 in place of 32).
+inline int64_t FitCols(TensorType t, int64_t cols) {
+  const int64_t b = BlockValues(t);
+  return (cols + b - 1) / b * b;
+}
 
 }  // namespace kvasir::testing

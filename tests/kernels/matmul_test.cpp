@@ -17,6 +17,7 @@
 namespace kvasir {
 namespace {
 
+using testing::FitCols;
 using testing::ForEachSimdTarget;
 using testing::IsQuantized;
 using testing::kAllTypes;
@@ -25,6 +26,7 @@ using testing::RandomFloats;
 using testing::TestMatrix;
 
 constexpr int64_t kCols[] = {32, 64, 96, 160, 4096 + 32};
+constexpr int64_t kKCols[] = {256, 512, 768, 4096 + 256};  // for the K-quants
 constexpr int64_t kRows[] = {1, 3, 7, 67, 257};
 constexpr int64_t kTokens[] = {1, 2, 3, 5, 17};
 
@@ -70,7 +72,9 @@ TEST(MatMulTest, MatchesReferenceOnOddShapes) {
   ThreadPool pool(2);
   uint32_t seed = 1;
   for (TensorType type : kAllTypes) {
-    for (int64_t cols : kCols) {
+    const bool k_quant = BlockValues(type) == kSuperBlock;
+    for (int64_t cols : k_quant ? std::vector<int64_t>(std::begin(kKCols), std::end(kKCols))
+                                : std::vector<int64_t>(std::begin(kCols), std::end(kCols))) {
       for (int64_t rows : kRows) {
         for (int64_t n : kTokens) {
           SCOPED_TRACE(TypeName(type) + " rows " + std::to_string(rows) + " cols " +
@@ -132,7 +136,7 @@ TEST(MatMulTest, FloatTypesAnyColumnCount) {
 TEST(MatMulTest, ThreadCountDoesNotChangeResults) {
   for (TensorType type : kAllTypes) {
     SCOPED_TRACE(TypeName(type));
-    const TestMatrix m = MakeMatrix(type, 257, 4096 + 32, 5);
+    const TestMatrix m = MakeMatrix(type, 257, FitCols(type, 4096 + 32), 5);
     for (int64_t n : {1, 17}) {
       const std::vector<float> x = RandomFloats(n * m.view.cols, 6);
       ForEachSimdTarget([&](int64_t) {
@@ -151,7 +155,7 @@ TEST(MatMulTest, ThreadCountDoesNotChangeResults) {
 TEST(MatMulTest, BatchEqualsTokenByToken) {
   ThreadPool pool(2);
   for (TensorType type : kAllTypes) {
-    for (int64_t cols : {96, 4096 + 32}) {
+    for (int64_t cols : {FitCols(type, 96), FitCols(type, 4096 + 32)}) {
       for (int64_t rows : {67, 257}) {
         SCOPED_TRACE(TypeName(type) + " rows " + std::to_string(rows) + " cols " +
                      std::to_string(cols));
@@ -189,9 +193,10 @@ TEST(MatMulTest, PaddedRowStride) {
   ThreadPool pool(2);
   for (TensorType type : kAllTypes) {
     SCOPED_TRACE(TypeName(type));
-    const TestMatrix packed = MakeMatrix(type, 37, 160, 13);
-    const TestMatrix padded = MakeMatrix(type, 37, 160, 13, /*extra_row_bytes=*/64 + 6);
-    const std::vector<float> x = RandomFloats(3 * 160, 14);
+    const int64_t cols = FitCols(type, 160);
+    const TestMatrix packed = MakeMatrix(type, 37, cols, 13);
+    const TestMatrix padded = MakeMatrix(type, 37, cols, 13, /*extra_row_bytes=*/64 + 6);
+    const std::vector<float> x = RandomFloats(3 * cols, 14);
     EXPECT_TRUE(BitEqual(RunMatMul(packed.view, x, 3, pool), RunMatMul(padded.view, x, 3, pool)));
   }
 }
@@ -203,10 +208,11 @@ TEST(MatMulTest, PaddedRowStride) {
 //   |w||x|.
 TEST(MatMulTest, AccuracyAgainstExactProduct) {
   ThreadPool pool(2);
-  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kF16}) {
+  for (TensorType type : kAllTypes) {
+    if (type == TensorType::kF32 || type == TensorType::kBF16) continue;
     SCOPED_TRACE(TypeName(type));
     const int64_t rows = 67;
-    const int64_t cols = 4096 + 32;
+    const int64_t cols = FitCols(type, 4096 + 32);
     const int64_t n = 5;
     const TestMatrix m = MakeMatrix(type, rows, cols, 15);
     std::vector<float> x = RandomFloats(n * cols, 16);

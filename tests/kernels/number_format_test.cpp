@@ -152,8 +152,12 @@ TEST(RowBytesTest, Geometry) {
   EXPECT_EQ(RowBytes(TensorType::kQ8_0, 64), 68u);
   EXPECT_EQ(RowBytes(TensorType::kQ4_0, 4096), 128u * 18u);
   EXPECT_TRUE(KernelsSupport(TensorType::kQ4_0));
-  EXPECT_FALSE(KernelsSupport(TensorType::kQ4_K));
-  EXPECT_EQ(SupportedTypesList(), "f32, f16, bf16, q8_0, q4_0");
+  EXPECT_TRUE(KernelsSupport(TensorType::kQ4_K));
+  EXPECT_TRUE(KernelsSupport(TensorType::kQ6_K));
+  EXPECT_FALSE(KernelsSupport(TensorType::kIQ2_XXS));
+  EXPECT_FALSE(KernelsSupport(TensorType::kQ8_K));
+  EXPECT_EQ(SupportedTypesList(),
+            "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k");
 }
 
 }  // namespace

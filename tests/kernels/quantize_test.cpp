@@ -141,7 +141,8 @@ TEST(QuantizeTest, SimdQuantizeMatchesReferenceBytes) {
 
 TEST(QuantizeTest, SimdDequantizeMatchesReference) {
   for (TensorType type : testing::kAllTypes) {
-    for (int64_t n : {32, 96, 160, 4128}) {
+    for (int64_t n0 : {32, 96, 160, 4128}) {
+      const int64_t n = testing::FitCols(type, n0);
       SCOPED_TRACE(static_cast<int>(type));
       std::vector<float> x = RandomFloats(n, 3, 5.0f);
       if (type == TensorType::kF16 || type == TensorType::kBF16) {
@@ -175,11 +176,12 @@ TEST(QuantizeTest, F16AndBf16QuantizeRowConvert) {
 
 TEST(QuantizeTest, GetRowDequantizesOneRow) {
   for (TensorType type : testing::kAllTypes) {
-    const testing::TestMatrix m = testing::MakeMatrix(type, 5, 96, 21, /*extra_row_bytes=*/6);
-    std::vector<float> row(96);
+    const int64_t cols = testing::FitCols(type, 96);
+    const testing::TestMatrix m = testing::MakeMatrix(type, 5, cols, 21, /*extra_row_bytes=*/6);
+    std::vector<float> row(cols);
     for (int64_t r = 0; r < 5; ++r) {
       GetRow(m.view, r, row.data());
-      for (int64_t i = 0; i < 96; ++i) EXPECT_EQ(row[i], m.dequantized[r * 96 + i]);
+      for (int64_t i = 0; i < cols; ++i) EXPECT_EQ(row[i], m.dequantized[r * cols + i]);
     }
   }
 }

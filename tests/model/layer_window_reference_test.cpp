@@ -6,9 +6,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gguf/gguf_writer.h"
 #include "model/layer_window.h"
 #include "model/sampler.h"
 #include "test_assets.h"
+#include "tiny_model.h"
 
 namespace kvasir {
 namespace {
@@ -90,7 +92,9 @@ INSTANTIATE_TEST_SUITE_P(Models, ReferenceTest,
                                            "stories260K-q8_0.p1", "stories260K-q8_0.p2",
                                            "stories260K-q4_0.p1", "stories260K-q4_0.p2",
                                            "llama-2-tiny-random.p1", "llama-2-tiny-random.p2",
-                                           "synth-qwen2-q8_0.p1", "synth-qwen2-q8_0.p2"),
+                                           "synth-qwen2-q8_0.p1", "synth-qwen2-q8_0.p2",
+                                           "synth-llama-q4_k_m.p1", "synth-llama-q4_k_m.p2",
+                                           "synth-qwen3-q4_0.p1", "synth-qwen3-q4_0.p2"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s) {
@@ -136,15 +140,42 @@ INSTANTIATE_TEST_SUITE_P(Models, GreedyTest,
                            return s;
                          });
 
+// A tensor type the kernels cannot compute (iq2_xxs here) is refused at load with the tensor's
+// type and the file named.
 TEST(ReferenceErrors, UnsupportedTensorTypeIsNamed) {
-  KV_REQUIRE_ASSET("models/synth-llama-q4_k_m.gguf");
-  auto file = GgufFile::Open(AssetPath("models/synth-llama-q4_k_m.gguf"));
+  testing::TempDir dir;
+  const std::string f32_path = dir.File("tiny-f32.gguf");
+  testing::TinyModelShape shape;
+  shape.n_embd = 256;  // a whole iq2_xxs block per row
+  shape.n_ff = 256;
+  ASSERT_TRUE(testing::WriteTinyModel(f32_path, shape).ok());
+  auto f32 = GgufFile::Open(f32_path);
+  ASSERT_TRUE(f32.ok()) << f32.status().message();
+  // The same model with blk.0.ffn_up.weight as iq2_xxs (bytes are never read).
+  GgufWriter w;
+  w.CopyKvs(f32->header());
+  for (const GgufTensorInfo& t : f32->tensors()) {
+    const std::span<const uint64_t> ne(t.ne.data(), t.n_dims);
+    if (t.name == "blk.0.ffn_up.weight") {
+      const auto info = GetTensorTypeInfo(static_cast<uint32_t>(TensorType::kIQ2_XXS));
+      ASSERT_TRUE(info.has_value());
+      std::vector<uint8_t> bytes(t.n_elements() / info->block_elems * info->block_bytes);
+      ASSERT_TRUE(w.AddTensor(t.name, TensorType::kIQ2_XXS, ne, bytes).ok());
+    } else {
+      ASSERT_TRUE(w.AddTensor(t.name, static_cast<TensorType>(t.type), ne, f32->TensorData(t)).ok());
+    }
+  }
+  const std::string path = dir.File("tiny-iq2_xxs.gguf");
+  ASSERT_TRUE(w.Write(path).ok());
+  auto file = GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-  auto w = LayerWindow::Load(shared, {0, 2, true, true}, {});
-  ASSERT_FALSE(w.ok());
-  EXPECT_NE(w.status().message().find("q4_k"), std::string::npos) << w.status().message();
-  EXPECT_NE(w.status().message().find("synth-llama-q4_k_m.gguf"), std::string::npos);
+  auto window = LayerWindow::Load(shared, {0, shape.n_layer, true, true}, {});
+  ASSERT_FALSE(window.ok());
+  const std::string msg = window.status().message();
+  EXPECT_NE(msg.find("iq2_xxs"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("blk.0.ffn_up.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tiny-iq2_xxs.gguf"), std::string::npos) << msg;
 }
 
 }  // namespace
