@@ -94,39 +94,6 @@ HWY_INLINE void Tile(const uint8_t* const* rows, const float* x, int64_t cols, i
   }
 }
 
-// Decode: R rows x 1 token, the same arithmetic as Tile<K, R, 1>, while prefetching the next R rows
-// (`next`, `next_bytes` contiguous bytes; null for none) into L2 a little per step. A 2048-wide f16
-// row is one 4 KiB page, and the hardware prefetcher neither crosses pages nor trains on streams
-// that short, so without this every row starts with a run of DRAM misses.
-template <WeightKind K, int R>
-HWY_INLINE void DecodeTile(const uint8_t* const* rows, const float* x, int64_t cols,
-                           const uint8_t* next, size_t next_bytes, float* out) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t steps = cols / lanes;
-  // Bytes of the next group to prefetch per step, whole cache lines.
-  const size_t per_step = next == nullptr || steps == 0
-                              ? 0
-                              : (next_bytes / static_cast<size_t>(steps) + 63) & ~size_t{63};
-  hn::Vec<DF> acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-  size_t pf = 0;
-  int64_t i = 0;
-  for (; i + lanes <= cols; i += lanes) {
-    if (pf < next_bytes) {
-      for (size_t off = 0; off < per_step; off += 64) __builtin_prefetch(next + pf + off, 0, 2);
-      pf += per_step;
-    }
-    const auto xv = hn::LoadU(df, x + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(LoadWeights<K>(df, rows[r], i), xv, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) {
-    float s = hn::GetLane(hn::SumOfLanes(df, acc[r]));
-    for (int64_t j = i; j < cols; ++j) s += ScalarWeight<K>(rows[r], j) * x[j];
-    out[r] = s;
-  }
-}
-
 // Prefill tiles: R rows x T tokens of accumulators held in registers, so that each weight vector
 // (converted once from f16/bf16) feeds T multiply-adds and each activation vector R. The tile takes
 // R * T accumulators + R weights + 1 activation register.
@@ -170,23 +137,18 @@ void FloatRows(const MatrixView& w, const float* x, int64_t n_tokens, float* y, 
       rows[i] = data + static_cast<size_t>(r0 + std::min<int64_t>(i, nr - 1)) * w.row_bytes;
     }
   };
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t full = cols / lanes * lanes;  // columns in full vectors
   if (n_tokens == 1) {
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kDecodeRows) {
       const int64_t nr = std::min<int64_t>(kDecodeRows, row_end - r0);
       set_rows(r0, nr, kDecodeRows);
-      const int64_t next_rows = std::min<int64_t>(kDecodeRows, row_end - r0 - kDecodeRows);
-      const uint8_t* next = next_rows > 0 ? rows[0] + kDecodeRows * w.row_bytes : nullptr;
-      const size_t next_bytes =
-          next_rows > 0 ? static_cast<size_t>(next_rows - 1) * w.row_bytes + RowBytes(w.type, cols)
-                        : 0;
-      DecodeTile<K, kDecodeRows>(rows, x, cols, next, next_bytes, out);
+      Tile<K, kDecodeRows, 1>(rows, x, cols, 0, full, true, true, nullptr, out);
       for (int64_t r = 0; r < nr; ++r) y[r0 + r] = out[r];
     }
     return;
   }
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t full = cols / lanes * lanes;  // columns in full vectors
   // Accumulators of one token tile x every row tile of a panel between column chunks: [kPanelRows /
   // kTileRows][kTileRows * kTileTokens][lanes] f32.
   constexpr int64_t kTileAcc = kTileRows * kTileTokens;
