@@ -5,9 +5,11 @@
 // row's exact integer sums:
 // - Q4_K: nibbles 0..15; pair sums <= 2 * 15 * 127, so all eight products add up in int16.
 // - Q5_K: values 0..31; pair sums <= 2 * 31 * 127, four products at a time in int16.
-// - Q6_K: |q - 32| <= 32 against sign(x, q - 32); the four products of a 16-value sub-block stay
-//   within int16 (4 * 2 * 32 * 127 = 32512) and vpmaddwd with the sub-block scale (both int16
-//   halves of the lane) applies it exactly.
+// - Q6_K: the unsigned values u = q + 32 (0..63); two products stay within int16 (2 * 2 * 63 * 127
+//   = 32004), and vpmaddwd with the sub-block scale (both int16 halves of the lane) applies it
+//   exactly. The 32 of each half comes off in one more vpmaddwd: lane (32 * s0, 32 * s1) against
+//   the token's (sum_lo, sum - sum_lo), so that isum = sum_h s_h * (sum u x - 32 * sum x) is the
+//   reference's integer without a vpsignb per product.
 // The f32 steps are those of IntBlockStep (quant_ints.h): bit-identical to ref::MatMul.
 #include <algorithm>
 #include <cstdint>
@@ -38,12 +40,12 @@ enum class KFmt { kQ4K, kQ5K, kQ6K };
 using AliasedI32 = int32_t __attribute__((may_alias));
 
 struct alignas(32) KBlock {
-  uint8_t w[8][32];     // [k][row][4]: unsigned weights (Q4_K/Q5_K) or q - 32 (Q6_K)
-  uint8_t wabs[8][32];  // Q6_K: |q - 32|
+  uint8_t w[8][32];     // [k][row][4]: unsigned weights (Q6_K: q + 32)
   float dw[kLanes];
   float dm[kLanes];     // Q4_K/Q5_K
   int32_t s0[kLanes];   // Q6_K sub-block scales, in both int16 halves
   int32_t s1[kLanes];
+  int32_t s32[kLanes];  // Q6_K: 32 * s0 (low int16), 32 * s1 (high int16)
 };
 
 KV_AVX2K_INLINE __m256i Load256(const uint8_t* p) {
@@ -91,7 +93,6 @@ KV_AVX2K_INLINE void Unpack(const uint8_t* p, size_t rb, __m256i idx, KBlock out
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (F == KFmt::kQ6K) {
     const __m256i m30 = _mm256_set1_epi8(0x30);
-    const __m256i m32 = _mm256_set1_epi8(32);
     for (int n = 0; n < 2; ++n) {
       __m256i a[8], b[8], h[8];
       Transpose8x32(p + 64 * n, rb, a);
@@ -106,9 +107,7 @@ KV_AVX2K_INLINE void Unpack(const uint8_t* p, size_t rb, __m256i idx, KBlock out
         v[3] = _mm256_or_si256(_mm256_and_si256(Srl16(b[k], 4), low4),
                                _mm256_and_si256(Srl16(h[k], 2), m30));
         for (int c = 0; c < 4; ++c) {
-          const __m256i q = _mm256_sub_epi8(v[c], m32);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(o[c].w[k]), q);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(o[c].wabs[k]), _mm256_abs_epi8(q));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(o[c].w[k]), v[c]);
         }
       }
     }
@@ -125,6 +124,9 @@ KV_AVX2K_INLINE void Unpack(const uint8_t* p, size_t rb, __m256i idx, KBlock out
                            _mm256_or_si256(_mm256_and_si256(s0, lo16), _mm256_slli_epi32(s0, 16)));
         _mm256_store_si256(reinterpret_cast<__m256i*>(o.s1),
                            _mm256_or_si256(_mm256_and_si256(s1, lo16), _mm256_slli_epi32(s1, 16)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.s32),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(s0, 5), lo16),
+                                           _mm256_slli_epi32(s1, 21)));
         _mm256_store_ps(o.dw, d);
       }
     }
@@ -179,25 +181,28 @@ KV_AVX2K_INLINE void Unpack(const uint8_t* p, size_t rb, __m256i idx, KBlock out
   }
 }
 
+// spair: Q6_K only, the token's (sum_lo, sum - sum_lo) as the low and high int16 of a lane.
 template <KFmt F>
-KV_AVX2K_INLINE __m256 Step(const KBlock& blk, const int8_t* xb, float dx, float fsum, __m256 acc) {
+KV_AVX2K_INLINE __m256 Step(const KBlock& blk, const int8_t* xb, float dx, float fsum,
+                            int32_t spair, __m256 acc) {
   const auto* xd = reinterpret_cast<const AliasedI32*>(xb);
   const auto* w = reinterpret_cast<const __m256i*>(blk.w);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i isum;
   if constexpr (F == KFmt::kQ6K) {
-    const auto* wa = reinterpret_cast<const __m256i*>(blk.wabs);
-    __m256i p[2];
-    for (int h = 0; h < 2; ++h) {
-      p[h] = _mm256_setzero_si256();
-      for (int k = 4 * h; k < 4 * h + 4; ++k) {
-        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(xd[k]), _mm256_load_si256(w + k));
-        p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(_mm256_load_si256(wa + k), xs));
-      }
+    __m256i q[4];  // products of k = 2j, 2j + 1, in int16
+    for (int j = 0; j < 4; ++j) {
+      q[j] = _mm256_add_epi16(
+          _mm256_maddubs_epi16(_mm256_load_si256(w + 2 * j), _mm256_set1_epi32(xd[2 * j])),
+          _mm256_maddubs_epi16(_mm256_load_si256(w + 2 * j + 1), _mm256_set1_epi32(xd[2 * j + 1])));
     }
-    isum = _mm256_add_epi32(
-        _mm256_madd_epi16(p[0], _mm256_load_si256(reinterpret_cast<const __m256i*>(blk.s0))),
-        _mm256_madd_epi16(p[1], _mm256_load_si256(reinterpret_cast<const __m256i*>(blk.s1))));
+    const __m256i s0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk.s0));
+    const __m256i s1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk.s1));
+    const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(q[0], s0), _mm256_madd_epi16(q[1], s0));
+    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(q[2], s1), _mm256_madd_epi16(q[3], s1));
+    const __m256i off = _mm256_madd_epi16(
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(blk.s32)), _mm256_set1_epi32(spair));
+    isum = _mm256_sub_epi32(_mm256_add_epi32(lo, hi), off);
   } else if constexpr (F == KFmt::kQ4K) {
     __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(w), _mm256_set1_epi32(xd[0]));
     for (int k = 1; k < 8; ++k) {
@@ -219,6 +224,12 @@ KV_AVX2K_INLINE __m256 Step(const KBlock& blk, const int8_t* xb, float dx, float
                         acc);
   if constexpr (F != KFmt::kQ6K) acc = _mm256_fmadd_ps(_mm256_load_ps(blk.dm), _mm256_set1_ps(fsum), acc);
   return acc;
+}
+
+// The (sum_lo, sum - sum_lo) int16 pair of a token's block (|sums of 16| <= 16 * 127).
+KV_AVX2K_INLINE int32_t SumPair(int32_t sum, int32_t sum_lo) {
+  return static_cast<int32_t>((static_cast<uint32_t>(sum_lo) & 0xFFFFu) |
+                              static_cast<uint32_t>(sum - sum_lo) << 16);
 }
 
 KV_AVX2K_INLINE __m256i GatherIndex(size_t row_bytes) {
@@ -247,7 +258,8 @@ KV_AVX2K_ATTR void DecodeGroup(const GroupSource& src, int64_t n_super, const Qu
     Unpack<F>(src.base + sb * src.block_bytes, src.row_bytes, idx, blocks);
     for (int j = 0; j < 8; ++j) {
       const int64_t b = 8 * sb + j;
-      acc = Step<F>(blocks[j], acts.qs + b * kQBlock, acts.d[b], acts.fsum[b], acc);
+      acc = Step<F>(blocks[j], acts.qs + b * kQBlock, acts.d[b], acts.fsum[b],
+                    F == KFmt::kQ6K ? SumPair(acts.sum[b], acts.sum_lo[b]) : 0, acc);
     }
   }
   StoreRows(y, acc, nr);
@@ -266,13 +278,15 @@ KV_AVX2K_ATTR void PackPanel(const GroupSource& src, int64_t n_super,
 // T tokens of a tile whose blocks hold `stride` tokens (qs, d, fsum at the first token).
 template <KFmt F, int T>
 KV_AVX2K_ATTR void PanelTile(const KBlock* panel, int64_t nb, const int8_t* qs, const float* d,
-                             const float* fsum, int64_t stride, float* y, int64_t ld, int64_t nr) {
+                             const float* fsum, const int32_t* sum, const int32_t* sum_lo,
+                             int64_t stride, float* y, int64_t ld, int64_t nr) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     for (int t = 0; t < T; ++t) {
       const int64_t slot = b * stride + t;
-      acc[t] = Step<F>(panel[b], qs + slot * kQBlock, d[slot], fsum[slot], acc[t]);
+      const int32_t spair = F == KFmt::kQ6K ? SumPair(sum[slot], sum_lo[slot]) : 0;
+      acc[t] = Step<F>(panel[b], qs + slot * kQBlock, d[slot], fsum[slot], spair, acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) StoreRows(y + t * ld, acc[t], nr);
@@ -317,19 +331,21 @@ void RunRows(const MatrixView& w, const QuantActs& acts, float* y, int64_t row_b
         const int8_t* q = acts.qs + t0 * acts.cols + t1 * kQBlock;
         const float* d = acts.d + t0 * nb + t1;
         const float* fs = acts.fsum + t0 * nb + t1;
+        const int32_t* su = acts.sum + t0 * nb + t1;
+        const int32_t* sl = acts.sum_lo + t0 * nb + t1;
         float* yt = y + (t0 + t1) * w.rows + g0;
         switch (n) {
           case 4:
-            PanelTile<F, 4>(panel, nb, q, d, fs, nt, yt, w.rows, nr);
+            PanelTile<F, 4>(panel, nb, q, d, fs, su, sl, nt, yt, w.rows, nr);
             break;
           case 3:
-            PanelTile<F, 3>(panel, nb, q, d, fs, nt, yt, w.rows, nr);
+            PanelTile<F, 3>(panel, nb, q, d, fs, su, sl, nt, yt, w.rows, nr);
             break;
           case 2:
-            PanelTile<F, 2>(panel, nb, q, d, fs, nt, yt, w.rows, nr);
+            PanelTile<F, 2>(panel, nb, q, d, fs, su, sl, nt, yt, w.rows, nr);
             break;
           default:
-            PanelTile<F, 1>(panel, nb, q, d, fs, nt, yt, w.rows, nr);
+            PanelTile<F, 1>(panel, nb, q, d, fs, su, sl, nt, yt, w.rows, nr);
             break;
         }
       }
