@@ -4,6 +4,8 @@
 // an f16 super-block scale, then the values rounded again against the stored scales.
 #include "kernels/quant_ref.h"
 
+#include "kernels/quant_ints.h"
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -455,19 +457,7 @@ int Q2Field(const uint8_t* qs, int v) { return (qs[32 * (v / 128) + v % 32] >> (
 }  // namespace
 
 bool IsExtraQuantType(TensorType type) {
-  switch (type) {
-    case TensorType::kQ4_1:
-    case TensorType::kQ5_0:
-    case TensorType::kQ5_1:
-    case TensorType::kQ2_K:
-    case TensorType::kQ3_K:
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K:
-    case TensorType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+  return kernels_internal::IsQuantizedType(type) && type != TensorType::kQ8_0 && type != TensorType::kQ4_0;
 }
 
 void QuantizeExtraRow(TensorType type, const float* src, int64_t n, void* dst) {

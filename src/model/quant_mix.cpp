@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "model/arch/registry.h"
+
 namespace kvasir {
 namespace {
 
@@ -34,17 +36,6 @@ Role RoleOf(std::string_view name) {
   if (ends(".attn_output.weight")) return Role::kAttnOut;
   if (ends(".ffn_down.weight")) return Role::kFfnDown;
   return Role::kOther;
-}
-
-// Layer index of "blk.N.*", or -1.
-int LayerOf(std::string_view name) {
-  if (name.substr(0, 4) != "blk.") return -1;
-  int layer = 0;
-  size_t i = 4;
-  for (; i < name.size() && i < 12 && std::isdigit(static_cast<unsigned char>(name[i])); ++i) {
-    layer = layer * 10 + (name[i] - '0');
-  }
-  return i > 4 && i < name.size() && name[i] == '.' ? layer : -1;
 }
 
 bool IsQuantized(T t) { return t != T::kF32 && t != T::kF16 && t != T::kBF16; }
@@ -115,7 +106,7 @@ TensorType ChooseTensorType(FileMix mix, const MixTensor& t) {
   T type = info.base;
   if (!IsQuantized(type)) return type;
   const Role role = RoleOf(t.name);
-  const int layer = LayerOf(t.name);
+  const int layer = LayerOfTensorName(t.name);
   const int n = t.n_layer;
   using M = FileMix;
   if (role == Role::kOutput || (role == Role::kTokenEmbd && t.tied)) {

@@ -11,19 +11,6 @@ namespace {
 
 constexpr const char *kEmbedName = "token_embd.weight";
 
-// Layer index of "blk.N.rest", or -1 for other names.
-int LayerOfTensor(const std::string &name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot > 12) return -1;
-  int layer = 0;
-  for (size_t i = 4; i < dot; ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    layer = layer * 10 + (name[i] - '0');
-  }
-  return layer;
-}
-
 }  // namespace
 
 uint64_t ModelCost::WindowWeightBytes(int first, int last) const {
@@ -66,7 +53,7 @@ Result<ModelCost> ComputeModelCost(const GgufFile &file) {
   cost.layer_tensors.assign(cfg.n_layer, {});
   cost.tied_output = cfg.tied_output;
   for (const auto &t : file.tensors()) {
-    int layer = LayerOfTensor(t.name);
+    int layer = LayerOfTensorName(t.name);
     if (layer >= cfg.n_layer) {
       return Error("{}: tensor {}: layer {} past block_count {}", file.path(), t.name, layer,
                    cfg.n_layer);

@@ -17,21 +17,9 @@ namespace {
 constexpr uint64_t kCopyChunk = uint64_t{8} << 20;
 
 // Layer index of "blk.N.something", or nullopt for a non-layer tensor.
-std::optional<int> LayerOf(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return std::nullopt;
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot > 12) return std::nullopt;
-  int layer = 0;
-  for (size_t i = 4; i < dot; ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    layer = layer * 10 + (name[i] - '0');
-  }
-  return layer;
-}
-
 // Whether the slice [first, last) of a model with n_layer layers keeps tensor `name`.
 bool KeepTensor(const std::string& name, int first, int last, int n_layer, bool tied) {
-  if (std::optional<int> layer = LayerOf(name)) return *layer >= first && *layer < last;
+  if (const int layer = LayerOfTensorName(name); layer >= 0) return layer >= first && layer < last;
   const bool head = last == n_layer;
   if (name == "token_embd.weight") return first == 0 || (head && tied);
   if (name == "output_norm.weight" || name == "output.weight") return head;

@@ -66,6 +66,18 @@ LayerTensorNames LlamaFamilyLayerNames(int il) {
   return t;
 }
 
+int LayerOfTensorName(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string_view::npos || dot == 4 || dot > 12) return -1;
+  int layer = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    layer = layer * 10 + (name[i] - '0');
+  }
+  return layer;
+}
+
 namespace {
 
 Result<int> GetPositiveInt(const GgufFile& file, const std::string& key) {

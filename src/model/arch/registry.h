@@ -29,6 +29,8 @@ Result<ModelConfig> LoadModelConfig(const GgufFile& file);
 
 // Tensor names of layer `il` in the common GGUF naming scheme ("blk.3.attn_q.weight").
 LayerTensorNames LlamaFamilyLayerNames(int il);
+// The layer of a tensor named "blk.N.rest" (N of at most 8 digits), or -1 for any other name.
+int LayerOfTensorName(std::string_view name);
 
 // Shared loader for llama-family keys under `prefix` ("llama", "qwen2", ...): block_count,
 // embedding_length, feed_forward_length, attention.head_count[_kv], attention.key_length,
