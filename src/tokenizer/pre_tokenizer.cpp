@@ -122,8 +122,13 @@ class PreTokenizer::Regex {
     size_t pos = 0;   // next match attempt
     size_t done = 0;  // end of the last piece appended
     while (pos < length) {
-      const int rc = pcre2_match(code_, subject, length, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) break;  // PCRE2_ERROR_NOMATCH or a limit: the rest is one piece
+      int rc = pcre2_match(code_, subject, length, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+        // The JIT stack ran out: the interpreter keeps its backtracking on the heap.
+        rc = pcre2_match(code_, subject, length, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                         nullptr);
+      }
+      if (rc < 0) break;  // no match, or a resource limit even so: the rest is one piece
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t m_begin = ov[0];
       const size_t m_end = ov[1];
