@@ -5,6 +5,9 @@
 #include <pcre2.h>
 
 #include <array>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/check.h"
 #include "tokenizer/utf8.h"
