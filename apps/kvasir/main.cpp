@@ -21,6 +21,7 @@ constexpr Subcommand kSubcommands[] = {
     {"profile", kvasir::cli::ProfileMain, "time this device on a model and print a devices.json entry"},
     {"plan", kvasir::cli::PlanMain, "choose devices and layer windows; write a rank manifest"},
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
+    {"tokenize", kvasir::cli::TokenizeMain, "print the token ids a model's tokenizer gives a text"},
     {"bench", kvasir::cli::BenchMain, "measure prefill and decode tokens/s"},
     {"slice", kvasir::cli::SliceMain, "write a stage mini-GGUF holding one window of layers"},
     {"fetch", kvasir::cli::FetchMain, "download one window of a model over HTTP(S) range requests"},

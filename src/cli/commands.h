@@ -20,5 +20,6 @@ int RelayMain(int argc, char** argv);
 int IdMain(int argc, char** argv);
 int MarketMain(int argc, char** argv);
 int JoinMain(int argc, char** argv);
+int TokenizeMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

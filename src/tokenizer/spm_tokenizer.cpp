@@ -94,7 +94,6 @@ Status SpmTokenizer::BuildTables(const std::string& name) {
   for (int32_t id = 0; id < n; ++id) token_to_id_.insert_or_assign(tokens_[id], id);
 
   pieces_.assign(static_cast<size_t>(n), std::string());
-  special_ids_.clear();
   for (int32_t id = 0; id < n; ++id) {
     const std::string& text = tokens_[id];
     switch (attrs_[id]) {
@@ -105,7 +104,6 @@ Status SpmTokenizer::BuildTables(const std::string& name) {
       case TokenAttr::kUnknown:
       case TokenAttr::kUserDefined:
         pieces_[id] = text;
-        if (!text.empty()) special_ids_.push_back(id);
         break;
       case TokenAttr::kByte: {
         const int byte = ParseByteToken(text);
@@ -123,8 +121,7 @@ Status SpmTokenizer::BuildTables(const std::string& name) {
         break;
     }
   }
-  std::stable_sort(special_ids_.begin(), special_ids_.end(),
-                   [this](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  CollectSpecialTokens();
 
   for (int b = 0; b < 256; ++b) {
     int32_t id = Find(fmt::format("<0x{:02X}>", b));
@@ -138,40 +135,6 @@ Status SpmTokenizer::BuildTables(const std::string& name) {
 int32_t SpmTokenizer::Find(std::string_view text) const {
   auto it = token_to_id_.find(text);
   return it == token_to_id_.end() ? -1 : it->second;
-}
-
-std::vector<SpmTokenizer::Fragment> SpmTokenizer::Partition(std::string_view text,
-                                                            bool parse_special) const {
-  std::vector<Fragment> frags;
-  if (text.empty()) return frags;
-  frags.push_back({-1, 0, text.size()});
-  std::vector<Fragment> next;
-  for (int32_t id : special_ids_) {
-    const TokenAttr attr = attrs_[id];
-    // User-defined tokens are split out even without parse_special, as llama.cpp does.
-    if (!parse_special && (attr == TokenAttr::kControl || attr == TokenAttr::kUnknown)) continue;
-    const std::string& needle = tokens_[id];
-    if (text.find(needle) == std::string_view::npos) continue;
-    next.clear();
-    for (const Fragment& f : frags) {
-      if (f.token >= 0) {
-        next.push_back(f);
-        continue;
-      }
-      const std::string_view raw = text.substr(f.offset, f.length);
-      size_t pos = 0;
-      for (;;) {
-        const size_t hit = raw.find(needle, pos);
-        if (hit == std::string_view::npos) break;
-        if (hit > pos) next.push_back({-1, f.offset + pos, hit - pos});
-        next.push_back({id, f.offset + hit, needle.size()});
-        pos = hit + needle.size();
-      }
-      if (pos < raw.size()) next.push_back({-1, f.offset + pos, raw.size() - pos});
-    }
-    frags.swap(next);
-  }
-  return frags;
 }
 
 std::vector<int32_t> SpmTokenizer::Encode(std::string_view text, bool add_special,

@@ -30,12 +30,6 @@ class SpmTokenizer final : public Tokenizer {
   std::string TokenToPiece(int32_t id, bool special = false) const override;
 
  private:
-  // A piece of the input: raw text [offset, offset + length), or a special token (token >= 0).
-  struct Fragment {
-    int32_t token;
-    size_t offset;
-    size_t length;
-  };
   struct StringHash {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -44,8 +38,6 @@ class SpmTokenizer final : public Tokenizer {
   SpmTokenizer() = default;
   // Builds the lookup tables from the loaded vocabulary.
   Status BuildTables(const std::string& name);
-  // Splits `text` on special-token texts, longest token first (as llama.cpp does).
-  std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
   // Tokenizes one fragment that already has U+2581 for spaces; appends ids to *out.
   void EncodeEscaped(std::string_view text, std::vector<int32_t>* out) const;
   // The id whose text is exactly `text` (the highest such id), or -1.
@@ -56,8 +48,6 @@ class SpmTokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_to_token_{};
   // [n_vocab] piece per token as printed with special = true.
   std::vector<std::string> pieces_;
-  // Control, unknown and user-defined tokens with non-empty text, longest text first.
-  std::vector<int32_t> special_ids_;
 };
 
 }  // namespace kvasir

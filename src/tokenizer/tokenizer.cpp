@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
 namespace kvasir {
@@ -27,7 +28,8 @@ constexpr std::string_view kKeyAddSpacePrefix = "tokenizer.ggml.add_space_prefix
 // Texts of end-of-turn tokens in common vocabularies; a token with one of these texts ends
 // generation even when the file names no eot_token_id.
 constexpr std::string_view kEotTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>",
+    "<EOT>",      "_<EOT>",     "[EOT]",   "<|end_of_text|>", "<end_of_utterance>",
 };
 
 const char* TypeNameOf(const GgufValue& v) {
@@ -136,7 +138,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufHeader& header,
     return Error("{}: {} has type {}, expected string", name, kKeyModel, TypeNameOf(*v));
   }
   if (*model == "llama") return SpmTokenizer::Create(header, name);
-  return Error("{}: {} '{}' is not supported yet (supported: llama)", name, kKeyModel, *model);
+  if (*model == "gpt2") return BpeTokenizer::Create(header, name);
+  return Error("{}: {} '{}' is not supported (supported: llama, gpt2)", name, kKeyModel, *model);
 }
 
 Status Tokenizer::LoadCommon(const GgufHeader& header, const std::string& name) {
@@ -239,6 +242,52 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool special,
     out += piece;
   }
   return out;
+}
+
+void Tokenizer::CollectSpecialTokens() {
+  special_ids_.clear();
+  for (int32_t id = 0; id < n_vocab(); ++id) {
+    const TokenAttr a = attrs_[id];
+    if (a != TokenAttr::kControl && a != TokenAttr::kUnknown && a != TokenAttr::kUserDefined)
+      continue;
+    if (!tokens_[id].empty()) special_ids_.push_back(id);
+  }
+  std::stable_sort(special_ids_.begin(), special_ids_.end(),
+                   [this](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+}
+
+std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
+                                                      bool parse_special) const {
+  std::vector<Fragment> frags;
+  if (text.empty()) return frags;
+  frags.push_back({-1, 0, text.size()});
+  std::vector<Fragment> next;
+  for (int32_t id : special_ids_) {
+    const TokenAttr attr = attrs_[id];
+    // User-defined tokens are split out even without parse_special, as llama.cpp does.
+    if (!parse_special && (attr == TokenAttr::kControl || attr == TokenAttr::kUnknown)) continue;
+    const std::string& needle = tokens_[id];
+    if (text.find(needle) == std::string_view::npos) continue;
+    next.clear();
+    for (const Fragment& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      const std::string_view raw = text.substr(f.offset, f.length);
+      size_t pos = 0;
+      for (;;) {
+        const size_t hit = raw.find(needle, pos);
+        if (hit == std::string_view::npos) break;
+        if (hit > pos) next.push_back({-1, f.offset + pos, hit - pos});
+        next.push_back({id, f.offset + hit, needle.size()});
+        pos = hit + needle.size();
+      }
+      if (pos < raw.size()) next.push_back({-1, f.offset + pos, raw.size() - pos});
+    }
+    frags.swap(next);
+  }
+  return frags;
 }
 
 bool Tokenizer::IsEog(int32_t id) const {

@@ -1,6 +1,8 @@
-// Tokenizer built from GGUF metadata (tokenizer.ggml.*). This build supports the
-// SentencePiece-style vocabulary (`tokenizer.ggml.model = llama`): scores, token types, byte
-// fallback, BOS/EOS rules.
+// Tokenizer built from GGUF metadata (tokenizer.ggml.*). Two vocabulary types are supported: the
+// SentencePiece-style vocabulary (`tokenizer.ggml.model = llama`: scores, byte fallback; see
+// spm_tokenizer.h) and byte-level BPE (`tokenizer.ggml.model = gpt2`: merges and a pre-tokenizer
+// chosen by tokenizer.ggml.pre; see bpe_tokenizer.h). Both share the token types, special tokens,
+// BOS/EOS rules and the end-of-generation set built here.
 #pragma once
 
 #include <cstdint>
@@ -31,23 +33,24 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Builds the tokenizer named by `tokenizer.ggml.model`. Errors name the file and the key
-  // ("vocab.gguf: tokenizer.ggml.model 'gpt2' is not supported yet (supported: llama)"), and
+  // ("vocab.gguf: tokenizer.ggml.model 'bert' is not supported (supported: llama, gpt2)"), and
   // refuse inconsistent metadata: arrays of different lengths, special ids out of range, unknown
   // token types, NaN scores, byte tokens whose text is not "<0xXX>".
   static Result<std::unique_ptr<Tokenizer>> FromGguf(const GgufHeader& header,
                                                      const std::string& name);
 
   // Text to ids. `add_special` adds BOS (and EOS) as the vocabulary asks
-  // (tokenizer.ggml.add_bos_token, default true for SPM). `parse_special`: control-token text such
-  // as "<s>" in `text` becomes that token instead of being split as plain text (user-defined tokens
-  // are always matched, as in llama.cpp). Any bytes are accepted, including invalid UTF-8.
-  // Thread-safe (const).
+  // (tokenizer.ggml.add_bos_token; when absent, true for SPM and Llama 3 BPE, false for other BPE).
+  // `parse_special`: control-token text such as "<s>" in `text` becomes that token instead of being
+  // split as plain text (user-defined tokens are always matched, as in llama.cpp). Any bytes are
+  // accepted, including invalid UTF-8. Thread-safe (const).
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_special,
                                       bool parse_special = false) const = 0;
 
   // The bytes one token stands for (byte tokens <0x0A> give the raw byte; control and unknown
   // tokens give "" unless `special`). Like llama_token_to_piece with lstrip 0; an SPM
-  // word-boundary marker becomes a space. An id outside [0, n_vocab) gives "".
+  // word-boundary marker becomes a space, and BPE's byte-level characters become their bytes. An
+  // id outside [0, n_vocab) gives "".
   virtual std::string TokenToPiece(int32_t id, bool special = false) const = 0;
   // Concatenated pieces. `skip_leading_space`: drop one space at the start of the first non-empty
   // piece (the space SPM puts before the first word). Bytes need not form valid UTF-8 (see
@@ -65,8 +68,12 @@ class Tokenizer {
   bool add_eos() const { return add_eos_; }
   // SPM: a space is put before text that starts the input or follows a special token.
   bool add_space_prefix() const { return add_space_prefix_; }
-  // End-of-generation: EOS, EOT or any token marked as such by the vocabulary.
+  // End-of-generation: EOS, EOT, EOM, and every control or user-defined token whose text is a
+  // known end-of-turn marker ("<|eot_id|>", "<|im_end|>", "<|endoftext|>", ...), as llama.cpp
+  // decides. Generation stops at any of these.
   bool IsEog(int32_t id) const;
+  // The end-of-generation ids, ascending.
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   const std::string& TokenText(int32_t id) const { return tokens_.at(id); }
   TokenAttr Attr(int32_t id) const { return attrs_.at(id); }
   float Score(int32_t id) const { return scores_.at(id); }
@@ -77,10 +84,24 @@ class Tokenizer {
   // of range for a small vocabulary become -1; explicit ids out of range are errors.
   Status LoadCommon(const GgufHeader& header, const std::string& name);
 
+  // A piece of the input: raw text [offset, offset + length), or a special token (token >= 0).
+  struct Fragment {
+    int32_t token;
+    size_t offset;
+    size_t length;
+  };
+  // Fills special_ids_: control, unknown and user-defined tokens with non-empty text, longest text
+  // first.
+  void CollectSpecialTokens();
+  // Splits `text` on special-token texts, longest token first (as llama.cpp does). User-defined
+  // tokens are always split out; control and unknown ones only with `parse_special`.
+  std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
+
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<TokenAttr> attrs_;
   std::vector<int32_t> eog_ids_;
+  std::vector<int32_t> special_ids_;
   int32_t bos_ = -1;
   int32_t eos_ = -1;
   int32_t eot_ = -1;

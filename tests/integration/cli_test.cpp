@@ -779,5 +779,73 @@ TEST(CliTest, RunChatGivesTheLocalPrompt) {
                    "--chat-template");
 }
 
+// ---- tokenize --------------------------------------------------------------------------------
+
+constexpr const char* kGpt2Vocab = "vocab/ggml-vocab-gpt-2.gguf";
+constexpr const char* kQwen2Vocab = "vocab/ggml-vocab-qwen2.gguf";
+
+TEST(CliTest, TokenizePrintsIdsOnOneLine) {
+  KV_REQUIRE_ASSET(kGpt2Vocab);
+  RunResult r = Kvasir({"tokenize", "-m", AssetPath(kGpt2Vocab), "-p", "Hello world"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  EXPECT_EQ(r.out, "15496 995\n");
+  // The same text from a file, bytes as they are.
+  TempDir dir;
+  const std::string text = dir.File("text.txt");
+  std::ofstream(text, std::ios::binary) << "Hello world";
+  RunResult f = Kvasir({"tokenize", "-m", AssetPath(kGpt2Vocab), "-f", text});
+  ASSERT_EQ(f.code, 0) << Describe(f);
+  EXPECT_EQ(f.out, "15496 995\n");
+}
+
+TEST(CliTest, TokenizePiecesAreEscaped) {
+  KV_REQUIRE_ASSET(kGpt2Vocab);
+  RunResult r = Kvasir({"tokenize", "-m", AssetPath(kGpt2Vocab), "-p", "Hello\n\tx", "--pieces"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  // One line per token; the newline and tab pieces are written as \n and \t.
+  EXPECT_EQ(r.out, "15496\tHello\n198\t\\n\n197\t\\t\n87\tx\n");
+}
+
+TEST(CliTest, TokenizeSpecialTokensAndBos) {
+  KV_REQUIRE_ASSET(kQwen2Vocab);
+  KV_REQUIRE_ASSET(kStories);
+  const std::string chat = "<|im_start|>user";
+  RunResult parsed =
+      Kvasir({"tokenize", "-m", AssetPath(kQwen2Vocab), "-p", chat, "--parse-special"});
+  ASSERT_EQ(parsed.code, 0) << Describe(parsed);
+  EXPECT_THAT(parsed.out, StartsWith("151644 "));
+  RunResult plain = Kvasir({"tokenize", "-m", AssetPath(kQwen2Vocab), "-p", chat});
+  ASSERT_EQ(plain.code, 0) << Describe(plain);
+  EXPECT_THAT(plain.out, Not(HasSubstr("151644")));
+  // An SPM model adds BOS (1) unless --no-bos.
+  RunResult bos = Kvasir({"tokenize", "-m", AssetPath(kStories), "-p", "Once"});
+  ASSERT_EQ(bos.code, 0) << Describe(bos);
+  EXPECT_THAT(bos.out, StartsWith("1 "));
+  RunResult no_bos = Kvasir({"tokenize", "-m", AssetPath(kStories), "-p", "Once", "--no-bos"});
+  ASSERT_EQ(no_bos.code, 0) << Describe(no_bos);
+  EXPECT_EQ(bos.out, "1 " + no_bos.out);
+}
+
+TEST(CliTest, TokenizeErrors) {
+  TempDir dir;
+  const std::string missing = "/nonexistent/dir/vocab.gguf";
+  ExpectRuntimeError(Kvasir({"tokenize", "-m", missing, "-p", "hi"}), "tokenize", missing);
+  ExpectUsageError(Kvasir({"tokenize", "-m", missing, "-p", "hi", "-f", dir.File("t")}), "tokenize",
+                   "either -p or -f");
+  ExpectUsageError(Kvasir({"tokenize", "-m", missing}), "tokenize", "-p TEXT or -f FILE");
+  ExpectUsageError(Kvasir({"tokenize", "-p", "hi"}), "tokenize", "model");
+  // A GGUF without tokenizer metadata.
+  const std::string bare = dir.File("bare.gguf");
+  GgufWriter w;
+  w.SetKv("general.architecture", GgufValue::String("llama"));
+  ASSERT_TRUE(w.Write(bare).ok());
+  ExpectRuntimeError(Kvasir({"tokenize", "-m", bare, "-p", "hi"}), "tokenize",
+                     "tokenizer.ggml.model is missing");
+  // An -f that cannot be read is named, and checked before the model is opened.
+  const std::string no_text = dir.File("no-such-text.txt");
+  ExpectRuntimeError(Kvasir({"tokenize", "-m", bare, "-f", no_text}), "tokenize", no_text);
+  ExpectRuntimeError(Kvasir({"tokenize", "-m", bare, "-f", dir.path()}), "tokenize", dir.path());
+}
+
 }  // namespace
 }  // namespace kvasir

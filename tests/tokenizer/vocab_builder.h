@@ -72,4 +72,46 @@ inline GgufHeader MakeVocabHeader(const std::vector<VocabEntry>& entries,
   return h;
 }
 
+// GPT-2's byte-level character for byte `b`, as UTF-8 (written out here rather than taken from
+// the code under test): printable Latin-1 bytes stand for themselves, the other 68 take U+0100..
+// in byte order.
+inline std::string ByteLevelChar(uint8_t b) {
+  const auto itself = [](uint32_t c) {
+    return (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+  };
+  uint32_t cp = b;
+  if (!itself(b)) {
+    cp = 0x100;
+    for (uint32_t c = 0; c < b; ++c) cp += itself(c) ? 0 : 1;
+  }
+  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
+  return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+}
+
+// `text` with every byte replaced by its byte-level character (" ab" -> "Ġab").
+inline std::string ByteLevel(const std::string& text) {
+  std::string out;
+  for (char c : text) out += ByteLevelChar(static_cast<uint8_t>(c));
+  return out;
+}
+
+// A byte-level BPE vocabulary: the 256 byte characters (id = byte), then `extra`.
+inline std::vector<VocabEntry> BpeByteVocab(const std::vector<VocabEntry>& extra = {}) {
+  std::vector<VocabEntry> v;
+  for (int b = 0; b < 256; ++b) v.push_back({ByteLevelChar(static_cast<uint8_t>(b))});
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+// A `gpt2` vocabulary header with `merges` ("A B", byte-level text) and tokenizer.ggml.pre =
+// `pre` (none when empty).
+inline GgufHeader MakeBpeHeader(const std::vector<VocabEntry>& entries,
+                                std::vector<std::string> merges, const std::string& pre = "gpt-2") {
+  GgufHeader h = MakeVocabHeader(entries, "gpt2");
+  RemoveKv(&h, "tokenizer.ggml.scores");
+  SetKv(&h, "tokenizer.ggml.merges", ArrayValue(GgufType::kString, std::move(merges)));
+  if (!pre.empty()) SetKv(&h, "tokenizer.ggml.pre", GgufValue::String(pre));
+  return h;
+}
+
 }  // namespace kvasir::testing

@@ -113,21 +113,10 @@ TEST(VocabMetadataTest, OptionalArraysMayBeAbsent) {
 }
 
 TEST(VocabMetadataTest, UnsupportedModels) {
-  EXPECT_EQ(LoadError(MakeVocabHeader({{"a"}}, "gpt2")),
-            "test.gguf: tokenizer.ggml.model 'gpt2' is not supported yet (supported: llama)");
   EXPECT_EQ(LoadError(MakeVocabHeader({{"a"}}, "rwkv")),
-            "test.gguf: tokenizer.ggml.model 'rwkv' is not supported yet (supported: llama)");
-}
-
-TEST(VocabMetadataTest, Gpt2VocabFileIsNotSupportedYet) {
-  KV_REQUIRE_ASSET("vocab/ggml-vocab-gpt-2.gguf");
-  const std::string path = ::kvasir::testing::AssetPath("vocab/ggml-vocab-gpt-2.gguf");
-  auto file = GgufFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status().message();
-  auto tok = Tokenizer::FromGguf(file->header(), path);
-  ASSERT_FALSE(tok.ok());
-  EXPECT_EQ(tok.status().message(),
-            path + ": tokenizer.ggml.model 'gpt2' is not supported yet (supported: llama)");
+            "test.gguf: tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2)");
+  EXPECT_EQ(LoadError(MakeVocabHeader({{"a"}}, "t5")),
+            "test.gguf: tokenizer.ggml.model 't5' is not supported (supported: llama, gpt2)");
 }
 
 // The same checks on a vocabulary that went through a file.
