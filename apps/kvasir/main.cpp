@@ -1,9 +1,12 @@
 // kvasir: one binary, one subcommand per file in src/cli. This file only dispatches.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 #include "cli/commands.h"
+#include "kernels/simd_target.h"
 
 namespace {
 
@@ -38,9 +41,30 @@ void PrintUsage(std::FILE* out) {
   std::fprintf(out, "\nRun 'kvasir <command> --help' for the options of a command.\n");
 }
 
+// KVASIR_SIMD_TARGET=AVX2 (any name a kernel target reports: AVX3_SPR, AVX3_DL, AVX3, AVX2, SSE4, ...)
+// runs every kernel on that lower target, to measure what an AVX2-only host would get. Returns false
+// after naming the targets this CPU has when the name is not one of them.
+bool ApplySimdTargetFromEnv() {
+  const char* want = std::getenv("KVASIR_SIMD_TARGET");
+  if (want == nullptr || *want == '\0') return true;
+  std::string have;
+  for (int64_t t : kvasir::kernels_internal::AvailableSimdTargets()) {
+    const std::string name = kvasir::kernels_internal::SimdTargetNameOf(t);
+    if (name == want) {
+      kvasir::kernels_internal::ForceSimdTarget(t);
+      return true;
+    }
+    have += (have.empty() ? "" : ", ") + name;
+  }
+  std::fprintf(stderr, "kvasir: KVASIR_SIMD_TARGET=%s is not a kernel target of this CPU (it has: %s)\n",
+               want, have.c_str());
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!ApplySimdTargetFromEnv()) return 2;
   if (argc < 2) {
     PrintUsage(stderr);
     return 2;

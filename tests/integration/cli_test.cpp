@@ -60,6 +60,19 @@ TEST(CliTest, NoCommandPrintsUsage) {
   EXPECT_THAT(r.err, HasSubstr("usage: kvasir"));
 }
 
+TEST(CliTest, SimdTargetFromEnvironment) {
+  // A name that is no kernel target is refused before any command runs, naming what the CPU has.
+  RunResult bad = testing::RunKvasir({"--version"}, {{"KVASIR_SIMD_TARGET", "AVX9000"}});
+  EXPECT_EQ(bad.code, 2) << Describe(bad);
+  EXPECT_THAT(bad.err, HasSubstr("KVASIR_SIMD_TARGET=AVX9000"));
+  EXPECT_THAT(bad.err, HasSubstr("SCALAR"));
+  EXPECT_EQ(bad.out, "");
+  // The scalar target exists on every CPU and is taken.
+  RunResult ok = testing::RunKvasir({"--version"}, {{"KVASIR_SIMD_TARGET", "SCALAR"}});
+  EXPECT_EQ(ok.code, 0) << Describe(ok);
+  EXPECT_THAT(ok.out, HasSubstr("kvasir"));
+}
+
 TEST(CliTest, HelpGoesToStdout) {
   RunResult r = Kvasir({"generate", "--help"});
   EXPECT_EQ(r.code, 0) << Describe(r);
