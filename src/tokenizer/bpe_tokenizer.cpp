@@ -259,11 +259,4 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out) 
   }
 }
 
-std::string BpeTokenizer::TokenToPiece(int32_t id, bool special) const {
-  if (id < 0 || id >= n_vocab()) return {};
-  const TokenAttr attr = attrs_[id];
-  if (!special && (attr == TokenAttr::kControl || attr == TokenAttr::kUnknown)) return {};
-  return pieces_[id];
-}
-
 }  // namespace kvasir

@@ -36,7 +36,6 @@ class BpeTokenizer final : public Tokenizer {
                               bool parse_special = false) const override;
   // Normal and byte tokens give their bytes; control, unknown and user-defined tokens their text
   // as stored (control and unknown only with `special`); unused tokens "".
-  std::string TokenToPiece(int32_t id, bool special = false) const override;
 
   const PreTokenizer& pre_tokenizer() const { return *pre_; }
   size_t n_merges() const { return merges_.size(); }
@@ -67,8 +66,6 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<uint64_t, Merge> merges_;
   // [256] the token whose text is byte b's byte-level character, or -1.
   std::array<int32_t, 256> byte_token_{};
-  // [n_vocab] piece per token as printed with special = true.
-  std::vector<std::string> pieces_;
 };
 
 }  // namespace kvasir

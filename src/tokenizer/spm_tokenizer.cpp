@@ -222,11 +222,4 @@ void SpmTokenizer::EncodeEscaped(std::string_view text, std::vector<int32_t>* ou
   }
 }
 
-std::string SpmTokenizer::TokenToPiece(int32_t id, bool special) const {
-  if (id < 0 || id >= n_vocab()) return {};
-  const TokenAttr attr = attrs_[id];
-  if (!special && (attr == TokenAttr::kControl || attr == TokenAttr::kUnknown)) return {};
-  return pieces_[id];
-}
-
 }  // namespace kvasir

@@ -27,7 +27,6 @@ class SpmTokenizer final : public Tokenizer {
 
   std::vector<int32_t> Encode(std::string_view text, bool add_special,
                               bool parse_special = false) const override;
-  std::string TokenToPiece(int32_t id, bool special = false) const override;
 
  private:
   struct StringHash {
@@ -46,8 +45,6 @@ class SpmTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
   // Byte fallback: "<0xXX>", else the one-byte token, else unk; -1 when none of these exist.
   std::array<int32_t, 256> byte_to_token_{};
-  // [n_vocab] piece per token as printed with special = true.
-  std::vector<std::string> pieces_;
 };
 
 }  // namespace kvasir

@@ -226,6 +226,13 @@ Status Tokenizer::LoadCommon(const GgufHeader& header, const std::string& name) 
   return Status::Ok();
 }
 
+std::string Tokenizer::TokenToPiece(int32_t id, bool special) const {
+  if (id < 0 || id >= n_vocab()) return {};
+  const TokenAttr attr = attrs_[id];
+  if (!special && (attr == TokenAttr::kControl || attr == TokenAttr::kUnknown)) return {};
+  return pieces_[id];
+}
+
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool special,
                               bool skip_leading_space) const {
   std::string out;

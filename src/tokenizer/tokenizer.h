@@ -51,7 +51,7 @@ class Tokenizer {
   // tokens give "" unless `special`). Like llama_token_to_piece with lstrip 0; an SPM
   // word-boundary marker becomes a space, and BPE's byte-level characters become their bytes. An
   // id outside [0, n_vocab) gives "".
-  virtual std::string TokenToPiece(int32_t id, bool special = false) const = 0;
+  std::string TokenToPiece(int32_t id, bool special = false) const;
   // Concatenated pieces. `skip_leading_space`: drop one space at the start of the first non-empty
   // piece (the space SPM puts before the first word). Bytes need not form valid UTF-8 (see
   // Utf8Stream).
@@ -100,6 +100,8 @@ class Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<TokenAttr> attrs_;
+  // [n_vocab] piece per token as printed with special = true, filled by each vocabulary type.
+  std::vector<std::string> pieces_;
   std::vector<int32_t> eog_ids_;
   std::vector<int32_t> special_ids_;
   int32_t bos_ = -1;

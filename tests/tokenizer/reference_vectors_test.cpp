@@ -219,26 +219,24 @@ constexpr char kGpt2Vocab[] = "vocab/ggml-vocab-gpt-2.gguf";
 constexpr char kQwen2Vocab[] = "vocab/ggml-vocab-qwen2.gguf";
 constexpr char kLlamaBpeVocab[] = "vocab/ggml-vocab-llama-bpe.gguf";
 
-TEST(BpeReferenceTest, Gpt2Vectors) {
-  KV_REQUIRE_ASSET(kGpt2Vocab);
-  const std::string base = AssetPath(kGpt2Vocab);
+// Every vector of `base` (the vocab GGUF, with .inp/.out beside it) encodes to its ids.
+void ExpectEveryVector(const std::string& base, int32_t n_vocab) {
   std::unique_ptr<Tokenizer> tok = LoadTokenizer(base);
   ASSERT_NE(tok, nullptr);
-  EXPECT_EQ(tok->n_vocab(), 50257);
+  EXPECT_EQ(tok->n_vocab(), n_vocab);
   const Vectors v = ReadVectors(base);
   ASSERT_GE(v.texts.size(), 40u);
   EXPECT_EQ(CheckVectors(*tok, v, ""), v.texts.size());
 }
 
+TEST(BpeReferenceTest, Gpt2Vectors) {
+  KV_REQUIRE_ASSET(kGpt2Vocab);
+  ExpectEveryVector(AssetPath(kGpt2Vocab), 50257);
+}
+
 TEST(BpeReferenceTest, Qwen2Vectors) {
   KV_REQUIRE_ASSET(kQwen2Vocab);
-  const std::string base = AssetPath(kQwen2Vocab);
-  std::unique_ptr<Tokenizer> tok = LoadTokenizer(base);
-  ASSERT_NE(tok, nullptr);
-  EXPECT_EQ(tok->n_vocab(), 151936);
-  const Vectors v = ReadVectors(base);
-  ASSERT_GE(v.texts.size(), 40u);
-  EXPECT_EQ(CheckVectors(*tok, v, ""), v.texts.size());
+  ExpectEveryVector(AssetPath(kQwen2Vocab), 151936);
 }
 
 // The shared set has llama.cpp's llama-bpe vectors but not their vocabulary (a Llama 3 GGUF that
@@ -250,11 +248,7 @@ TEST(BpeReferenceTest, LlamaBpeVectors) {
     GTEST_SKIP() << base << " is not in the shared set (only its .inp/.out are): add a Llama 3 "
                  << "vocabulary GGUF there to run the llama-bpe vectors";
   }
-  std::unique_ptr<Tokenizer> tok = LoadTokenizer(base);
-  ASSERT_NE(tok, nullptr);
-  const Vectors v = ReadVectors(base);
-  ASSERT_GE(v.texts.size(), 40u);
-  EXPECT_EQ(CheckVectors(*tok, v, ""), v.texts.size());
+  ExpectEveryVector(base, 128256);
 }
 
 TEST(BpeReferenceTest, Qwen2SpecialTokens) {
