@@ -25,7 +25,7 @@ two_hosts "$na" "$nb" 78 "ca$tag" "cb$tag"
 head -c 32 /dev/urandom >"$work/secret"
 export XDG_STATE_HOME="$work/state"
 common=(-t 1 -c 256 --ring-secret-file "$work/secret" --log-level info)
-ip netns exec "$na" tcpdump -i any -U --immediate-mode -s 0 -w "$work/capture.pcap" 2>"$work/tcpdump.log" &
+ip netns exec "$na" tcpdump -i any -U --immediate-mode -B 16384 -s 0 -w "$work/capture.pcap" 2>"$work/tcpdump.log" &
 pids+=($!)
 tcpdump_pid=$!
 for _ in $(seq 50); do grep -q "listening on" "$work/tcpdump.log" && break; sleep 0.1; done
@@ -68,7 +68,7 @@ size=$(stat -c %s "$work/capture.pcap")
 [ "$size" -gt 20000 ] || fail "the capture holds only $size bytes: it did not see the ring"
 # The capture does see application bytes: the relay's HTTP upgrade travels in the clear.
 grep -aq "GET /edge/cap-$tag-01" "$work/capture.pcap" ||
-  fail "the WebSocket upgrade is not in the capture: it would not show plaintext either"
+  fail "the WebSocket upgrade is not in the capture: it would not show plaintext either ($(tr "\n" " " <"$work/tcpdump.log"))"
 leaks=0
 for needle in "$prompt" "quiet harbor" "Once upon"; do
   if grep -aqF "$needle" "$work/capture.pcap"; then echo "LEAK: '$needle'"; leaks=1; fi
