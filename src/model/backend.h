@@ -40,6 +40,29 @@ class Backend {
   virtual void Add(float* y, const float* x, int64_t n) = 0;
   // y[r, :] += b for n_rows rows of `width`.
   virtual void AddBias(float* y, const float* b, int n_rows, int width) = 0;
+  // y[i] *= sigmoid(gate[i]) over n values.
+  virtual void SigmoidMul(float* y, const float* gate, int64_t n) = 0;
+  // y[r, :] *= s[r] for n_rows rows of `width`.
+  virtual void ScaleRows(float* y, const float* s, int n_rows, int width) = 0;
+
+  // Gated DeltaNet, one sequence. Short convolution over n rows of `channels`:
+  //   out[t, c] = silu(sum_j w[c, j] * in(t - kernel + 1 + j, c))
+  // where in(t) is x[t] for t >= 0 and the saved inputs before it. w: [channels, kernel] (last tap
+  // is the current row). state: [kernel - 1, channels], the sequence's last inputs, oldest first;
+  // updated to the last kernel - 1 inputs. x, out: [n, channels]; out may not alias x.
+  virtual void CausalConvSilu(const float* x, int n, int channels, int kernel, const float* w,
+                              float* state, float* out) = 0;
+  // Gated delta rule, one sequence of n rows. qkv: [n, row_stride], each row [q | k | v] with q and
+  // k of n_k_heads * dim and v of n_v_heads * dim; alpha, beta: [n, n_v_heads] raw projections;
+  // dt_bias, a: [n_v_heads] (a = -exp(A_log)). Per row and value head h (key head h % n_k_heads):
+  //   q, k L2-normalised (x / max(|x|, eps)), q scaled by 1/sqrt(dim),
+  //   g = softplus(alpha + dt_bias) * a, b = sigmoid(beta),
+  //   S <- exp(g) S;  d = b (v - S^T k);  S <- S + k d^T;  o = S^T q.
+  // state: [n_v_heads, dim (value j), dim (key i)], updated. out: [n, n_v_heads * dim].
+  virtual void GatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha,
+                              const float* beta, const float* dt_bias, const float* a, int n,
+                              int n_k_heads, int n_v_heads, int dim, float eps, float* state,
+                              float* out) = 0;
 };
 
 // The CPU backend with `n_threads` threads (the caller's thread included).

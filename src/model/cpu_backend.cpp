@@ -3,6 +3,7 @@
 
 #include "base/thread_pool.h"
 #include "model/backend.h"
+#include "model/cpu_delta_net.h"
 
 namespace kvasir {
 namespace {
@@ -86,6 +87,29 @@ class CpuBackend final : public Backend {
 
   void AddBias(float* y, const float* b, int n_rows, int width) override {
     for (int r = 0; r < n_rows; ++r) AddInPlace(y + static_cast<int64_t>(r) * width, b, width);
+  }
+
+  void SigmoidMul(float* y, const float* gate, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
+
+  void ScaleRows(float* y, const float* s, int n_rows, int width) override {
+    for (int r = 0; r < n_rows; ++r) {
+      float* row = y + static_cast<int64_t>(r) * width;
+      for (int i = 0; i < width; ++i) row[i] *= s[r];
+    }
+  }
+
+  void CausalConvSilu(const float* x, int n, int channels, int kernel, const float* w,
+                      float* state, float* out) override {
+    CpuCausalConvSilu(x, n, channels, kernel, w, state, out, pool_);
+  }
+
+  void GatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha, const float* beta,
+                      const float* dt_bias, const float* a, int n, int n_k_heads, int n_v_heads,
+                      int dim, float eps, float* state, float* out) override {
+    CpuGatedDeltaRule(qkv, row_stride, alpha, beta, dt_bias, a, n, n_k_heads, n_v_heads, dim, eps,
+                      state, out, pool_);
   }
 
  private:

@@ -9,88 +9,22 @@
 #include "model/arch/registry.h"
 #include "model/backend.h"
 #include "model/rope.h"
+#include "model/tensor_binder.h"
+#include "model/window_layers.h"
 
 namespace kvasir {
 namespace {
 
-struct LayerWeights {
-  const float* attn_norm = nullptr;  // [n_embd]
-  MatrixView wq, wk, wv, wo;         // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
-  const float* bq = nullptr;         // [q_dim] (qkv_bias)
-  const float* bk = nullptr;         // [kv_dim]
-  const float* bv = nullptr;         // [kv_dim]
-  const float* q_norm = nullptr;     // [head_dim] (qk_norm)
-  const float* k_norm = nullptr;     // [head_dim]
-  const float* ffn_norm = nullptr;   // [n_embd]
-  MatrixView gate, up, down;         // [n_ff, n_embd] x2, [n_embd, n_ff]
-};
-
 struct Sequence {
   int length = 0;
-  std::vector<std::vector<float>> k, v;  // per window layer: [length, kv_dim] f32
+  std::vector<LayerState> layers;  // per window layer: KV cache or DeltaNet state
 };
 
-// Binds the window's tensors, checking presence, type and shape. Holds f32 copies of vectors that
-// are stored in other types.
-class TensorBinder {
+// A window of a llama-family or hybrid (qwen35) model. Layers differ by kind (cfg.layer_kind):
+// attention layers keep a KV cache per sequence, DeltaNet layers a fixed-size recurrent state.
+class LayerStackWindow final : public LayerWindow {
  public:
-  TensorBinder(const GgufFile& file, uint64_t* bytes) : file_(file), bytes_(bytes) {}
-
-  Result<MatrixView> Matrix(const std::string& name, int64_t cols, int64_t rows) {
-    KV_ASSIGN_OR_RETURN(const GgufTensorInfo* t, Find(name));
-    if (t->n_dims != 2 || t->ne[0] != static_cast<uint64_t>(cols) ||
-        t->ne[1] != static_cast<uint64_t>(rows)) {
-      return Error("{}: tensor {} has shape [{}, {}], expected [{}, {}]", file_.path(), name,
-                   t->ne[0], t->ne[1], cols, rows);
-    }
-    const auto type = static_cast<TensorType>(t->type);
-    if (!KernelsSupport(type)) {
-      return Error("{}: tensor {} has type {}, which this build cannot compute yet (supported: {})",
-                   file_.path(), name, TensorTypeName(t->type), SupportedTypesList());
-    }
-    auto data = file_.TensorData(*t);
-    *bytes_ += data.size();
-    return MatrixView{type, data.data(), rows, cols, RowBytes(type, cols)};
-  }
-
-  Result<const float*> Vector(const std::string& name, int64_t n) {
-    KV_ASSIGN_OR_RETURN(const GgufTensorInfo* t, Find(name));
-    if (t->n_elements() != static_cast<uint64_t>(n) || t->ne[0] != static_cast<uint64_t>(n)) {
-      return Error("{}: tensor {} has {} elements, expected {}", file_.path(), name,
-                   t->n_elements(), n);
-    }
-    const auto type = static_cast<TensorType>(t->type);
-    if (!KernelsSupport(type)) {
-      return Error("{}: tensor {} has type {}, which this build cannot compute yet (supported: {})",
-                   file_.path(), name, TensorTypeName(t->type), SupportedTypesList());
-    }
-    auto data = file_.TensorData(*t);
-    *bytes_ += data.size();
-    if (type == TensorType::kF32 && reinterpret_cast<uintptr_t>(data.data()) % 4 == 0) {
-      return reinterpret_cast<const float*>(data.data());
-    }
-    owned_.emplace_back(n);
-    DequantizeRow(type, data.data(), n, owned_.back().data());
-    return static_cast<const float*>(owned_.back().data());
-  }
-
-  std::vector<std::vector<float>> TakeOwned() { return std::move(owned_); }
-
- private:
-  Result<const GgufTensorInfo*> Find(const std::string& name) {
-    const GgufTensorInfo* t = file_.FindTensor(name);
-    if (t == nullptr) return Error("{}: tensor {} is missing", file_.path(), name);
-    return t;
-  }
-
-  const GgufFile& file_;
-  uint64_t* bytes_;
-  std::vector<std::vector<float>> owned_;
-};
-
-class LlamaFamilyWindow final : public LayerWindow {
- public:
-  LlamaFamilyWindow(std::shared_ptr<const GgufFile> file, ModelConfig cfg, WindowSpec spec,
+  LayerStackWindow(std::shared_ptr<const GgufFile> file, ModelConfig cfg, WindowSpec spec,
                     WindowOptions options)
       : file_(std::move(file)),
         cfg_(std::move(cfg)),
@@ -100,7 +34,7 @@ class LlamaFamilyWindow final : public LayerWindow {
 
   Status Bind() {
     TensorBinder b(*file_, &weight_bytes_);
-    const int64_t e = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
+    const int64_t e = cfg_.n_embd;
     if (spec_.has_embed) {
       KV_ASSIGN_OR_RETURN(tok_embd_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
     }
@@ -114,27 +48,9 @@ class LlamaFamilyWindow final : public LayerWindow {
       }
     }
     for (int il = spec_.first; il < spec_.last; ++il) {
-      const LayerTensorNames n = LlamaFamilyLayerNames(il);
       LayerWeights w;
-      KV_ASSIGN_OR_RETURN(w.attn_norm, b.Vector(n.attn_norm, e));
-      KV_ASSIGN_OR_RETURN(w.wq, b.Matrix(n.wq, e, qd));
-      KV_ASSIGN_OR_RETURN(w.wk, b.Matrix(n.wk, e, kvd));
-      KV_ASSIGN_OR_RETURN(w.wv, b.Matrix(n.wv, e, kvd));
-      KV_ASSIGN_OR_RETURN(w.wo, b.Matrix(n.wo, qd, e));
-      if (cfg_.qkv_bias) {
-        KV_ASSIGN_OR_RETURN(w.bq, b.Vector(n.bq, qd));
-        KV_ASSIGN_OR_RETURN(w.bk, b.Vector(n.bk, kvd));
-        KV_ASSIGN_OR_RETURN(w.bv, b.Vector(n.bv, kvd));
-      }
-      if (cfg_.qk_norm) {
-        KV_ASSIGN_OR_RETURN(w.q_norm, b.Vector(n.q_norm, cfg_.head_dim));
-        KV_ASSIGN_OR_RETURN(w.k_norm, b.Vector(n.k_norm, cfg_.head_dim));
-      }
-      KV_ASSIGN_OR_RETURN(w.ffn_norm, b.Vector(n.ffn_norm, e));
-      KV_ASSIGN_OR_RETURN(w.gate, b.Matrix(n.ffn_gate, e, ff));
-      KV_ASSIGN_OR_RETURN(w.up, b.Matrix(n.ffn_up, e, ff));
-      KV_ASSIGN_OR_RETURN(w.down, b.Matrix(n.ffn_down, ff, e));
-      layers_.push_back(w);
+      KV_RETURN_IF_ERROR(BindLayer(b, cfg_, il, &w));
+      layers_.push_back(std::move(w));
     }
     if (spec_.has_head) {
       KV_ASSIGN_OR_RETURN(out_norm_, b.Vector("output_norm.weight", e));
@@ -156,8 +72,13 @@ class LlamaFamilyWindow final : public LayerWindow {
   int n_ctx() const override { return options_.n_ctx; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   uint64_t kv_bytes_per_sequence() const override {
-    return 2ull * layers_.size() * static_cast<uint64_t>(options_.n_ctx) * cfg_.kv_dim() *
-           sizeof(float);
+    uint64_t bytes = 0;
+    for (const LayerWeights& w : layers_) {
+      bytes += w.kind == LayerKind::kAttention
+                   ? 2ull * static_cast<uint64_t>(options_.n_ctx) * cfg_.kv_dim() * sizeof(float)
+                   : static_cast<uint64_t>(cfg_.ssm_state_floats()) * sizeof(float);
+    }
+    return bytes;
   }
 
   Status OpenSequence(int seq_id) override {
@@ -167,8 +88,8 @@ class LlamaFamilyWindow final : public LayerWindow {
                    options_.max_sequences);
     }
     Sequence s;
-    s.k.resize(layers_.size());
-    s.v.resize(layers_.size());
+    s.layers.reserve(layers_.size());
+    for (const LayerWeights& w : layers_) s.layers.push_back(NewLayerState(cfg_, w.kind));
     seqs_.emplace(seq_id, std::move(s));
     return Status::Ok();
   }
@@ -188,10 +109,26 @@ class LlamaFamilyWindow final : public LayerWindow {
                    it->second.length);
     }
     Sequence& s = it->second;
+    if (n_keep == s.length) return Status::Ok();
+    // A recurrent state holds every position folded together: it can only start over.
+    if (n_keep != 0) {
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        if (layers_[l].kind == LayerKind::kDeltaNet) {
+          return Error(
+              "sequence {}: cannot keep {} of {} positions: layer {} keeps a recurrent state, "
+              "which can only be cleared",
+              seq_id, n_keep, s.length, spec_.first + static_cast<int>(l));
+        }
+      }
+    }
     s.length = n_keep;
     for (size_t l = 0; l < layers_.size(); ++l) {
-      s.k[l].resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
-      s.v[l].resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
+      if (layers_[l].kind == LayerKind::kDeltaNet) {
+        s.layers[l] = NewLayerState(cfg_, LayerKind::kDeltaNet);
+      } else {
+        s.layers[l].k.resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
+        s.layers[l].v.resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
+      }
     }
     return Status::Ok();
   }
@@ -221,18 +158,13 @@ class LlamaFamilyWindow final : public LayerWindow {
 
   // Scratch, reused across calls.
   std::vector<float> x_;        // [n_rows, n_embd] residual stream
-  std::vector<float> cur_;      // [n_rows, n_embd] normed input
-  std::vector<float> q_;        // [n_rows, q_dim]
-  std::vector<float> k_;        // [n_rows, kv_dim]
-  std::vector<float> v_;        // [n_rows, kv_dim]
-  std::vector<float> attn_;     // [n_rows, q_dim]
-  std::vector<float> proj_;     // [n_rows, n_embd]
-  std::vector<float> gate_;     // [n_rows, n_ff]
-  std::vector<float> up_;       // [n_rows, n_ff]
+  std::vector<float> cur_;      // [n_out_rows, n_embd] normed rows for the head
   std::vector<float> cos_sin_;  // [n_rows, n_rot / 2, 2]
+  std::vector<ChunkState> chunk_states_;  // one per chunk, for the layer being run
+  LayerScratch scratch_;
 };
 
-Status LlamaFamilyWindow::Validate(const ForwardInput& in, int* n_rows) const {
+Status LayerStackWindow::Validate(const ForwardInput& in, int* n_rows) const {
   int64_t rows = 0;
   if (in.chunks.empty()) return Error("empty batch");
   for (size_t c = 0; c < in.chunks.size(); ++c) {
@@ -273,7 +205,7 @@ Status LlamaFamilyWindow::Validate(const ForwardInput& in, int* n_rows) const {
   return Status::Ok();
 }
 
-void LlamaFamilyWindow::ComputeRope(const ForwardInput& in, int n_rows) {
+void LayerStackWindow::ComputeRope(const ForwardInput& in, int n_rows) {
   const int half = cfg_.n_rot / 2;
   cos_sin_.resize(static_cast<size_t>(n_rows) * half * 2);
   const std::span<const float> factors =
@@ -286,78 +218,30 @@ void LlamaFamilyWindow::ComputeRope(const ForwardInput& in, int n_rows) {
   }
 }
 
-void LlamaFamilyWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
+void LayerStackWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
   const LayerWeights& w = layers_[l];
-  const int e = cfg_.n_embd, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), hd = cfg_.head_dim;
-  Backend& be = *backend_;
-
-  // Attention block.
-  be.RmsNorm(x_.data(), w.attn_norm, n_rows, e, cfg_.rms_eps, cur_.data());
-  be.MatMul(w.wq, cur_.data(), n_rows, q_.data());
-  be.MatMul(w.wk, cur_.data(), n_rows, k_.data());
-  be.MatMul(w.wv, cur_.data(), n_rows, v_.data());
-  if (cfg_.qkv_bias) {
-    be.AddBias(q_.data(), w.bq, n_rows, qd);
-    be.AddBias(k_.data(), w.bk, n_rows, kvd);
-    be.AddBias(v_.data(), w.bv, n_rows, kvd);
-  }
-  if (cfg_.qk_norm) {
-    be.RmsNorm(q_.data(), w.q_norm, n_rows * cfg_.n_head, hd, cfg_.rms_eps, q_.data());
-    be.RmsNorm(k_.data(), w.k_norm, n_rows * cfg_.n_head_kv, hd, cfg_.rms_eps, k_.data());
-  }
-  be.Rope(q_.data(), n_rows, cfg_.n_head, hd, cfg_.n_rot, cfg_.rope_type, cos_sin_.data());
-  be.Rope(k_.data(), n_rows, cfg_.n_head_kv, hd, cfg_.n_rot, cfg_.rope_type, cos_sin_.data());
-
+  chunk_states_.clear();
   int row = 0;
   for (const SeqChunk& ch : in.chunks) {
-    Sequence& s = seqs_.at(ch.seq_id);
-    std::vector<float>& kc = s.k[l];
-    std::vector<float>& vc = s.v[l];
-    const size_t end = static_cast<size_t>(ch.pos0 + ch.n_tokens) * kvd;
-    if (kc.capacity() < end) {
-      // Grow geometrically up to the context so long generations do not copy every step.
-      const size_t cap = std::min(std::max(end, kc.capacity() * 2),
-                                  static_cast<size_t>(options_.n_ctx) * kvd);
-      kc.reserve(cap);
-      vc.reserve(cap);
-    }
-    kc.resize(end);
-    vc.resize(end);
-    std::copy_n(k_.data() + static_cast<size_t>(row) * kvd, static_cast<size_t>(ch.n_tokens) * kvd,
-                kc.data() + static_cast<size_t>(ch.pos0) * kvd);
-    std::copy_n(v_.data() + static_cast<size_t>(row) * kvd, static_cast<size_t>(ch.n_tokens) * kvd,
-                vc.data() + static_cast<size_t>(ch.pos0) * kvd);
-    be.Attention(q_.data() + static_cast<size_t>(row) * qd, ch.n_tokens, ch.pos0, kc.data(),
-                 vc.data(), cfg_.n_head, cfg_.n_head_kv, hd,
-                 attn_.data() + static_cast<size_t>(row) * qd);
+    chunk_states_.push_back({&seqs_.at(ch.seq_id).layers[l], row, ch.n_tokens, ch.pos0});
     row += ch.n_tokens;
   }
-  be.MatMul(w.wo, attn_.data(), n_rows, proj_.data());
-  be.Add(x_.data(), proj_.data(), static_cast<int64_t>(n_rows) * e);
-
-  // Feed-forward block: down(silu(gate(x)) * up(x)).
-  be.RmsNorm(x_.data(), w.ffn_norm, n_rows, e, cfg_.rms_eps, cur_.data());
-  be.MatMul(w.gate, cur_.data(), n_rows, gate_.data());
-  be.MatMul(w.up, cur_.data(), n_rows, up_.data());
-  be.SiluMul(gate_.data(), up_.data(), static_cast<int64_t>(n_rows) * cfg_.n_ff, gate_.data());
-  be.MatMul(w.down, gate_.data(), n_rows, proj_.data());
-  be.Add(x_.data(), proj_.data(), static_cast<int64_t>(n_rows) * e);
+  if (w.kind == LayerKind::kAttention) {
+    RunAttention(cfg_, w, options_.n_ctx, chunk_states_, n_rows, cos_sin_.data(), x_.data(),
+                 *backend_, scratch_);
+  } else {
+    RunDeltaNet(cfg_, w, chunk_states_, n_rows, x_.data(), *backend_, scratch_);
+  }
+  RunFfn(cfg_, w, n_rows, x_.data(), *backend_, scratch_);
 }
 
-Status LlamaFamilyWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
+Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
   int n_rows = 0;
   KV_RETURN_IF_ERROR(Validate(in, &n_rows));
   const size_t rows = static_cast<size_t>(n_rows);
   const int e = cfg_.n_embd;
   x_.resize(rows * e);
   cur_.resize(rows * e);
-  q_.resize(rows * cfg_.q_dim());
-  k_.resize(rows * cfg_.kv_dim());
-  v_.resize(rows * cfg_.kv_dim());
-  attn_.resize(rows * cfg_.q_dim());
-  proj_.resize(rows * e);
-  gate_.resize(rows * cfg_.n_ff);
-  up_.resize(rows * cfg_.n_ff);
 
   if (spec_.has_embed) {
     backend_->GetRows(tok_embd_, in.tokens.data(), n_rows, x_.data());
@@ -425,7 +309,7 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
   }
   if (opt.n_ctx > (1 << 22)) return Error("context {} is too large", opt.n_ctx);
   if (opt.n_threads < 1) return Error("thread count {} must be at least 1", opt.n_threads);
-  auto w = std::make_unique<LlamaFamilyWindow>(std::move(file), std::move(cfg), spec, opt);
+  auto w = std::make_unique<LayerStackWindow>(std::move(file), std::move(cfg), spec, opt);
   KV_RETURN_IF_ERROR(w->Bind());
   return std::unique_ptr<LayerWindow>(std::move(w));
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
@@ -13,7 +14,13 @@ namespace kvasir {
 
 enum class RopeType {
   kNormal,  // rotate interleaved pairs (x[2i], x[2i+1]) — llama
-  kNeox,    // rotate (x[i], x[i + n_rot/2]) — qwen2, qwen3
+  kNeox,    // rotate (x[i], x[i + n_rot/2]) — qwen2, qwen3, qwen35 (IMROPE on text positions)
+};
+
+// What a layer's token mixer is.
+enum class LayerKind : uint8_t {
+  kAttention,  // softmax attention over a KV cache
+  kDeltaNet,   // gated DeltaNet: short causal convolution + delta-rule recurrent state (qwen35)
 };
 
 // rope.scaling.type. Llama 3.1's "llama3" scaling is not a type: it is stored as rope_freqs.weight.
@@ -49,9 +56,42 @@ struct ModelConfig {
   bool qkv_bias = false;   // q/k/v projections carry biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (qwen3)
   bool tied_output = false;  // no output.weight: the head reuses token_embd.weight
+  // IMROPE (qwen35): rope.dimension_sections. A rotated pair whose section is the fourth one takes
+  // the fourth position component, which is 0 for text, so it is not rotated.
+  bool rope_imrope = false;
+  int rope_sections[4] = {0, 0, 0, 0};
+
+  // Hybrid models (qwen35, qwen35moe). Empty means every layer is attention.
+  std::vector<LayerKind> layer_kinds;  // [n_layer]
+  bool attn_output_gate = false;  // attn_q rows hold [query | gate] per head; out *= sigmoid(gate)
+  std::string ffn_norm_tensor = "ffn_norm";  // "post_attention_norm" for qwen35
+  int n_layer_nextn = 0;  // trailing multi-token-prediction blocks (not run, not in any window)
+
+  // Gated DeltaNet (ssm.*).
+  int ssm_conv_kernel = 0;  // ssm.conv_kernel: taps of the causal depthwise convolution
+  int ssm_state = 0;        // ssm.state_size: key and value head size
+  int ssm_n_k_heads = 0;    // ssm.group_count
+  int ssm_n_v_heads = 0;    // ssm.time_step_rank; value head h reads key head h % n_k_heads
+  int ssm_inner = 0;        // ssm.inner_size = n_v_heads * state
+
+  // Mixture of experts. n_expert == 0 means a dense SwiGLU FFN of n_ff.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;         // expert_feed_forward_length
+  int n_ff_shexp = 0;       // expert_shared_feed_forward_length; 0 = no shared expert
 
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
+  LayerKind layer_kind(int il) const {
+    return layer_kinds.empty() ? LayerKind::kAttention : layer_kinds[static_cast<size_t>(il)];
+  }
+  // DeltaNet channels through the convolution: q and k (n_k_heads * state each) and v (inner).
+  int ssm_conv_dim() const { return 2 * ssm_n_k_heads * ssm_state + ssm_inner; }
+  // f32 values of one sequence's recurrent state in a DeltaNet layer: conv window + delta state.
+  int64_t ssm_state_floats() const {
+    return static_cast<int64_t>(ssm_conv_kernel - 1) * ssm_conv_dim() +
+           static_cast<int64_t>(ssm_n_v_heads) * ssm_state * ssm_state;
+  }
 };
 
 // Tensor names for one layer, in the GGUF naming scheme of the architecture.

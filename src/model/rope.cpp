@@ -39,8 +39,20 @@ void RopeCosSin(const ModelConfig& cfg, std::span<const float> freq_factors, int
     YarnCorrDims(cfg, dims);
     mscale *= 1.0 + 0.1 * std::log(1.0 / freq_scale);
   }
+  const int* sec = cfg.rope_sections;
+  const int sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
   for (int i = 0; i < half; ++i) {
-    double theta_extrap = static_cast<double>(pos) *
+    double p = pos;
+    if (cfg.rope_imrope) {
+      // IMROPE interleaves the sections t, h, w pair by pair; the rest take the fourth position
+      // component, which text tokens leave at 0.
+      const int sector = i % sect_dims;
+      const bool thw = (sector % 3 == 0 && sector < 3 * sec[0]) ||
+                       (sector % 3 == 1 && sector < 3 * sec[1]) ||
+                       (sector % 3 == 2 && sector < 3 * sec[2]);
+      if (!thw) p = 0;
+    }
+    double theta_extrap = p *
                           std::pow(static_cast<double>(cfg.rope_base),
                                    -2.0 * i / static_cast<double>(cfg.n_rot));
     if (!freq_factors.empty()) theta_extrap /= freq_factors[i];

@@ -16,6 +16,7 @@ namespace kvasir {
 //   out[2i] = cos(theta) * mscale, out[2i + 1] = sin(theta) * mscale
 // where ramp(i) = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) over the YaRN correction dims
 // [lo, hi], and mscale = cfg.rope_attn_factor, times 1 + 0.1 ln(1 / freq_scale) with YaRN.
+// With IMROPE (cfg.rope_imrope) a pair outside the t/h/w sections is at position 0 (text tokens).
 // Angles are computed in double precision. `freq_factors` is empty or has cfg.n_rot / 2 entries.
 // out: [n_rot / 2, 2].
 void RopeCosSin(const ModelConfig& cfg, std::span<const float> freq_factors, int pos, float* out);

@@ -10,12 +10,16 @@ namespace kvasir {
 Status LoadLlamaConfig(const GgufFile& file, ModelConfig* cfg);
 Status LoadQwen2Config(const GgufFile& file, ModelConfig* cfg);
 Status LoadQwen3Config(const GgufFile& file, ModelConfig* cfg);
+Status LoadQwen35Config(const GgufFile& file, ModelConfig* cfg);
+Status LoadQwen35MoeConfig(const GgufFile& file, ModelConfig* cfg);
 
 namespace {
 constexpr ArchSpec kArchs[] = {
     {"llama", LoadLlamaConfig},
     {"qwen2", LoadQwen2Config},
     {"qwen3", LoadQwen3Config},
+    {"qwen35", LoadQwen35Config},
+    {"qwen35moe", LoadQwen35MoeConfig},
 };
 }  // namespace
 
@@ -78,13 +82,13 @@ int LayerOfTensorName(std::string_view name) {
   return layer;
 }
 
-namespace {
-
 Result<int> GetPositiveInt(const GgufFile& file, const std::string& key) {
   KV_ASSIGN_OR_RETURN(uint64_t v, file.GetUint(key));
   if (v == 0 || v > (1u << 30)) return Error("{}: {} = {} is out of range", file.path(), key, v);
   return static_cast<int>(v);
 }
+
+namespace {
 
 
 // rope.scaling.* as llama.cpp reads them: a missing type means linear, the factor (or the older
@@ -158,7 +162,10 @@ Status LoadLlamaFamilyConfig(const GgufFile& file, std::string_view prefix, Mode
   const std::string p(prefix);
   KV_ASSIGN_OR_RETURN(cfg->n_layer, GetPositiveInt(file, p + ".block_count"));
   KV_ASSIGN_OR_RETURN(cfg->n_embd, GetPositiveInt(file, p + ".embedding_length"));
-  KV_ASSIGN_OR_RETURN(cfg->n_ff, GetPositiveInt(file, p + ".feed_forward_length"));
+  // A mixture-of-experts model may have no dense FFN width; its arch file reads the expert keys.
+  if (file.Find(p + ".feed_forward_length") != nullptr || file.Find(p + ".expert_count") == nullptr) {
+    KV_ASSIGN_OR_RETURN(cfg->n_ff, GetPositiveInt(file, p + ".feed_forward_length"));
+  }
   KV_ASSIGN_OR_RETURN(cfg->n_head, GetPositiveInt(file, p + ".attention.head_count"));
   KV_ASSIGN_OR_RETURN(uint64_t n_head_kv,
                       file.GetUintOr(p + ".attention.head_count_kv", cfg->n_head));

@@ -32,10 +32,14 @@ LayerTensorNames LlamaFamilyLayerNames(int il);
 // The layer of a tensor named "blk.N.rest" (N of at most 8 digits), or -1 for any other name.
 int LayerOfTensorName(std::string_view name);
 
+// An integer key that must be present and in [1, 2^30], else an error naming the file and key.
+Result<int> GetPositiveInt(const GgufFile& file, const std::string& key);
+
 // Shared loader for llama-family keys under `prefix` ("llama", "qwen2", ...): block_count,
 // embedding_length, feed_forward_length, attention.head_count[_kv], attention.key_length,
 // attention.layer_norm_rms_epsilon, context_length, rope.freq_base, rope.dimension_count,
 // rope.scaling.*; n_vocab from the token embedding's shape; tied output when output.weight is absent.
+// feed_forward_length may be absent only when expert_count is present (n_ff stays 0).
 Status LoadLlamaFamilyConfig(const GgufFile& file, std::string_view prefix, ModelConfig* cfg);
 
 }  // namespace kvasir
