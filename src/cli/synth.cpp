@@ -2,8 +2,12 @@
 // GGUF file. Weights are generated row by row from a seed (the same seed gives the same bytes, for
 // any thread count), quantized on a thread pool and streamed to the file, so memory stays at a few
 // chunks whatever the model size.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <cmath>
 #include <cstdio>
@@ -37,12 +41,16 @@ struct SynthArch {
   float rms_eps;
   bool qkv_bias;  // attn_q/k/v.bias [q_dim], [kv_dim], [kv_dim]
   bool qk_norm;   // attn_q_norm/attn_k_norm.weight [head_dim]
+  bool hybrid;    // qwen35: gated DeltaNet layers, gated attention every --attn-interval-th layer
+  bool moe;       // routed experts plus a gated shared expert instead of the dense FFN
 };
 
 constexpr SynthArch kArchs[] = {
-    {"llama", 10000.0f, 1e-5f, false, false},
-    {"qwen2", 1000000.0f, 1e-6f, true, false},
-    {"qwen3", 1000000.0f, 1e-6f, false, true},
+    {"llama", 10000.0f, 1e-5f, false, false, false, false},
+    {"qwen2", 1000000.0f, 1e-6f, true, false, false, false},
+    {"qwen3", 1000000.0f, 1e-6f, false, true, false, false},
+    {"qwen35", 10000000.0f, 1e-6f, false, true, true, false},
+    {"qwen35moe", 10000000.0f, 1e-6f, false, true, true, true},
 };
 
 
@@ -53,7 +61,21 @@ struct SynthOptions {
   int n_head = 0;
   int n_head_kv = 0;  // 0: same as n_head
   int n_ff = 0;
+  int head_dim = 0;   // attention.key_length; 0: n_embd / n_head
   int n_ctx = 2048;
+  // qwen35 / qwen35moe.
+  int n_rot = 0;              // rope.dimension_count; 0: the head size (a quarter of it for qwen35)
+  std::vector<int> rope_sections;  // rope.dimension_sections; empty: [11, 11, 10, 0]
+  int attn_interval = 4;      // full_attention_interval
+  int ssm_conv = 4;           // ssm.conv_kernel
+  int ssm_state = 0;          // ssm.state_size (key and value head size); 0: 128
+  int ssm_groups = 0;         // ssm.group_count (key heads); 0: 16
+  int ssm_v_heads = 0;        // ssm.time_step_rank (value heads); 0: 2 x key heads
+  int n_expert = 0;           // expert_count
+  int n_expert_used = 0;      // expert_used_count
+  int expert_ff = 0;          // expert_feed_forward_length
+  int shared_ff = 0;          // expert_shared_feed_forward_length; 0: --expert-ff
+  bool header_only = false;   // tensor data left as a hole (sparse zeros)
   std::optional<float> rope_base;
   std::string vocab_path;
   std::string type_name = "f16";  // a file mix: every matrix's type follows llama.cpp's rules
@@ -71,7 +93,7 @@ struct SynthOptions {
   int n_threads = 1;
 };
 
-enum class Init { kNormal, kOnes, kRopeFreqs };
+enum class Init { kNormal, kOnes, kRopeFreqs, kMinusOnes };
 
 struct SynthTensor {
   std::string name;
@@ -152,15 +174,30 @@ TensorType MatrixType(const SynthOptions& o, FileMix mix, const std::string& nam
   return chosen;
 }
 
+int HeadDim(const SynthOptions& o) { return o.head_dim > 0 ? o.head_dim : o.n_embd / o.n_head; }
+
+bool IsAttentionLayer(const SynthArch& arch, const SynthOptions& o, int il) {
+  return !arch.hybrid || (il + 1) % o.attn_interval == 0;
+}
+
 std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& o, uint64_t n_vocab,
                                      FileMix mix) {
   const uint64_t E = o.n_embd, F = o.n_ff, V = n_vocab;
-  const uint64_t hd = o.n_embd / o.n_head;
+  const uint64_t hd = HeadDim(o);
   const uint64_t q_dim = o.n_head * hd, kv_dim = o.n_head_kv * hd;
   std::vector<SynthTensor> out;
   auto matrix = [&](std::string name, uint64_t cols, uint64_t rows) {
     TensorType t = MatrixType(o, mix, name, cols);
     out.push_back({std::move(name), {cols, rows}, t, Init::kNormal});
+  };
+  // Matrices llama.cpp's quantizer leaves in f32 (router, convolution taps, 1-row gates).
+  auto f32_matrix = [&](std::string name, uint64_t cols, uint64_t rows) {
+    out.push_back({std::move(name), {cols, rows}, TensorType::kF32, Init::kNormal});
+  };
+  auto experts = [&](std::string name, uint64_t cols, uint64_t rows) {
+    TensorType t = MatrixType(o, mix, name, cols);
+    out.push_back({std::move(name), {cols, rows, static_cast<uint64_t>(o.n_expert)}, t,
+                   Init::kNormal});
   };
   auto vector = [&](std::string name, uint64_t n, Init init) {
     out.push_back({std::move(name), {n}, TensorType::kF32, init});
@@ -172,6 +209,45 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
   for (int il = 0; il < o.n_layer; ++il) {
     const std::string p = fmt::format("blk.{}.", il);
     vector(p + "attn_norm.weight", E, Init::kOnes);
+    if (arch.hybrid) {
+      if (!IsAttentionLayer(arch, o, il)) {
+        const uint64_t S = o.ssm_state, key = uint64_t(o.ssm_groups) * S;
+        const uint64_t inner = uint64_t(o.ssm_v_heads) * S, nv = o.ssm_v_heads;
+        matrix(p + "attn_qkv.weight", E, 2 * key + inner);
+        matrix(p + "attn_gate.weight", E, inner);
+        f32_matrix(p + "ssm_conv1d.weight", o.ssm_conv, 2 * key + inner);
+        vector(p + "ssm_dt.bias", nv, Init::kOnes);
+        vector(p + "ssm_a", nv, Init::kMinusOnes);
+        matrix(p + "ssm_beta.weight", E, nv);
+        matrix(p + "ssm_alpha.weight", E, nv);
+        vector(p + "ssm_norm.weight", S, Init::kOnes);
+        matrix(p + "ssm_out.weight", inner, E);
+      } else {
+        matrix(p + "attn_q.weight", E, 2 * q_dim);  // per head: query, then gate
+        matrix(p + "attn_k.weight", E, kv_dim);
+        matrix(p + "attn_v.weight", E, kv_dim);
+        matrix(p + "attn_output.weight", q_dim, E);
+        vector(p + "attn_q_norm.weight", hd, Init::kOnes);
+        vector(p + "attn_k_norm.weight", hd, Init::kOnes);
+      }
+      vector(p + "post_attention_norm.weight", E, Init::kOnes);
+      if (arch.moe) {
+        const uint64_t XF = o.expert_ff, SF = o.shared_ff;
+        f32_matrix(p + "ffn_gate_inp.weight", E, o.n_expert);
+        experts(p + "ffn_gate_exps.weight", E, XF);
+        experts(p + "ffn_up_exps.weight", E, XF);
+        experts(p + "ffn_down_exps.weight", XF, E);
+        f32_matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
+        matrix(p + "ffn_gate_shexp.weight", E, SF);
+        matrix(p + "ffn_up_shexp.weight", E, SF);
+        matrix(p + "ffn_down_shexp.weight", SF, E);
+      } else {
+        matrix(p + "ffn_gate.weight", E, F);
+        matrix(p + "ffn_up.weight", E, F);
+        matrix(p + "ffn_down.weight", F, E);
+      }
+      continue;
+    }
     matrix(p + "attn_q.weight", E, q_dim);
     matrix(p + "attn_k.weight", E, kv_dim);
     matrix(p + "attn_v.weight", E, kv_dim);
@@ -193,8 +269,20 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
   return out;
 }
 
+// Defaults of the qwen35 family's shape flags left at 0 (the Qwen3.5 layout: a quarter of the head
+// rotated, 16 key heads and twice as many value heads of 128).
+void ApplyArchDefaults(const SynthArch& arch, SynthOptions* o) {
+  if (!arch.hybrid) return;
+  if (o->n_rot == 0) o->n_rot = std::max(2, HeadDim(*o) / 4 / 2 * 2);
+  if (o->rope_sections.empty()) o->rope_sections = {11, 11, 10, 0};
+  if (o->ssm_state == 0) o->ssm_state = 128;
+  if (o->ssm_groups == 0) o->ssm_groups = 16;
+  if (o->ssm_v_heads == 0) o->ssm_v_heads = 2 * o->ssm_groups;
+  if (arch.moe && o->shared_ff == 0) o->shared_ff = o->expert_ff;
+}
+
 // Flag checks that need no file: a broken constraint is a usage error.
-std::optional<std::string> CheckOptions(const SynthOptions& o) {
+std::optional<std::string> CheckOptions(const SynthArch& arch, const SynthOptions& o) {
   auto positive = [](const char* flag, int v) -> std::optional<std::string> {
     if (v <= 0) return fmt::format("{} must be > 0 (got {})", flag, v);
     return std::nullopt;
@@ -203,19 +291,62 @@ std::optional<std::string> CheckOptions(const SynthOptions& o) {
                          {"--embd", o.n_embd},
                          {"--heads", o.n_head},
                          {"--kv-heads", o.n_head_kv},
-                         {"--ff", o.n_ff},
                          {"--ctx", o.n_ctx},
                          {"-t/--threads", o.n_threads}}) {
     if (auto e = positive(flag, v)) return e;
   }
-  if (o.n_embd % o.n_head != 0) {
-    return fmt::format("--embd {} must be a multiple of --heads {}", o.n_embd, o.n_head);
+  if (!arch.moe) {
+    if (auto e = positive("--ff", o.n_ff)) return e;
+  }
+  if (o.head_dim < 0) return fmt::format("--head-dim must be > 0 (got {})", o.head_dim);
+  if (o.head_dim == 0 && o.n_embd % o.n_head != 0) {
+    return fmt::format("--embd {} must be a multiple of --heads {} (or give --head-dim)", o.n_embd,
+                       o.n_head);
   }
   if (o.n_head % o.n_head_kv != 0) {
     return fmt::format("--heads {} must be a multiple of --kv-heads {}", o.n_head, o.n_head_kv);
   }
-  if ((o.n_embd / o.n_head) % 2 != 0) {
-    return fmt::format("head size --embd/--heads = {} must be even for RoPE", o.n_embd / o.n_head);
+  if (HeadDim(o) % 2 != 0) {
+    return fmt::format("head size {} must be even for RoPE", HeadDim(o));
+  }
+  if (o.n_rot < 0 || o.n_rot % 2 != 0 || o.n_rot > HeadDim(o)) {
+    return fmt::format("--rope-dims {} must be even and at most the head size {}", o.n_rot,
+                       HeadDim(o));
+  }
+  if (arch.hybrid) {
+    for (auto [flag, v] : {std::pair{"--attn-interval", o.attn_interval},
+                           {"--ssm-conv", o.ssm_conv},
+                           {"--ssm-state", o.ssm_state},
+                           {"--ssm-groups", o.ssm_groups},
+                           {"--ssm-v-heads", o.ssm_v_heads}}) {
+      if (auto e = positive(flag, v)) return e;
+    }
+    if (o.ssm_v_heads % o.ssm_groups != 0) {
+      return fmt::format("--ssm-v-heads {} must be a multiple of --ssm-groups {}", o.ssm_v_heads,
+                         o.ssm_groups);
+    }
+    if (o.ssm_conv > 64 || o.ssm_state > 1024) {
+      return fmt::format("--ssm-conv {} (at most 64) or --ssm-state {} (at most 1024) is too large",
+                         o.ssm_conv, o.ssm_state);
+    }
+    if (o.rope_sections.empty() || o.rope_sections.size() > 4) {
+      return fmt::format("--rope-sections takes 1 to 4 values (got {})", o.rope_sections.size());
+    }
+    for (int v : o.rope_sections) {
+      if (v < 0) return fmt::format("--rope-sections values must be >= 0 (got {})", v);
+    }
+  }
+  if (arch.moe) {
+    for (auto [flag, v] : {std::pair{"--experts", o.n_expert},
+                           {"--experts-used", o.n_expert_used},
+                           {"--expert-ff", o.expert_ff},
+                           {"--shared-ff", o.shared_ff}}) {
+      if (auto e = positive(flag, v)) return e;
+    }
+    if (o.n_expert_used > o.n_expert || o.n_expert > 4096) {
+      return fmt::format("--experts-used {} must be at most --experts {} (at most 4096)",
+                         o.n_expert_used, o.n_expert);
+    }
   }
   if (o.rope_base && !(*o.rope_base > 0.0f)) {
     return fmt::format("--rope-base must be > 0 (got {})", *o.rope_base);
@@ -241,6 +372,13 @@ std::optional<std::string> CheckOptions(const SynthOptions& o) {
   return std::nullopt;
 }
 
+// Rows of ne[0] values: ne[1] * ne[2] (experts are stacked along ne[2]).
+uint64_t TensorRows(const SynthTensor& t) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+  return rows;
+}
+
 // Streams the tensors' bytes: rows generated and quantized in parallel, chunk by chunk.
 Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions& o,
                     float rope_base, GgufStreamWriter& out) {
@@ -248,8 +386,7 @@ Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions&
   const bool tty = isatty(STDERR_FILENO) != 0;
   uint64_t total_bytes = 0, done_bytes = 0;
   for (const auto& t : tensors) {
-    total_bytes +=
-        RowBytes(t.type, static_cast<int64_t>(t.ne[0])) * (t.ne.size() > 1 ? t.ne[1] : 1);
+    total_bytes += RowBytes(t.type, static_cast<int64_t>(t.ne[0])) * TensorRows(t);
   }
   // Double buffering: one chunk is written on a helper thread while the next is generated.
   std::vector<uint8_t> buffers[2];
@@ -259,7 +396,7 @@ Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions&
   for (size_t ti = 0; ti < tensors.size(); ++ti) {
     const SynthTensor& t = tensors[ti];
     const int64_t cols = static_cast<int64_t>(t.ne[0]);
-    const int64_t rows = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+    const int64_t rows = static_cast<int64_t>(TensorRows(t));
     const size_t row_bytes = RowBytes(t.type, cols);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
@@ -270,8 +407,8 @@ Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions&
       pool.ParallelFor(n_rows, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(cols));  // [cols] f32
         for (int64_t r = begin; r < end; ++r) {
-          if (t.init == Init::kOnes) {
-            std::fill(row.begin(), row.end(), 1.0f);
+          if (t.init == Init::kOnes || t.init == Init::kMinusOnes) {
+            std::fill(row.begin(), row.end(), t.init == Init::kOnes ? 1.0f : -1.0f);
           } else if (t.init == Init::kRopeFreqs) {
             row = Llama3RopeFreqs(o, rope_base, static_cast<int>(2 * cols));
           } else {
@@ -306,7 +443,44 @@ Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions&
   return wait_pending();
 }
 
-int RunSynth(const SynthOptions& o) {
+// The header and tensor index, then the file extended to its full size without writing the data:
+// a sparse file whose tensors read as zeros, for planning (kvasir plan, inspect) without weights.
+Status WriteHeaderOnly(const GgufWriter& writer, const std::string& path) {
+  const std::vector<uint8_t> header = writer.SerializeHeader();
+  uint64_t data = 0;
+  for (const GgufTensorInfo& t : writer.TensorInfos()) data = std::max(data, t.offset + t.n_bytes);
+  const std::string tmp = path + ".part";
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return Error("{}: cannot create: {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < header.size()) {
+    const ssize_t n = ::write(fd, header.data() + done, header.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Error("{}: write failed: {}", tmp, std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::ftruncate(fd, static_cast<off_t>(header.size() + data)) != 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Error("{}: cannot extend to {} bytes: {}", tmp, header.size() + data,
+                 std::strerror(err));
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return Error("{}: cannot rename to {}: {}", tmp, path, std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+int RunSynth(SynthOptions o) {
   const SynthArch* arch = nullptr;
   std::string arch_names;
   for (const auto& a : kArchs) {
@@ -322,7 +496,8 @@ int RunSynth(const SynthOptions& o) {
     return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: {})",
                                         o.type_name, FileMixNames()));
   }
-  if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
+  ApplyArchDefaults(*arch, &o);
+  if (auto e = CheckOptions(*arch, o)) return UsageError(kCmd, *e);
 
   if (Status st = CheckWritable(o.out_path); !st.ok()) return Fail(kCmd, st);
   auto vocab = OpenGguf(o.vocab_path);
@@ -335,7 +510,7 @@ int RunSynth(const SynthOptions& o) {
   const uint64_t n_vocab = tokens->size();
 
   const std::string prefix = std::string(arch->name) + ".";
-  const uint32_t head_dim = static_cast<uint32_t>(o.n_embd / o.n_head);
+  const uint32_t head_dim = static_cast<uint32_t>(HeadDim(o));
   GgufWriter writer;
   writer.SetKv("general.architecture", GgufValue::String(arch->name));
   writer.SetKv("general.name",
@@ -346,13 +521,36 @@ int RunSynth(const SynthOptions& o) {
   writer.SetKv(prefix + "block_count", GgufValue::Uint32(o.n_layer));
   writer.SetKv(prefix + "context_length", GgufValue::Uint32(o.n_ctx));
   writer.SetKv(prefix + "embedding_length", GgufValue::Uint32(o.n_embd));
-  writer.SetKv(prefix + "feed_forward_length", GgufValue::Uint32(o.n_ff));
+  if (!arch->moe) writer.SetKv(prefix + "feed_forward_length", GgufValue::Uint32(o.n_ff));
   writer.SetKv(prefix + "attention.head_count", GgufValue::Uint32(o.n_head));
   writer.SetKv(prefix + "attention.head_count_kv", GgufValue::Uint32(o.n_head_kv));
   writer.SetKv(prefix + "attention.layer_norm_rms_epsilon", GgufValue::Float32(arch->rms_eps));
   writer.SetKv(prefix + "rope.freq_base",
                GgufValue::Float32(o.rope_base.value_or(arch->rope_base)));
-  writer.SetKv(prefix + "rope.dimension_count", GgufValue::Uint32(head_dim));
+  writer.SetKv(prefix + "rope.dimension_count",
+               GgufValue::Uint32(o.n_rot > 0 ? static_cast<uint32_t>(o.n_rot) : head_dim));
+  if (o.head_dim > 0) {
+    writer.SetKv(prefix + "attention.key_length", GgufValue::Uint32(head_dim));
+    writer.SetKv(prefix + "attention.value_length", GgufValue::Uint32(head_dim));
+  }
+  if (arch->hybrid) {
+    std::vector<int32_t> sections(o.rope_sections.begin(), o.rope_sections.end());
+    sections.resize(4, 0);
+    writer.SetKv(prefix + "rope.dimension_sections",
+                 GgufValue::Array(GgufArray::Of(std::move(sections))));
+    writer.SetKv(prefix + "full_attention_interval", GgufValue::Uint32(o.attn_interval));
+    writer.SetKv(prefix + "ssm.conv_kernel", GgufValue::Uint32(o.ssm_conv));
+    writer.SetKv(prefix + "ssm.state_size", GgufValue::Uint32(o.ssm_state));
+    writer.SetKv(prefix + "ssm.group_count", GgufValue::Uint32(o.ssm_groups));
+    writer.SetKv(prefix + "ssm.time_step_rank", GgufValue::Uint32(o.ssm_v_heads));
+    writer.SetKv(prefix + "ssm.inner_size", GgufValue::Uint32(o.ssm_v_heads * o.ssm_state));
+  }
+  if (arch->moe) {
+    writer.SetKv(prefix + "expert_count", GgufValue::Uint32(o.n_expert));
+    writer.SetKv(prefix + "expert_used_count", GgufValue::Uint32(o.n_expert_used));
+    writer.SetKv(prefix + "expert_feed_forward_length", GgufValue::Uint32(o.expert_ff));
+    writer.SetKv(prefix + "expert_shared_feed_forward_length", GgufValue::Uint32(o.shared_ff));
+  }
   if (!o.rope_scaling.empty()) {
     writer.SetKv(prefix + "rope.scaling.type", GgufValue::String(o.rope_scaling));
   }
@@ -382,6 +580,13 @@ int RunSynth(const SynthOptions& o) {
   }
 
   Stopwatch clock;
+  if (o.header_only) {
+    if (Status st = WriteHeaderOnly(writer, o.out_path); !st.ok()) return Fail(kCmd, st);
+    KV_LOG_INFO("synth: wrote {}: {} {} layers, {} params, {} tensors, vocab {}; header only (the "
+                "tensor data is a hole of zeros)",
+                o.out_path, arch->name, o.n_layer, HumanCount(n_params), tensors.size(), n_vocab);
+    return kExitOk;
+  }
   auto out = GgufStreamWriter::Create(writer, o.out_path);
   if (!out.ok()) return Fail(kCmd, out.status());
   if (Status st = WriteTensors(tensors, o, o.rope_base.value_or(arch->rope_base), **out); !st.ok())
@@ -402,12 +607,32 @@ int SynthMain(int argc, char** argv) {
         "kvasir synth"};
     SynthOptions o;
     o.n_threads = DefaultThreads();
-    app.add_option("--arch", o.arch, "architecture: llama, qwen2 or qwen3")->capture_default_str();
+    app.add_option("--arch", o.arch, "architecture: llama, qwen2, qwen3, qwen35 or qwen35moe")->capture_default_str();
     app.add_option("--layers", o.n_layer, "number of layers")->required();
     app.add_option("--embd", o.n_embd, "embedding width")->required();
     app.add_option("--heads", o.n_head, "attention heads")->required();
     app.add_option("--kv-heads", o.n_head_kv, "key/value heads (default: --heads)");
-    app.add_option("--ff", o.n_ff, "feed-forward width")->required();
+    app.add_option("--ff", o.n_ff, "feed-forward width (dense FFN; not for qwen35moe)");
+    app.add_option("--head-dim", o.head_dim, "attention head size (default: --embd / --heads)");
+    auto* hybrid = app.add_option_group("qwen35 / qwen35moe");
+    hybrid->add_option("--rope-dims", o.n_rot, "rope.dimension_count (default: a quarter of the head)");
+    hybrid->add_option("--rope-sections", o.rope_sections,
+                       "rope.dimension_sections, comma-separated (default 11,11,10,0)")
+        ->delimiter(',');
+    hybrid->add_option("--attn-interval", o.attn_interval,
+                       "every N-th layer is full attention, the others gated DeltaNet")
+        ->capture_default_str();
+    hybrid->add_option("--ssm-conv", o.ssm_conv, "DeltaNet convolution taps")->capture_default_str();
+    hybrid->add_option("--ssm-state", o.ssm_state, "DeltaNet head size (default 128)");
+    hybrid->add_option("--ssm-groups", o.ssm_groups, "DeltaNet key heads (default 16)");
+    hybrid->add_option("--ssm-v-heads", o.ssm_v_heads, "DeltaNet value heads (default 2 x key heads)");
+    hybrid->add_option("--experts", o.n_expert, "routed experts per layer (qwen35moe)");
+    hybrid->add_option("--experts-used", o.n_expert_used, "experts each token is routed to");
+    hybrid->add_option("--expert-ff", o.expert_ff, "feed-forward width of each expert");
+    hybrid->add_option("--shared-ff", o.shared_ff, "shared expert width (default: --expert-ff)");
+    app.add_flag("--header-only", o.header_only,
+                 "write the header and tensor index only; the data is a hole of zeros (a sparse "
+                 "file of the full size), enough to plan a model without its weights");
     app.add_option("--vocab-from", o.vocab_path, "GGUF file whose tokenizer.* keys are copied")
         ->required();
     app.add_option("--type", o.type_name,

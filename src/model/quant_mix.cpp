@@ -22,7 +22,7 @@ constexpr FileMixInfo kMixes[] = {
     {FileMix::kQ6_K, "q6_k", 18, T::kQ6_K},
 };
 
-enum class Role { kOther, kTokenEmbd, kOutput, kAttnQ, kAttnK, kAttnV, kAttnOut, kFfnDown };
+enum class Role { kOther, kTokenEmbd, kOutput, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQkv, kFfnDown };
 
 Role RoleOf(std::string_view name) {
   if (name == "token_embd.weight") return Role::kTokenEmbd;
@@ -34,7 +34,12 @@ Role RoleOf(std::string_view name) {
   if (ends(".attn_k.weight")) return Role::kAttnK;
   if (ends(".attn_v.weight")) return Role::kAttnV;
   if (ends(".attn_output.weight")) return Role::kAttnOut;
-  if (ends(".ffn_down.weight")) return Role::kFfnDown;
+  if (ends(".attn_qkv.weight")) return Role::kAttnQkv;
+  // The experts' and the shared expert's down projections count as ffn_down, as llama.cpp's
+  // quantizer matches them by name.
+  if (ends(".ffn_down.weight") || ends(".ffn_down_exps.weight") || ends(".ffn_down_shexp.weight")) {
+    return Role::kFfnDown;
+  }
   return Role::kOther;
 }
 
@@ -137,6 +142,14 @@ TensorType ChooseTensorType(FileMix mix, const MixTensor& t) {
       type = T::kQ6_K;
     } else if (mix == M::kQ4_K_S && layer < n / 8) {
       type = T::kQ5_K;
+    }
+  } else if (role == Role::kAttnQkv) {
+    if (mix == M::kQ3_K_M || mix == M::kQ3_K_L) {
+      type = T::kQ4_K;
+    } else if (mix == M::kQ4_K_M) {
+      type = T::kQ5_K;
+    } else if (mix == M::kQ5_K_M) {
+      type = T::kQ6_K;
     }
   } else if (role == Role::kAttnOut) {
     if (mix == M::kQ2_K) {

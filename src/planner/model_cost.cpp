@@ -24,8 +24,20 @@ uint64_t ModelCost::WindowWeightBytes(int first, int last) const {
 
 uint64_t ModelCost::WindowReadBytes(int first, int last) const {
   uint64_t bytes = 0;
-  for (int l = first; l < last; ++l) bytes += layer_bytes[l];
+  for (int l = first; l < last; ++l) {
+    bytes += layer_read_bytes.empty() ? layer_bytes[l] : layer_read_bytes[l];
+  }
   if (last == n_layer) bytes += head_bytes;
+  return bytes;
+}
+
+uint64_t ModelCost::WindowKvBytes(int first, int last, int ctx) const {
+  uint64_t bytes = 0;
+  for (int l = first; l < last; ++l) {
+    const uint64_t per_token =
+        layer_kv_bytes_per_token.empty() ? kv_bytes_per_token_layer : layer_kv_bytes_per_token[l];
+    bytes += uint64_t(ctx) * per_token + (layer_state_bytes.empty() ? 0 : layer_state_bytes[l]);
+  }
   return bytes;
 }
 
@@ -52,15 +64,23 @@ Result<ModelCost> ComputeModelCost(const GgufFile &file) {
   cost.layer_bytes.assign(cfg.n_layer, 0);
   cost.layer_tensors.assign(cfg.n_layer, {});
   cost.tied_output = cfg.tied_output;
+  cost.layer_read_bytes.assign(cfg.n_layer, 0);
   for (const auto &t : file.tensors()) {
     int layer = LayerOfTensorName(t.name);
-    if (layer >= cfg.n_layer) {
+    if (layer >= cfg.n_layer + cfg.n_layer_nextn) {
       return Error("{}: tensor {}: layer {} past block_count {}", file.path(), t.name, layer,
-                   cfg.n_layer);
+                   cfg.n_layer + cfg.n_layer_nextn);
     }
-    if (layer >= 0) {
+    if (layer >= cfg.n_layer) {
+      cost.skipped_bytes += t.n_bytes;
+      cost.skipped_tensors.push_back(t.name);
+    } else if (layer >= 0) {
       cost.layer_bytes[layer] += t.n_bytes;
       cost.layer_tensors[layer].push_back(t.name);
+      // A token reads only its routed experts' rows of the stacked expert tensors.
+      const bool experts = cfg.n_expert > 0 && t.name.find("_exps.") != std::string::npos;
+      cost.layer_read_bytes[layer] +=
+          experts ? t.n_bytes * uint64_t(cfg.n_expert_used) / uint64_t(cfg.n_expert) : t.n_bytes;
     } else if (t.name == kEmbedName) {
       cost.embed_bytes += t.n_bytes;
       cost.embed_tensors.push_back(t.name);
@@ -78,6 +98,14 @@ Result<ModelCost> ComputeModelCost(const GgufFile &file) {
     cost.head_tensors.push_back(kEmbedName);
   }
   cost.kv_bytes_per_token_layer = 2 * uint64_t(cfg.n_head_kv) * uint64_t(cfg.head_dim) * 4;
+  cost.layer_kv_bytes_per_token.assign(cfg.n_layer, cost.kv_bytes_per_token_layer);
+  cost.layer_state_bytes.assign(cfg.n_layer, 0);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    if (cfg.layer_kind(l) == LayerKind::kDeltaNet) {
+      cost.layer_kv_bytes_per_token[l] = 0;
+      cost.layer_state_bytes[l] = uint64_t(cfg.ssm_state_floats()) * 4;
+    }
+  }
   cost.boundary_bytes_per_token = uint64_t(cfg.n_embd) * 4 + 48;
   return cost;
 }

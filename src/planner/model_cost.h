@@ -30,6 +30,16 @@ struct ModelCost {
   std::vector<std::string> shared_tensors;
   uint64_t kv_bytes_per_token_layer = 0;  // 2 * n_head_kv * head_dim * 4 (f32 K and V)
   uint64_t boundary_bytes_per_token = 0;  // n_embd * 4 + 48 (f32 hidden state + frame header)
+  // Per-layer detail of hybrid and mixture-of-experts models; each may be empty, meaning every
+  // layer is a plain attention layer (layer_bytes read per token, kv_bytes_per_token_layer, no
+  // fixed state).
+  std::vector<uint64_t> layer_read_bytes;          // [n_layer] per token: experts count
+                                                   // expert_used_count / expert_count of their bytes
+  std::vector<uint64_t> layer_kv_bytes_per_token;  // [n_layer] 0 for a recurrent (DeltaNet) layer
+  std::vector<uint64_t> layer_state_bytes;         // [n_layer] a sequence's fixed recurrent state
+  // Multi-token-prediction blocks (blk.N for N >= n_layer): no stage holds or runs them.
+  uint64_t skipped_bytes = 0;
+  std::vector<std::string> skipped_tensors;
 
   // Bytes a stage holding [first, last) keeps in memory (embedding when first == 0, head when last
   // == n_layer; a tied embedding is held once).
@@ -37,9 +47,9 @@ struct ModelCost {
   // Bytes a stage reads per decoded token: its layers, plus the head matrix on the last stage (the
   // embedding lookup reads one row, which is negligible).
   uint64_t WindowReadBytes(int first, int last) const;
-  uint64_t WindowKvBytes(int first, int last, int ctx) const {
-    return uint64_t(last - first) * uint64_t(ctx) * kv_bytes_per_token_layer;
-  }
+  // One sequence's cache of `ctx` tokens: KV of the attention layers, the fixed recurrent state of
+  // the others.
+  uint64_t WindowKvBytes(int first, int last, int ctx) const;
   // All weights of the model, each tensor once.
   uint64_t TotalWeightBytes() const { return WindowWeightBytes(0, n_layer); }
   // Tensor names of a window, in the order layers, embedding, head, shared.

@@ -5,8 +5,9 @@
 //   sum over ranks of WindowReadBytes / GiB * ms_per_gib
 //   + sum over hops (the ring closing hop included; none for a single stage) of the sender's
 //     rtt_ms + boundary_bytes_per_token over its bandwidth.
-// A window fits when WindowWeightBytes + ctx * kv_bytes_per_token_layer * its layers + overhead is
-// at most the device's memory_bytes. Every used device holds at least one layer.
+// A window fits when WindowWeightBytes + WindowKvBytes (KV of ctx tokens for its attention layers,
+// the fixed recurrent state of its DeltaNet layers) + overhead is at most the device's memory_bytes.
+// Mixture-of-experts layers hold all their experts but read only the routed ones per token. Every used device holds at least one layer.
 #pragma once
 
 #include <cstdint>

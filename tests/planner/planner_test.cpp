@@ -1,6 +1,7 @@
 // Planner: the solver against a brute force over every subset, order and split; memory budgets;
 // left-out and refused inputs; the manifest's JSON round trip and validation; ModelCost of a real
 // file.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -397,6 +398,37 @@ TEST(ModelCost, RealFileBytesAddUp) {
   // window lists each tensor once.
   auto names = cost->WindowTensors(0, cost->n_layer);
   EXPECT_EQ(names.size(), file->tensors().size());
+}
+
+}  // namespace
+}  // namespace kvasir
+
+namespace kvasir {
+namespace {
+
+// The hybrid MoE fixture: a layer holds all 8 experts but a token reads 2 of them; DeltaNet layers
+// keep a fixed state per sequence instead of KV per token.
+TEST(ModelCostTest, HybridMoeCountsActiveExpertsAndRecurrentState) {
+  KV_REQUIRE_ASSET("models/synth-qwen35moe-f32.gguf");
+  auto file = GgufFile::Open(testing::AssetPath("models/synth-qwen35moe-f32.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto cost = ComputeModelCost(*file);
+  ASSERT_TRUE(cost.ok()) << cost.status().message();
+  ASSERT_EQ(cost->n_layer, 8);
+  for (int l = 0; l < 8; ++l) {
+    uint64_t experts = 0;
+    for (const char *t : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+      experts += file->FindTensor(fmt::format("blk.{}.{}.weight", l, t))->n_bytes;
+    }
+    EXPECT_EQ(cost->layer_read_bytes[l], cost->layer_bytes[l] - experts + experts * 2 / 8)
+        << "layer " << l;
+    const bool attention = l == 3 || l == 7;
+    EXPECT_EQ(cost->layer_kv_bytes_per_token[l], attention ? 2u * 2 * 64 * 4 : 0u);
+    EXPECT_EQ(cost->layer_state_bytes[l], attention ? 0u : 4u * (3 * 256 + 4 * 32 * 32));
+  }
+  // [2, 5): DeltaNet 2 and 4 (fixed) and attention 3 (per token).
+  EXPECT_EQ(cost->WindowKvBytes(2, 5, 100), 2u * 4 * (3 * 256 + 4 * 32 * 32) + 100u * 2 * 2 * 64 * 4);
+  EXPECT_LT(cost->WindowReadBytes(0, 8), cost->WindowWeightBytes(0, 8));
 }
 
 }  // namespace

@@ -55,7 +55,13 @@ INSTANTIATE_TEST_SUITE_P(
                       RingCase{"stories260K.gguf", 3}, RingCase{"stories260K.gguf", 5},
                       RingCase{"stories260K-q8_0.gguf", 2}, RingCase{"stories260K-q8_0.gguf", 5},
                       RingCase{"stories260K-q4_0.gguf", 3}, RingCase{"llama-2-tiny-random.gguf", 1},
-                      RingCase{"synth-qwen2-q8_0.gguf", 1}, RingCase{"synth-qwen2-q8_0.gguf", 2}),
+                      RingCase{"synth-qwen2-q8_0.gguf", 1}, RingCase{"synth-qwen2-q8_0.gguf", 2},
+                      // Hybrid DeltaNet/attention with experts: windows [0,4) [4,8) end on the
+                      // attention layers; [0,2) [2,5) [5,8) start and end on DeltaNet layers;
+                      // one layer per stage has windows of each kind alone.
+                      RingCase{"synth-qwen35moe-f32.gguf", 2},
+                      RingCase{"synth-qwen35moe-f32.gguf", 3},
+                      RingCase{"synth-qwen35moe-f32.gguf", 8}),
     [](const auto& info) {
       std::string s = info.param.model.substr(0, info.param.model.size() - 5);
       for (char& ch : s) {
@@ -125,13 +131,12 @@ TEST(RingTest, F16BoundaryStaysWithinTolerance) {
 
 // Eight clients at once, each with its own prompt and seed, each get exactly their own
 // single-process output.
-TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
-  KV_REQUIRE_ASSET("models/stories260K.gguf");
-  const std::string model = AssetPath("models/stories260K.gguf");
+void ExpectConcurrentSessionsMatch(const std::string& model_name, int n_stages) {
+  const std::string model = AssetPath("models/" + model_name);
   const std::vector<std::string> prompts = {
       "Once upon a time", "The cat sat", "Tom had a red ball", "One day, a bird",
       "Lily and Ben went to the park", "The sun was hot", "A little dog", "Mom said"};
-  auto ring = LocalRing::Start(model, 3);
+  auto ring = LocalRing::Start(model, n_stages);
   ASSERT_NE(ring, nullptr);
   std::vector<std::future<testing::Generation>> futures;
   std::vector<SamplingParams> params(prompts.size());
@@ -148,6 +153,17 @@ TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
     EXPECT_EQ(got.ids, local.ids) << "session " << i << ": " << prompts[i];
     EXPECT_EQ(got.logits, local.logits) << "batched with others, bit for bit: " << prompts[i];
   }
+}
+
+TEST(RingTest, ConcurrentSessionsEachMatchSingleProcess) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  ExpectConcurrentSessionsMatch("stories260K.gguf", 3);
+}
+
+// The same on the hybrid MoE model: sessions batched together share experts, never states.
+TEST(RingTest, ConcurrentSessionsOnHybridMoeEachMatchSingleProcess) {
+  KV_REQUIRE_ASSET("models/synth-qwen35moe-f32.gguf");
+  ExpectConcurrentSessionsMatch("synth-qwen35moe-f32.gguf", 3);
 }
 
 // Tight batches: prompt chunks of 4 rows, at most 6 rows per Forward, and prompts whose last chunk

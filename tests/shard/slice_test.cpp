@@ -157,9 +157,13 @@ TEST_P(SliceSplitTest, EverySplitMatchesFullModel) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SliceSplitTest,
                          ::testing::Values(SliceCase{"stories260K.gguf", false},
-                                           SliceCase{"synth-qwen2-q8_0.gguf", true}),
+                                           SliceCase{"synth-qwen2-q8_0.gguf", true},
+                                           SliceCase{"synth-qwen35moe-f32.gguf", false}),
                          [](const auto& info) {
-                           return info.param.tied ? std::string("qwen2") : std::string("stories");
+                           const std::string& m = info.param.model;
+                           return m.find("qwen35moe") != std::string::npos ? std::string("qwen35moe")
+                                  : info.param.tied                         ? std::string("qwen2")
+                                                                            : std::string("stories");
                          });
 
 // A slice carries its window, whether the parent's head is tied, and the parent's identity.
