@@ -222,6 +222,10 @@ SubsetResult SolveSubset(const ModelCost &cost, const std::vector<DeviceProfile>
       reason = fits_any ? "no plan that fits every device's memory can include it"
                         : fmt::format("its budget ({}) holds no layer at ctx {}",
                                       PlannerBytes(devices[d].memory_bytes), o.ctx);
+    } else if (PlannerMs(out.total) == PlannerMs(with)) {
+      reason = fmt::format("adding it would not lower the per-token time ({:.3f} ms without it, "
+                           "{:.3f} ms with it)",
+                           out.total, with);
     } else {
       reason = fmt::format("adding it would raise the per-token time from {} to {}",
                            PlannerMs(out.total), PlannerMs(with));
