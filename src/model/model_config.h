@@ -94,10 +94,4 @@ struct ModelConfig {
   }
 };
 
-// Tensor names for one layer, in the GGUF naming scheme of the architecture.
-struct LayerTensorNames {
-  std::string attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
-  std::string ffn_norm, ffn_gate, ffn_up, ffn_down;
-};
-
 }  // namespace kvasir

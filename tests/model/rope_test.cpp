@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,33 @@ TEST(RopeCosSinTest, PlainRopeRotatesByPositionTimesInverseFrequency) {
     const double theta = 37.0 * std::pow(10000.0, -2.0 * i / 64.0);
     EXPECT_NEAR(cs[2 * i], std::cos(theta), 1e-6) << i;
     EXPECT_NEAR(cs[2 * i + 1], std::sin(theta), 1e-6) << i;
+  }
+}
+
+// IMROPE on text positions: pairs in the t/h/w sections rotate as plain RoPE; Qwen3.5's sections
+// [11, 11, 10, 0] cover every pair of its 16..64 rotated dims. Sections [2, 0, 0, 0] leave every
+// odd pair to the fourth component, which text leaves at position 0: cos 1, sin 0.
+TEST(RopeCosSinTest, ImropeRotatesTheSectionedPairsOnly) {
+  ModelConfig cfg = BaseConfig();
+  cfg.rope_imrope = true;
+  const int qwen[4] = {11, 11, 10, 0};
+  std::copy(qwen, qwen + 4, cfg.rope_sections);
+  std::vector<float> imrope(64), plain(64);
+  RopeCosSin(cfg, {}, 37, imrope.data());
+  RopeCosSin(BaseConfig(), {}, 37, plain.data());
+  EXPECT_EQ(imrope, plain);
+
+  const int sparse[4] = {2, 0, 0, 0};
+  std::copy(sparse, sparse + 4, cfg.rope_sections);
+  RopeCosSin(cfg, {}, 37, imrope.data());
+  for (int i = 0; i < 32; ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ(imrope[2 * i], plain[2 * i]) << i;
+      EXPECT_EQ(imrope[2 * i + 1], plain[2 * i + 1]) << i;
+    } else {
+      EXPECT_EQ(imrope[2 * i], 1.0f) << i;
+      EXPECT_EQ(imrope[2 * i + 1], 0.0f) << i;
+    }
   }
 }
 

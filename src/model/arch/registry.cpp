@@ -50,26 +50,6 @@ Result<ModelConfig> LoadModelConfig(const GgufFile& file) {
   return cfg;
 }
 
-LayerTensorNames LlamaFamilyLayerNames(int il) {
-  auto n = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
-  LayerTensorNames t;
-  t.attn_norm = n("attn_norm.weight");
-  t.wq = n("attn_q.weight");
-  t.wk = n("attn_k.weight");
-  t.wv = n("attn_v.weight");
-  t.wo = n("attn_output.weight");
-  t.bq = n("attn_q.bias");
-  t.bk = n("attn_k.bias");
-  t.bv = n("attn_v.bias");
-  t.q_norm = n("attn_q_norm.weight");
-  t.k_norm = n("attn_k_norm.weight");
-  t.ffn_norm = n("ffn_norm.weight");
-  t.ffn_gate = n("ffn_gate.weight");
-  t.ffn_up = n("ffn_up.weight");
-  t.ffn_down = n("ffn_down.weight");
-  return t;
-}
-
 int LayerOfTensorName(std::string_view name) {
   if (name.substr(0, 4) != "blk.") return -1;
   const size_t dot = name.find('.', 4);

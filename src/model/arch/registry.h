@@ -27,8 +27,6 @@ std::string SupportedArchList();
 // Reads a ModelConfig from a GGUF file through the registry.
 Result<ModelConfig> LoadModelConfig(const GgufFile& file);
 
-// Tensor names of layer `il` in the common GGUF naming scheme ("blk.3.attn_q.weight").
-LayerTensorNames LlamaFamilyLayerNames(int il);
 // The layer of a tensor named "blk.N.rest" (N of at most 8 digits), or -1 for any other name.
 int LayerOfTensorName(std::string_view name);
 
