@@ -12,10 +12,6 @@
 namespace kvasir {
 namespace {
 
-void Grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
 // The smallest normal f16, as llama.cpp clamps the sum of the chosen weights.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
@@ -26,7 +22,7 @@ void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_
   const int e = cfg.n_embd, n_exp = cfg.n_expert, k = cfg.n_expert_used, ff = cfg.n_ff_exp;
   const size_t rows = static_cast<size_t>(n_rows);
   const size_t picks = rows * k;
-  Grow(s.router, rows * n_exp);
+  GrowScratch(s.router, rows * n_exp);
   s.route_weight.resize(picks);
   s.route_expert.resize(picks);
   be.MatMul(w.router, in, n_rows, s.router.data());
@@ -65,13 +61,13 @@ void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_
   }
 
   // Each used expert over its rows: expert_out [picks, n_embd] in grouped order.
-  Grow(s.expert_out, picks * e);
+  GrowScratch(s.expert_out, picks * e);
   for (int x = 0; x < n_exp; ++x) {
     const int m = start[x + 1] - start[x];
     if (m == 0) continue;
-    Grow(s.expert_in, static_cast<size_t>(m) * e);
-    Grow(s.expert_gate, static_cast<size_t>(m) * ff);
-    Grow(s.expert_up, static_cast<size_t>(m) * ff);
+    GrowScratch(s.expert_in, static_cast<size_t>(m) * e);
+    GrowScratch(s.expert_gate, static_cast<size_t>(m) * ff);
+    GrowScratch(s.expert_up, static_cast<size_t>(m) * ff);
     for (int j = 0; j < m; ++j) {
       const size_t row = static_cast<size_t>(s.route_slot[start[x] + j] / k);
       std::copy_n(in + row * e, e, s.expert_in.data() + static_cast<size_t>(j) * e);
@@ -99,8 +95,8 @@ void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_
   }
 
   if (!w.has_shared) return;
-  Grow(s.ffn_sum, rows * e);
-  Grow(s.shared_scale, rows);
+  GrowScratch(s.ffn_sum, rows * e);
+  GrowScratch(s.shared_scale, rows);
   RunDenseFfn(w.shared, cfg.n_ff_shexp, in, n_rows, s.ffn_sum.data(), be, s);
   be.MatMul(w.shared_gate, in, n_rows, s.shared_scale.data());
   for (size_t r = 0; r < rows; ++r) {

@@ -9,10 +9,6 @@
 namespace kvasir {
 namespace {
 
-void Grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
 Status BindAttention(TensorBinder& b, const ModelConfig& cfg, int il, AttentionWeights* w) {
   auto n = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
   const int64_t e = cfg.n_embd, qd = cfg.q_dim(), kvd = cfg.kv_dim();
@@ -104,18 +100,18 @@ void RunAttention(const ModelConfig& cfg, const LayerWeights& lw, int n_ctx,
   const AttentionWeights& w = lw.attn;
   const int e = cfg.n_embd, qd = cfg.q_dim(), kvd = cfg.kv_dim(), hd = cfg.head_dim;
   const size_t rows = static_cast<size_t>(n_rows);
-  Grow(s.cur, rows * e);
-  Grow(s.q, rows * qd);
-  Grow(s.k, rows * kvd);
-  Grow(s.v, rows * kvd);
-  Grow(s.attn, rows * qd);
-  Grow(s.proj, rows * e);
+  GrowScratch(s.cur, rows * e);
+  GrowScratch(s.q, rows * qd);
+  GrowScratch(s.k, rows * kvd);
+  GrowScratch(s.v, rows * kvd);
+  GrowScratch(s.attn, rows * qd);
+  GrowScratch(s.proj, rows * e);
 
   be.RmsNorm(x, lw.attn_norm, n_rows, e, cfg.rms_eps, s.cur.data());
   if (cfg.attn_output_gate) {
     // attn_q gives, per head, the query then the gate: [n_rows, n_head, 2, head_dim].
-    Grow(s.q_full, rows * 2 * qd);
-    Grow(s.gate, rows * qd);
+    GrowScratch(s.q_full, rows * 2 * qd);
+    GrowScratch(s.gate, rows * qd);
     be.MatMul(w.wq, s.cur.data(), n_rows, s.q_full.data());
     for (size_t r = 0; r < rows * cfg.n_head; ++r) {
       const float* src = s.q_full.data() + r * 2 * hd;
@@ -171,14 +167,14 @@ void RunDeltaNet(const ModelConfig& cfg, const LayerWeights& lw, std::span<Chunk
   const int e = cfg.n_embd, conv = cfg.ssm_conv_dim(), inner = cfg.ssm_inner;
   const int nv = cfg.ssm_n_v_heads;
   const size_t rows = static_cast<size_t>(n_rows);
-  Grow(s.cur, rows * e);
-  Grow(s.qkv, rows * conv);   // [n_rows, conv_dim] before the convolution
-  Grow(s.conv, rows * conv);  // [n_rows, conv_dim] after it
-  Grow(s.z, rows * inner);
-  Grow(s.alpha, rows * nv);
-  Grow(s.beta, rows * nv);
-  Grow(s.dn_out, rows * inner);
-  Grow(s.proj, rows * e);
+  GrowScratch(s.cur, rows * e);
+  GrowScratch(s.qkv, rows * conv);   // [n_rows, conv_dim] before the convolution
+  GrowScratch(s.conv, rows * conv);  // [n_rows, conv_dim] after it
+  GrowScratch(s.z, rows * inner);
+  GrowScratch(s.alpha, rows * nv);
+  GrowScratch(s.beta, rows * nv);
+  GrowScratch(s.dn_out, rows * inner);
+  GrowScratch(s.proj, rows * e);
 
   be.RmsNorm(x, lw.attn_norm, n_rows, e, cfg.rms_eps, s.cur.data());
   be.MatMul(w.qkv, s.cur.data(), n_rows, s.qkv.data());
@@ -204,8 +200,8 @@ void RunDeltaNet(const ModelConfig& cfg, const LayerWeights& lw, std::span<Chunk
 void RunDenseFfn(const FfnWeights& w, int n_ff, const float* in, int n_rows, float* out,
                  Backend& be, LayerScratch& s) {
   const size_t rows = static_cast<size_t>(n_rows);
-  Grow(s.ffn_gate, rows * n_ff);
-  Grow(s.ffn_up, rows * n_ff);
+  GrowScratch(s.ffn_gate, rows * n_ff);
+  GrowScratch(s.ffn_up, rows * n_ff);
   be.MatMul(w.gate, in, n_rows, s.ffn_gate.data());
   be.MatMul(w.up, in, n_rows, s.ffn_up.data());
   be.SiluMul(s.ffn_gate.data(), s.ffn_up.data(), static_cast<int64_t>(rows) * n_ff,
@@ -217,8 +213,8 @@ void RunFfn(const ModelConfig& cfg, const LayerWeights& w, int n_rows, float* x,
             LayerScratch& s) {
   const int e = cfg.n_embd;
   const size_t rows = static_cast<size_t>(n_rows);
-  Grow(s.cur, rows * e);
-  Grow(s.proj, rows * e);
+  GrowScratch(s.cur, rows * e);
+  GrowScratch(s.proj, rows * e);
   be.RmsNorm(x, w.ffn_norm, n_rows, e, cfg.rms_eps, s.cur.data());
   if (cfg.n_expert > 0) {
     RunMoe(cfg, w.moe, s.cur.data(), n_rows, s.proj.data(), be, s);

@@ -61,6 +61,11 @@ struct LayerWeights {
   MoeWeights moe;                    // when cfg.n_expert > 0
 };
 
+// Grows a scratch buffer to at least n values (never shrinks it).
+inline void GrowScratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 // Binds layer `il`'s tensors for its kind.
 Status BindLayer(TensorBinder& b, const ModelConfig& cfg, int il, LayerWeights* w);
 
