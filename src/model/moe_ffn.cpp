@@ -28,7 +28,8 @@ void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_
   be.MatMul(w.router, in, n_rows, s.router.data());
 
   // Route: [n_rows, n_expert] probabilities, the k largest (lower id first on ties).
-  std::vector<int> ids(n_exp);
+  std::vector<int>& ids = s.route_ids;
+  ids.resize(n_exp);
   for (size_t r = 0; r < rows; ++r) {
     float* p = s.router.data() + r * n_exp;
     Softmax(p, n_exp);
@@ -46,18 +47,17 @@ void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_
   }
 
   // Group the row-slots by expert (counting sort), so each expert's rows are contiguous.
-  std::vector<int> start(n_exp + 1, 0);
+  std::vector<int>& start = s.route_start;
+  start.assign(n_exp + 1, 0);
   for (size_t i = 0; i < picks; ++i) ++start[s.route_expert[i] + 1];
   for (int x = 0; x < n_exp; ++x) start[x + 1] += start[x];
   s.route_slot.resize(picks);
   s.route_pos.resize(picks);
-  {
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (size_t i = 0; i < picks; ++i) {
-      const int pos = fill[s.route_expert[i]]++;
-      s.route_slot[pos] = static_cast<int>(i);
-      s.route_pos[i] = pos;
-    }
+  s.route_fill.assign(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < picks; ++i) {
+    const int pos = s.route_fill[s.route_expert[i]]++;
+    s.route_slot[pos] = static_cast<int>(i);
+    s.route_pos[i] = pos;
   }
 
   // Each used expert over its rows: expert_out [picks, n_embd] in grouped order.

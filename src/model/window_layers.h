@@ -97,6 +97,9 @@ struct LayerScratch {
   std::vector<int> route_expert;    // [n_rows, n_expert_used]
   std::vector<int> route_slot;      // [n_rows * n_expert_used]: row-slots grouped by expert
   std::vector<int> route_pos;       // [n_rows * n_expert_used]: each row-slot's place in that order
+  std::vector<int> route_ids;       // [n_expert]: expert ids, sorted per row by probability
+  std::vector<int> route_start;     // [n_expert + 1]: first grouped row-slot of each expert
+  std::vector<int> route_fill;      // [n_expert]: next free grouped row-slot of each expert
 };
 
 // x: [n_rows, n_embd] residual stream, updated in place. cos_sin: [n_rows, n_rot / 2, 2].

@@ -14,20 +14,11 @@ using testing::TempDir;
 using testing::TinyModelShape;
 using testing::WriteTinyModel;
 
-std::shared_ptr<const GgufFile> OpenShared(const std::string& path) {
-  auto f = GgufFile::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  return std::make_shared<const GgufFile>(std::move(f).value());
-}
+using testing::OpenShared;
 
 std::unique_ptr<LayerWindow> Load(std::shared_ptr<const GgufFile> f, WindowSpec spec,
                                   int n_threads = 1) {
-  WindowOptions opt;
-  opt.n_ctx = 64;
-  opt.n_threads = n_threads;
-  auto w = LayerWindow::Load(std::move(f), spec, opt);
-  EXPECT_TRUE(w.ok()) << w.status().message();
-  return w.ok() ? std::move(w).value() : nullptr;
+  return testing::LoadWindow(std::move(f), spec, /*n_ctx=*/64, n_threads);
 }
 
 const std::vector<int32_t> kPrompt = {1, 17, 42, 5, 88, 23, 61, 9, 30, 77, 2};

@@ -14,6 +14,7 @@
 #include "model/layer_window.h"
 #include "model/sampler.h"
 #include "test_assets.h"
+#include "tiny_model.h"
 
 namespace kvasir {
 namespace {
@@ -22,21 +23,11 @@ using testing::AssetPath;
 
 constexpr char kModel[] = "models/synth-qwen35moe-f32.gguf";
 
-std::shared_ptr<const GgufFile> OpenShared(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status().message();
-  if (!file.ok()) return nullptr;
-  return std::make_shared<const GgufFile>(std::move(file).value());
-}
+using testing::OpenShared;
 
 std::unique_ptr<LayerWindow> Load(std::shared_ptr<const GgufFile> file, WindowSpec spec,
                                   int n_threads = 2) {
-  WindowOptions opt;
-  opt.n_ctx = 256;
-  opt.n_threads = n_threads;
-  auto w = LayerWindow::Load(std::move(file), spec, opt);
-  EXPECT_TRUE(w.ok()) << w.status().message();
-  return w.ok() ? std::move(w).value() : nullptr;
+  return testing::LoadWindow(std::move(file), spec, /*n_ctx=*/256, n_threads);
 }
 
 std::unique_ptr<LayerWindow> LoadWhole(std::shared_ptr<const GgufFile> file, int n_threads = 2) {

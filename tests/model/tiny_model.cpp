@@ -1,6 +1,7 @@
 #include "tiny_model.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
@@ -72,6 +73,23 @@ Status WriteTinyModel(const std::string& path, const TinyModelShape& shape) {
   KV_RETURN_IF_ERROR(add("output_norm.weight", s.n_embd, 1, false));
   if (!s.tied) KV_RETURN_IF_ERROR(add("output.weight", s.n_embd, s.n_vocab, true));
   return w.Write(path);
+}
+
+std::shared_ptr<const GgufFile> OpenShared(const std::string& path) {
+  auto f = GgufFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  if (!f.ok()) return nullptr;
+  return std::make_shared<const GgufFile>(std::move(f).value());
+}
+
+std::unique_ptr<LayerWindow> LoadWindow(std::shared_ptr<const GgufFile> file, WindowSpec spec,
+                                        int n_ctx, int n_threads) {
+  WindowOptions opt;
+  opt.n_ctx = n_ctx;
+  opt.n_threads = n_threads;
+  auto w = LayerWindow::Load(std::move(file), spec, opt);
+  EXPECT_TRUE(w.ok()) << w.status().message();
+  return w.ok() ? std::move(w).value() : nullptr;
 }
 
 }  // namespace kvasir::testing

@@ -1,7 +1,9 @@
-// Writes small random-weight llama GGUFs for model tests (no tokenizer; n_vocab from token_embd).
+// Writes small random-weight llama GGUFs for model tests (no tokenizer; n_vocab from token_embd),
+// and opens files and windows for them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "base/status.h"
 #include "gguf/gguf_value.h"
 #include "gguf/tensor_type.h"
+#include "model/layer_window.h"
 
 namespace kvasir::testing {
 
@@ -31,5 +34,11 @@ struct TinyModelShape {
 
 // Writes the model to `path`.
 Status WriteTinyModel(const std::string& path, const TinyModelShape& shape);
+
+// The file at `path`, shared for windows; a failed open fails the test (and returns null).
+std::shared_ptr<const GgufFile> OpenShared(const std::string& path);
+// A window of `file` with a context of n_ctx; a refused load fails the test (and returns null).
+std::unique_ptr<LayerWindow> LoadWindow(std::shared_ptr<const GgufFile> file, WindowSpec spec,
+                                        int n_ctx, int n_threads);
 
 }  // namespace kvasir::testing
