@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build ccache pkg-config g++ clang-14 libclang-rt-14-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev openssl nginx iproute2 nftables tcpdump procps chromium
+  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev openssl python3 nginx iproute2 nftables tcpdump procps chromium
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

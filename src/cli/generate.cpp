@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::string ring;                // HOST:PORT of a ring's head: generate there instead
   std::string market;              // a market to ask for a ready ring of the model named by -m
   double market_wait_s = 30;       // how long to wait for a ring to become ready
+  std::string market_ca;           // PEM certificates to trust for an https:// market
   std::vector<std::string> stops;  // ring only: stop strings
   TrustFlags trust;                // ring only: how the head is authenticated
   std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
@@ -64,6 +65,7 @@ std::optional<std::string> CheckOptions(const GenerateOptions& o) {
   if (o.n_predict < 0) return fmt::format("-n must be >= 0 (got {})", o.n_predict);
   if (o.n_threads < 1) return fmt::format("-t must be >= 1 (got {})", o.n_threads);
   if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
+  if (!o.market_ca.empty() && o.market.empty()) return std::string("--ca goes with --market");
   if (std::string e = CheckChatFlags(o.chat); !e.empty()) return e;
   return CheckSampling(o.sampling);
 }
@@ -190,7 +192,9 @@ int RunOnMarket(GenerateOptions o) {
   if (!o.ring.empty()) return UsageError(kCmd, "use either --market or --ring, not both");
   if (o.model_path.empty()) return UsageError(kCmd, "--market needs --model NAME (a model the market lists)");
   if (!o.trust.head_key.empty()) return UsageError(kCmd, "--market names the head's key itself; drop --head-key");
-  auto client = market::MarketClient::Create(o.market, nullptr);
+  net::HttpRequestOptions http;
+  http.ca_file = o.market_ca;
+  auto client = market::MarketClient::Create(o.market, nullptr, http);
   if (!client.ok()) return UsageError(kCmd, client.status().message());
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(o.market_wait_s * 1000));
@@ -309,6 +313,8 @@ int GenerateMain(int argc, char** argv) {
                    "GGUF model file (with --market: the name of a model the market lists)");
     app.add_option("--market", o.market,
                    "http[s]://HOST[:PORT] of a market: generate on a ready ring of --model there");
+    app.add_option("--ca", o.market_ca, "(with --market) PEM certificates to trust for https://")
+        ->check(CLI::ExistingFile);
     app.add_option("--market-wait", o.market_wait_s,
                    "(with --market) seconds to wait for a ring to be ready")
         ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "base/human.h"
@@ -14,6 +15,7 @@
 #include "market/api.h"
 #include "market/market_server.h"
 #include "market/model_spec.h"
+#include "market/ring_check.h"
 #include "market/store.h"
 #include "net/url.h"
 #include "relay/edge_token.h"
@@ -40,13 +42,21 @@ int AddModel(int argc, char** argv) {
   app.add_option("--devices", o.devices_path, "plan the windows for these devices (devices.json)")
       ->check(CLI::ExistingFile)
       ->excludes(windows);
-  app.add_option("--ctx", o.ctx, "context each stage reserves (enters each window's memory)")
-      ->capture_default_str();
+  app.add_option("--ctx", o.ctx,
+                 "context each stage reserves (enters each window's memory, and bounds the rows "
+                 "of a session; default: min(2048, the model's))");
+  app.add_option("--max-rows-per-s", o.max_rows_per_s,
+                 "the most token rows per second one ring can run, which bounds its credit "
+                 "(default: estimated for the fastest devices, docs/MARKET.md)");
   app.add_flag("--replace", replace, "replace a model of the same name (drops its claims)");
   if (auto code = ParseArgs(app, "market add-model", argc, argv)) return *code;
   if (auto u = net::ParseUrl(o.url); !u.ok()) return UsageError(kCmd, u.status().message());
   if (o.windows == 0 && o.devices_path.empty()) {
     return UsageError(kCmd, "give --windows N or --devices FILE");
+  }
+  if (o.ctx < 0) return UsageError(kCmd, "--ctx must be positive");
+  if (!(o.max_rows_per_s >= 0) || !std::isfinite(o.max_rows_per_s)) {
+    return UsageError(kCmd, "--max-rows-per-s must be a positive number of rows per second");
   }
   auto spec = market::BuildModelSpec(o);
   if (!spec.ok()) return Fail(kCmd, spec.status());
@@ -55,8 +65,10 @@ int AddModel(int argc, char** argv) {
   if (Status s = (*store)->AddModel(*spec, replace, market::UnixNow()); !s.ok()) {
     return Fail(kCmd, s);
   }
-  std::printf("model %s (%s): %d layers, %zu ring(s) of %zu windows\n", spec->name.c_str(),
-              spec->model_id.c_str(), spec->n_layer, spec->rings.size(), spec->rings[0].size());
+  std::printf("model %s (%s): %d layers, ctx %d, %zu ring(s) of %zu windows, credit for at most "
+              "%.0f rows/s per ring\n",
+              spec->name.c_str(), spec->model_id.c_str(), spec->n_layer, spec->ctx,
+              spec->rings.size(), spec->rings[0].size(), spec->max_rows_per_s);
   std::printf("%-7s %-9s %12s %12s %8s\n", "window", "layers", "weights", "memory", "tensors");
   for (size_t w = 0; w < spec->rings[0].size(); ++w) {
     const auto& win = spec->rings[0][w];
@@ -163,7 +175,11 @@ int Serve(int argc, char** argv) {
   const sigset_t set = BlockStopSignals();
   auto store = market::Store::Open(db);
   if (!store.ok()) return Fail(kCmd, store.status());
-  market::MarketApi api(store->get(), config);
+  // The time the market was down is a silence: no lease ran out for it (docs/MARKET.md, "Grace").
+  if (Status s = (*store)->Resume(market::UnixNow()); !s.ok()) return Fail(kCmd, s);
+  auto checker = market::StartStoreChecker(db);
+  if (!checker.ok()) return Fail(kCmd, checker.status());
+  market::MarketApi api(store->get(), config, checker->get());
   auto server = market::MarketServer::Start(so, &api);
   if (!server.ok()) return Fail(kCmd, server.status());
   std::string host;
@@ -178,14 +194,17 @@ int Serve(int argc, char** argv) {
     if (sigwait(&set, &sig) != 0) break;
     if (sig == SIGUSR1) {
       const auto st = (*server)->stats();
-      KV_LOG_INFO("market: {} connections, {} requests, {} refused", st.connections, st.requests,
-                  st.refused);
+      const auto ck = (*checker)->stats();
+      KV_LOG_INFO("market: {} connections, {} requests, {} refused; checks of holders: {} passed, "
+                  "{} failed, {} requests dropped",
+                  st.connections, st.requests, st.refused, ck.passed, ck.failed, ck.dropped);
       continue;
     }
     break;
   }
   KV_LOG_INFO("market: stopping");
   (*server)->Stop();
+  (*checker)->Stop();
   return kExitOk;
 }
 

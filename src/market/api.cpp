@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +88,29 @@ ApiResponse Json(int status, const json& j) {
   return r;
 }
 
+// An IPv4 or IPv6 literal, or a DNS name (letters, digits and '-' in dot-separated labels of 1 to
+// 63 characters, at most 253 in all): what the market can dial to check the holder.
+bool DialableHost(const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return true;
+  }
+  if (host.empty() || host.size() > 253) return false;
+  size_t label = 0;
+  for (char c : host) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-';
+    if (!ok || ++label > 63) return false;
+  }
+  return label > 0;
+}
+
 // "HOST:PORT"; an empty or wildcard host becomes the request's source address.
 Result<std::string> CompleteAddress(const std::string& text, const std::string& remote_ip) {
   std::string host;
@@ -94,6 +119,9 @@ Result<std::string> CompleteAddress(const std::string& text, const std::string& 
     return Error("field 'address': {}", s.message());
   }
   if (port == 0) return Error("field 'address': port 0 cannot be dialed");
+  if (!(host.empty() || host == "0.0.0.0" || host == "::") && !DialableHost(host)) {
+    return Error("field 'address': '{}' is neither an IP address nor a host name", host);
+  }
   if (host.empty() || host == "0.0.0.0" || host == "::") {
     if (remote_ip.empty()) return Error("field 'address': no host, and the source is unknown");
     host = remote_ip;
@@ -154,6 +182,28 @@ ApiResponse ErrorResponse(const Status& status) {
     case StatusCode::kUnavailable:
     case StatusCode::kTimeout: return ErrorResponse(503, "unavailable", status.message());
     default: return ErrorResponse(400, "bad_request", status.message());
+  }
+}
+
+MarketApi::MarketApi(Store* store, MarketConfig config, CheckQueue* checks)
+    : store_(store), config_(std::move(config)), checks_(checks) {
+  store_->set_lease_s(config_.lease_s);
+}
+
+void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring) {
+  if (checks_ == nullptr || !ring.serving || ring.ready) return;
+  for (const WindowState& w : ring.windows) {
+    const ClaimInfo& c = *w.claim;  // a serving ring is complete
+    if (!c.checked() || c.verified_epoch == ring.epoch) continue;
+    CheckJob job;
+    job.claim = c.id;
+    job.epoch = ring.epoch;
+    job.node = c.node;
+    job.address = c.address;
+    job.head = w.window == 0;
+    job.model_id = model_id;
+    job.last = w.last;
+    checks_->Request(job);
   }
 }
 
@@ -286,6 +336,7 @@ ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
   if (!epoch.ok()) return ErrorResponse(epoch.status());
   auto reply = store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s);
   if (!reply.ok()) return ErrorResponse(reply.status());
+  RequestChecks(reply->model_id, reply->ring);
   return Json(200, HeartbeatToJson(*reply, now, config_.relay_url, config_.relay_secret));
 }
 

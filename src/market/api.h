@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "market/ring_check.h"
 #include "market/store.h"
 
 namespace kvasir::market {
@@ -40,7 +41,9 @@ struct MarketConfig {
 
 class MarketApi {
  public:
-  MarketApi(Store* store, MarketConfig config) : store_(store), config_(std::move(config)) {}
+  // `checks` receives the checks of holders a ring needs before it is ready (ring_check.h); with
+  // none, no ring ever becomes ready. Both must outlive the API. Sets the store's lease.
+  MarketApi(Store* store, MarketConfig config, CheckQueue* checks = nullptr);
   // Answers one request as of `now` (Unix seconds). Never throws, whatever the bytes.
   ApiResponse Handle(const ApiRequest& request, double now);
 
@@ -54,8 +57,12 @@ class MarketApi {
   ApiResponse Receipt(const ApiRequest& request, double now);
   ApiResponse Balances(const std::string& query);
   ApiResponse Health(double now);
+  // Asks for the checks `ring` still needs: once every holder serves its epoch, each holder with
+  // an address that has not passed a check for that epoch.
+  void RequestChecks(const std::string& model_id, const RingState& ring);
   Store* store_;
   MarketConfig config_;
+  CheckQueue* checks_;
 };
 
 // {"error": {"code": ..., "message": ...}} with the HTTP status for a Status's code.

@@ -129,6 +129,10 @@ struct Joiner::Impl {
 Result<Grant> Joiner::Impl::FindAndClaim() {
   std::string said;  // the last waiting message, so it is logged once per change
   auto say = [&](const std::string& what, bool warn) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      state.waiting = what;
+    }
     if (what == said) return;
     said = what;
     if (warn) KV_LOG_WARN("join: {}", what);
@@ -137,6 +141,10 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
   std::mt19937_64 rng(std::random_device{}());
   while (!stopping) {
     auto map = client->Get("/v1/map");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++state.maps_read;
+    }
     if (!map.ok()) {
       say(fmt::format("cannot read the map: {}; retrying", map.status().message()), true);
       Sleep(o.poll_s);
@@ -346,6 +354,7 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
   {
     std::lock_guard<std::mutex> lock(mu);
     state.claim = g.claim;
+    state.waiting.clear();
     state.model = g.model;
     state.ring = g.ring;
     state.window = g.window;

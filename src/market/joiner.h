@@ -46,6 +46,8 @@ struct JoinState {
   int64_t serving_epoch = -1;
   uint64_t stages_started = 0;  // times a stage was (re)started with new neighbours
   uint64_t receipts_submitted = 0, receipts_refused = 0;
+  uint64_t maps_read = 0;  // maps read while looking for a window
+  std::string waiting;     // while it holds no claim: what it waits for, as logged
 };
 
 class Joiner {

@@ -1,12 +1,46 @@
 // The ledger half of the Store: crediting receipts and reading balances (docs/MARKET.md,
-// "POST /v1/receipts", "GET /v1/balances").
+// "POST /v1/receipts", "Credit is bounded", "GET /v1/balances"). Every count that earns credit is
+// bounded by what a real ring could have run, and every sum is checked for overflow.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "market/store.h"
+#include "market/store_rows.h"
 
 namespace kvasir::market {
 namespace {
-std::string Short(const std::string& hex) { return hex.substr(0, 8); }
+
+constexpr uint64_t kMaxStoredInt = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+
+// a + b, or an error naming `what` when it leaves [0, INT64_MAX] (SQLite's integers).
+Result<uint64_t> CheckedAdd(uint64_t a, uint64_t b, const std::string& what) {
+  uint64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum) || sum > kMaxStoredInt) {
+    return Error("{}: {} + {} overflows", what, a, b);
+  }
+  return sum;
+}
+
+// Why a ring is not ready, naming the first window that keeps it from being so.
+std::string NotReadyReason(const RingState& ring) {
+  for (const WindowState& w : ring.windows) {
+    if (!w.claim) return fmt::format("window {} is uncovered", w.window);
+    if (w.claim->serving_epoch != ring.epoch) {
+      return fmt::format("window {}'s holder {} does not serve epoch {}", w.window,
+                         Short(w.claim->node), ring.epoch);
+    }
+    if (w.claim->checked() && w.claim->verified_epoch != ring.epoch) {
+      return fmt::format("the market has not checked window {}'s holder {} at {}{}", w.window,
+                         Short(w.claim->node), w.claim->address,
+                         w.claim->check_error.empty() ? "" : ": " + w.claim->check_error);
+    }
+  }
+  return "it is not complete";
+}
+
 }  // namespace
 
 Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
@@ -51,6 +85,11 @@ Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
   rec.ring = ring->ring;
   rec.tokens = shares[0].tokens;
   rec.time = now;
+  // A session runs at most its context of rows on every stage.
+  if (rec.tokens > static_cast<uint64_t>(std::max(0, model->ctx))) {
+    return Error("line 0: {} token rows, but a session of '{}' runs at most its context of {}",
+                 rec.tokens, model->name, model->ctx);
+  }
   int expect_first = 0;
   for (size_t i = 0; i < shares.size(); ++i) {
     const ReceiptShare& sh = shares[i];
@@ -74,15 +113,63 @@ Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
     line.node = sh.node;
     line.first = sh.first;
     line.last = sh.last;
-    line.work = sh.tokens * static_cast<uint64_t>(sh.last - sh.first);
+    if (__builtin_mul_overflow(sh.tokens, static_cast<uint64_t>(sh.last - sh.first), &line.work) ||
+        line.work > kMaxStoredInt) {
+      return Error("line {}: {} tokens x {} layers overflows", i, sh.tokens, sh.last - sh.first);
+    }
     line.credit = static_cast<double>(line.work) * w.claim->rate;
+    if (!std::isfinite(line.credit) || line.credit < 0) {
+      return Error("line {}: credit {} x {} is not a finite amount", i, line.work, w.claim->rate);
+    }
     rec.lines.push_back(line);
   }
   if (expect_first != model->n_layer) {
     return Error("the windows end at layer {}, not at the model's {}", expect_first,
                  model->n_layer);
   }
+  // Only a ring whose every holder reached `serving` (and passed the market's check) before the
+  // session earns, and no faster than it can run: its allowance grows by max_rows_per_s for
+  // every second it has been ready, keeping at most kCreditBurstSeconds of it unused.
+  if (!ring->ready) {
+    return Error("ring {} of '{}' is not ready ({}): only sessions of a ready ring earn credit",
+                 ring->ring, model->name, NotReadyReason(*ring));
+  }
+  if (!(model->max_rows_per_s > 0)) {
+    return Error("model '{}' has no bound on its rows per second (registered by an older "
+                 "market): register it again with `kvasir market add-model --replace`",
+                 model->name);
+  }
+  KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(model->name));
+  double allowance = 0;
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT bucket, bucket_time, bucket_epoch FROM rings "
+                                             "WHERE model = ? AND ring = ?"));
+    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, model_row).Bind(2, ring->ring).Step());
+    if (!row) return Error("{}: ring {} of '{}' has no row", db_->path(), ring->ring, model->name);
+    const bool same_epoch = s.Int(2) == ring->epoch;
+    const double kept = same_epoch ? s.Real(0) : 0;
+    const double since = std::max(same_epoch ? s.Real(1) : 0, ring->ready_since);
+    const double cap = std::max(static_cast<double>(model->ctx),
+                                model->max_rows_per_s * kCreditBurstSeconds);
+    allowance = std::min(cap, kept + model->max_rows_per_s * std::max(0.0, now - since));
+  }
+  if (static_cast<double>(rec.tokens) > allowance) {
+    return Error("ring {} of '{}' has been ready for {:.1f} s and runs at most {:.0f} token rows "
+                 "a second: it can have run {:.0f} more rows, not {}",
+                 ring->ring, model->name, now - ring->ready_since, model->max_rows_per_s,
+                 std::floor(allowance), rec.tokens);
+  }
   if (verify) KV_RETURN_IF_ERROR(verify());
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE rings SET bucket = ?, bucket_time = ?, "
+                                             "bucket_epoch = ? WHERE model = ? AND ring = ?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, allowance - static_cast<double>(rec.tokens))
+                           .Bind(2, now)
+                           .Bind(3, ring->epoch)
+                           .Bind(4, model_row)
+                           .Bind(5, ring->ring)
+                           .Run());
+  }
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO receipts(id, model, ring, tokens, time, "
                                              "payload) VALUES(?, ?, ?, ?, ?, ?)"));
@@ -106,13 +193,34 @@ Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
                            .Bind(6, static_cast<int64_t>(l.work))
                            .Bind(7, l.credit)
                            .Run());
-    KV_ASSIGN_OR_RETURN(auto b, db_->Prepare(
-                                    "INSERT INTO balances(node, credit, work, receipts) VALUES(?, "
-                                    "?, ?, 1) ON CONFLICT(node) DO UPDATE SET credit = credit + "
-                                    "excluded.credit, work = work + excluded.work, receipts = "
-                                    "receipts + 1"));
-    KV_RETURN_IF_ERROR(
-        b.Bind(1, l.node).Bind(2, l.credit).Bind(3, static_cast<int64_t>(l.work)).Run());
+    // The balance is summed here, checked, rather than by SQLite (whose integers turn into
+    // inexact reals on overflow).
+    uint64_t work = 0, receipts = 0;
+    double credit = 0;
+    {
+      KV_ASSIGN_OR_RETURN(auto b, db_->Prepare("SELECT credit, work, receipts FROM balances "
+                                               "WHERE node = ?"));
+      KV_ASSIGN_OR_RETURN(bool row, b.Bind(1, l.node).Step());
+      if (row) {
+        credit = b.Real(0);
+        work = static_cast<uint64_t>(std::max<int64_t>(0, b.Int(1)));
+        receipts = static_cast<uint64_t>(std::max<int64_t>(0, b.Int(2)));
+      }
+    }
+    const std::string who = fmt::format("balance of node {}", Short(l.node));
+    KV_ASSIGN_OR_RETURN(work, CheckedAdd(work, l.work, who + ": work"));
+    KV_ASSIGN_OR_RETURN(receipts, CheckedAdd(receipts, 1, who + ": receipts"));
+    credit += l.credit;
+    if (!std::isfinite(credit)) return Error("{}: credit is no longer a finite amount", who);
+    KV_ASSIGN_OR_RETURN(auto b, db_->Prepare("INSERT INTO balances(node, credit, work, receipts) "
+                                             "VALUES(?, ?, ?, ?) ON CONFLICT(node) DO UPDATE SET "
+                                             "credit = excluded.credit, work = excluded.work, "
+                                             "receipts = excluded.receipts"));
+    KV_RETURN_IF_ERROR(b.Bind(1, l.node)
+                           .Bind(2, credit)
+                           .Bind(3, static_cast<int64_t>(work))
+                           .Bind(4, static_cast<int64_t>(receipts))
+                           .Run());
   }
   KV_RETURN_IF_ERROR(txn->Commit());
   return rec;

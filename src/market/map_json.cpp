@@ -75,12 +75,16 @@ json MapToJson(const std::vector<ModelState>& models, double now, double lease_s
           jw["expires_in"] = Seconds(w.claim->expires - now);
           jw["address"] = w.claim->address;
           jw["behind_nat"] = w.claim->behind_nat;
+          // The market's check of the holder for this epoch (holders behind NAT are not dialed).
+          if (w.claim->checked()) jw["checked"] = w.claim->verified_epoch == r.epoch;
+          if (!w.claim->check_error.empty()) jw["check_error"] = w.claim->check_error;
         }
         windows.push_back(std::move(jw));
       }
       rings.push_back({{"ring", r.ring},
                        {"epoch", r.epoch},
                        {"complete", r.complete},
+                       {"serving", r.serving},
                        {"ready", r.ready},
                        {"windows", std::move(windows)}});
     }
@@ -89,7 +93,12 @@ json MapToJson(const std::vector<ModelState>& models, double now, double lease_s
                   {"url", m.url},
                   {"n_layer", m.n_layer},
                   {"ctx", m.ctx},
-                  {"demand", {{"total", m.demand_total}, {"recent", m.demand_recent}}},
+                  {"max_rows_per_s", m.max_rows_per_s},
+                  {"demand",
+                   {{"total", m.demand_total},
+                    {"recent", m.demand_recent},
+                    {"requests", m.requests_recent},
+                    {"sessions", m.sessions_recent}}},
                   {"rings", std::move(rings)}});
   }
   out["models"] = std::move(jm);

@@ -2,16 +2,30 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "gguf/gguf_file.h"
 #include "market/api.h"
+#include "model/arch/registry.h"
 #include "model/model_id.h"
 #include "planner/device_profile.h"
 #include "planner/model_cost.h"
 #include "planner/solver.h"
 
 namespace kvasir::market {
+
+double RingRowsPerSecond(const ModelCost& cost, const std::vector<std::pair<int, int>>& cuts) {
+  DeviceProfile fastest;
+  fastest.name = "fastest";
+  fastest.ms_per_gib = kFastestMsPerGib;
+  double slowest_ms = kMinStepMs;
+  for (auto [first, last] : cuts) {
+    slowest_ms = std::max(slowest_ms, WindowComputeMs(cost, fastest, first, last));
+  }
+  return kRateSlack * kMaxBatchRows * 1000.0 / slowest_ms;
+}
 
 Result<ModelSpec> BuildModelSpec(const ModelSpecOptions& o, const HashProgressFn& progress) {
   ModelSpec spec;
@@ -21,17 +35,27 @@ Result<ModelSpec> BuildModelSpec(const ModelSpecOptions& o, const HashProgressFn
                  spec.name);
   }
   if (o.rings < 1 || o.rings > 64) return Error("--rings {}: must be from 1 to 64", o.rings);
-  if (o.ctx < 1) return Error("--ctx {}: must be positive", o.ctx);
+  if (o.ctx < 0) return Error("--ctx {}: must be positive", o.ctx);
+  if (o.max_rows_per_s < 0 || !std::isfinite(o.max_rows_per_s)) {
+    return Error("--max-rows-per-s {}: must be a positive number", o.max_rows_per_s);
+  }
   if ((o.windows > 0) == !o.devices_path.empty()) {
     return Error("give exactly one of --windows N and --devices FILE");
   }
   KV_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(o.model_path));
   KV_ASSIGN_OR_RETURN(ModelCost cost, ComputeModelCost(file));
   KV_ASSIGN_OR_RETURN(ModelId id, ComputeModelId(file.header(), o.model_path));
+  KV_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(file));
   spec.model_id = ModelIdHex(id);
   spec.url = o.url;
   spec.n_layer = cost.n_layer;
-  spec.ctx = o.ctx;
+  // A session's rows are bounded by the context its stages reserve, which the model bounds.
+  const int trained = config.n_ctx_train > 0 ? config.n_ctx_train : 2048;
+  spec.ctx = o.ctx > 0 ? o.ctx : std::min(2048, trained);
+  if (spec.ctx > trained) {
+    return Error("--ctx {}: {} was trained for a context of {} tokens", spec.ctx, o.model_path,
+                 trained);
+  }
 
   // [first, last) of each window of one ring.
   std::vector<std::pair<int, int>> cuts;
@@ -49,7 +73,7 @@ Result<ModelSpec> BuildModelSpec(const ModelSpecOptions& o, const HashProgressFn
   } else {
     KV_ASSIGN_OR_RETURN(auto devices, LoadDevices(o.devices_path));
     PlanOptions po;
-    po.ctx = o.ctx;
+    po.ctx = spec.ctx;
     KV_ASSIGN_OR_RETURN(Plan plan, SolvePlan(cost, devices, po));
     for (const PlannedRank& r : plan.ranks) cuts.emplace_back(r.first, r.last);
     if (cuts.size() < 2) {
@@ -69,13 +93,14 @@ Result<ModelSpec> BuildModelSpec(const ModelSpecOptions& o, const HashProgressFn
     w.first = first;
     w.last = last;
     w.bytes = cost.WindowWeightBytes(first, last);
-    w.memory = w.bytes + cost.WindowKvBytes(first, last, o.ctx) + kStageOverheadBytes;
+    w.memory = w.bytes + cost.WindowKvBytes(first, last, spec.ctx) + kStageOverheadBytes;
     for (const std::string& n : cost.WindowTensors(first, last)) {
       w.tensors.push_back({n, hashes.at(n)});
     }
     ring.push_back(std::move(w));
   }
   spec.rings.assign(static_cast<size_t>(o.rings), ring);
+  spec.max_rows_per_s = o.max_rows_per_s > 0 ? o.max_rows_per_s : RingRowsPerSecond(cost, cuts);
   return spec;
 }
 

@@ -7,18 +7,21 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "market/store_rows.h"
+
 namespace kvasir::market {
 namespace {
-
-constexpr double kRecentSeconds = 600;  // "recent" demand
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS models(
   id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, model_id TEXT NOT NULL, url TEXT NOT NULL,
-  n_layer INT NOT NULL, ctx INT NOT NULL, demand_total INT NOT NULL DEFAULT 0, added REAL);
+  n_layer INT NOT NULL, ctx INT NOT NULL, demand_total INT NOT NULL DEFAULT 0, added REAL,
+  max_rows_per_s REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS rings(
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
-  epoch INT NOT NULL DEFAULT 0, PRIMARY KEY(model, ring));
+  epoch INT NOT NULL DEFAULT 0, bucket REAL NOT NULL DEFAULT 0,
+  bucket_time REAL NOT NULL DEFAULT 0, bucket_epoch INT NOT NULL DEFAULT -1,
+  PRIMARY KEY(model, ring));
 CREATE TABLE IF NOT EXISTS windows(
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
   window INT NOT NULL, first INT NOT NULL, last INT NOT NULL, bytes INT NOT NULL,
@@ -28,7 +31,9 @@ CREATE TABLE IF NOT EXISTS claims(
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
   window INT NOT NULL, node TEXT NOT NULL, address TEXT NOT NULL, behind_nat INT NOT NULL,
   rate REAL NOT NULL, created REAL NOT NULL, expires REAL NOT NULL, last_beat REAL NOT NULL,
-  serving_epoch INT NOT NULL DEFAULT -1,
+  serving_epoch INT NOT NULL DEFAULT -1, serving_since REAL NOT NULL DEFAULT 0,
+  verified_epoch INT NOT NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0,
+  check_error TEXT NOT NULL DEFAULT '',
   UNIQUE(model, ring, window), UNIQUE(node));
 CREATE TABLE IF NOT EXISTS nonces(
   node TEXT NOT NULL, nonce TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY(node, nonce));
@@ -37,6 +42,7 @@ CREATE TABLE IF NOT EXISTS demand(
 CREATE TABLE IF NOT EXISTS receipts(
   id TEXT PRIMARY KEY, model TEXT NOT NULL, ring INT NOT NULL, tokens INT NOT NULL,
   time REAL NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS receipts_model_time ON receipts(model, time);
 CREATE TABLE IF NOT EXISTS credits(
   receipt TEXT NOT NULL REFERENCES receipts(id), line INT NOT NULL, node TEXT NOT NULL,
   first INT NOT NULL, last INT NOT NULL, work INT NOT NULL, credit REAL NOT NULL,
@@ -44,11 +50,35 @@ CREATE TABLE IF NOT EXISTS credits(
 CREATE INDEX IF NOT EXISTS credits_node ON credits(node);
 CREATE TABLE IF NOT EXISTS balances(
   node TEXT PRIMARY KEY, credit REAL NOT NULL, work INT NOT NULL, receipts INT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value REAL NOT NULL);
 )sql";
 
-std::string Short(const std::string& hex) { return hex.substr(0, 8); }
+// Columns added since the first schema: a database made by an older market gets them (with
+// their defaults) when it is opened.
+struct AddedColumn {
+  const char* table;
+  const char* name;
+  const char* definition;
+};
+constexpr AddedColumn kAddedColumns[] = {
+    {"models", "max_rows_per_s", "REAL NOT NULL DEFAULT 0"},
+    {"rings", "bucket", "REAL NOT NULL DEFAULT 0"},
+    {"rings", "bucket_time", "REAL NOT NULL DEFAULT 0"},
+    {"rings", "bucket_epoch", "INT NOT NULL DEFAULT -1"},
+    {"claims", "serving_since", "REAL NOT NULL DEFAULT 0"},
+    {"claims", "verified_epoch", "INT NOT NULL DEFAULT -1"},
+    {"claims", "verified_at", "REAL NOT NULL DEFAULT 0"},
+    {"claims", "check_error", "TEXT NOT NULL DEFAULT ''"},
+};
 
-ClaimInfo ClaimFrom(const Stmt& s, int c0) {
+}  // namespace
+
+const char* const kClaimColumns =
+    "c.id, m.name, c.ring, c.window, c.node, c.address, c.behind_nat, c.rate, c.created, "
+    "c.expires, c.last_beat, c.serving_epoch, c.serving_since, c.verified_epoch, c.verified_at, "
+    "c.check_error";
+
+ClaimInfo ClaimFromRow(const Stmt& s, int c0) {
   // Column order of kClaimColumns.
   ClaimInfo c;
   c.id = s.Int(c0);
@@ -63,17 +93,16 @@ ClaimInfo ClaimFrom(const Stmt& s, int c0) {
   c.expires = s.Real(c0 + 9);
   c.last_beat = s.Real(c0 + 10);
   c.serving_epoch = s.Int(c0 + 11);
+  c.serving_since = s.Real(c0 + 12);
+  c.verified_epoch = s.Int(c0 + 13);
+  c.verified_at = s.Real(c0 + 14);
+  c.check_error = s.Text(c0 + 15);
   return c;
 }
 
-constexpr const char* kClaimColumns =
-    "c.id, m.name, c.ring, c.window, c.node, c.address, c.behind_nat, c.rate, c.created, "
-    "c.expires, c.last_beat, c.serving_epoch";
 
-}  // namespace
-
-double RewardRate(int64_t recent_requests, int uncovered_windows, int total_windows) {
-  const double d = std::min(4.0, static_cast<double>(recent_requests) / 10.0);
+double RewardRate(int64_t recent_demand, int uncovered_windows, int total_windows) {
+  const double d = std::min(4.0, static_cast<double>(recent_demand) / 10.0);
   const double u =
       total_windows > 0 ? static_cast<double>(uncovered_windows) / total_windows : 0.0;
   return std::round((1 + d) * (1 + u) * 1000) / 1000;
@@ -82,7 +111,35 @@ double RewardRate(int64_t recent_requests, int uncovered_windows, int total_wind
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   KV_ASSIGN_OR_RETURN(auto db, Db::Open(path));
   KV_RETURN_IF_ERROR(db->Exec(kSchema));
+  for (const AddedColumn& c : kAddedColumns) {
+    KV_ASSIGN_OR_RETURN(auto s, db->Prepare(fmt::format("SELECT 1 FROM pragma_table_info('{}') "
+                                                        "WHERE name = ?",
+                                                        c.table)));
+    KV_ASSIGN_OR_RETURN(bool has, s.Bind(1, std::string_view(c.name)).Step());
+    if (!has) {
+      KV_RETURN_IF_ERROR(
+          db->Exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {}", c.table, c.name, c.definition)));
+    }
+  }
   return std::unique_ptr<Store>(new Store(std::move(db)));
+}
+
+Result<double> Store::Meta(const char* key) {
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT value FROM meta WHERE key = ?"));
+  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, std::string_view(key)).Step());
+  return row ? s.Real(0) : 0.0;
+}
+
+Status Store::SetMeta(const char* key, double value) {
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO meta(key, value) VALUES(?, ?) ON "
+                                           "CONFLICT(key) DO UPDATE SET value = excluded.value"));
+  return s.Bind(1, std::string_view(key)).Bind(2, value).Run();
+}
+
+Status Store::Resume(double now) {
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_RETURN_IF_ERROR(SetMeta(kMetaResumedAt, now));
+  return txn->Commit();
 }
 
 Status Store::BumpEpoch(int64_t model_row, int ring) {
@@ -91,10 +148,32 @@ Status Store::BumpEpoch(int64_t model_row, int ring) {
   return s.Bind(1, model_row).Bind(2, ring).Run();
 }
 
+Result<int64_t> Store::ModelRow(const std::string& name) {
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id FROM models WHERE name = ?"));
+  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, name).Step());
+  if (!row) return Error(StatusCode::kNotFound, "no model named '{}'", name);
+  return s.Int(0);
+}
+
 Status Store::Sweep(double now) {
+  // The lease clock: the wall clock, except in a silence (no heartbeat answered for half a
+  // lease), when it stops where the silence began for claims made before it, for at most
+  // kMaxForgivenSilenceSeconds after the silence began or this market process started.
+  KV_ASSIGN_OR_RETURN(const double last_beat, Meta(kMetaLastBeat));
+  KV_ASSIGN_OR_RETURN(const double resumed_at, Meta(kMetaResumedAt));
+  double lease_clock = now, silence_start = now;
+  silent_ = last_beat > 0 && now - last_beat > lease_s_ / 2;
+  if (silent_) {
+    silence_start = last_beat + lease_s_ / 2;
+    const double origin = std::max(silence_start, resumed_at);
+    lease_clock = silence_start + std::max(0.0, now - origin - kMaxForgivenSilenceSeconds);
+  }
+  constexpr const char* kDue =
+      "expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
   {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT model, ring FROM claims WHERE expires <= ?"));
-    s.Bind(1, now);
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE {}",
+                                                         kDue)));
+    s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now);
     std::vector<std::pair<int64_t, int>> gone;
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -103,9 +182,12 @@ Status Store::Sweep(double now) {
     }
     for (auto [model, ring] : gone) KV_RETURN_IF_ERROR(BumpEpoch(model, ring));
   }
-  for (const char* sql : {"DELETE FROM claims WHERE expires <= ?",
-                          "DELETE FROM nonces WHERE expires <= ?"}) {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(sql));
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("DELETE FROM claims WHERE {}", kDue)));
+    KV_RETURN_IF_ERROR(s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now).Run());
+  }
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM nonces WHERE expires <= ?"));
     KV_RETURN_IF_ERROR(s.Bind(1, now).Run());
   }
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM demand WHERE time < ?"));
@@ -113,6 +195,12 @@ Status Store::Sweep(double now) {
 }
 
 Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
+  // 0 is allowed (the model earns nothing until it is added again with a bound).
+  if (!(spec.max_rows_per_s >= 0) || !std::isfinite(spec.max_rows_per_s)) {
+    return Error("model '{}': max_rows_per_s must be a number of token rows per second, not {}",
+                 spec.name, spec.max_rows_per_s);
+  }
+  if (spec.ctx < 1) return Error("model '{}': ctx must be positive, not {}", spec.name, spec.ctx);
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id FROM models WHERE name = ?"));
@@ -132,13 +220,15 @@ Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
     }
   }
   KV_ASSIGN_OR_RETURN(auto ins, db_->Prepare("INSERT INTO models(name, model_id, url, n_layer, "
-                                             "ctx, added) VALUES(?, ?, ?, ?, ?, ?)"));
+                                             "ctx, added, max_rows_per_s) VALUES(?, ?, ?, ?, ?, "
+                                             "?, ?)"));
   KV_RETURN_IF_ERROR(ins.Bind(1, spec.name)
                          .Bind(2, spec.model_id)
                          .Bind(3, spec.url)
                          .Bind(4, spec.n_layer)
                          .Bind(5, spec.ctx)
                          .Bind(6, now)
+                         .Bind(7, spec.max_rows_per_s)
                          .Run());
   const int64_t model_row = db_->LastInsertId();
   for (size_t r = 0; r < spec.rings.size(); ++r) {
@@ -170,8 +260,8 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
   std::vector<int64_t> rows;
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id, name, model_id, url, n_layer, ctx, "
-                                             "demand_total FROM models WHERE ? = '' OR name = ? "
-                                             "ORDER BY name"));
+                                             "demand_total, max_rows_per_s FROM models WHERE ? = "
+                                             "'' OR name = ? ORDER BY name"));
     s.Bind(1, only).Bind(2, only);
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -184,15 +274,21 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       m.n_layer = static_cast<int>(s.Int(4));
       m.ctx = static_cast<int>(s.Int(5));
       m.demand_total = s.Int(6);
+      m.max_rows_per_s = s.Real(7);
       models.push_back(std::move(m));
     }
   }
   for (size_t i = 0; i < models.size(); ++i) {
     ModelState& m = models[i];
     {
-      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT count(*) FROM demand WHERE model = ?"));
-      KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, rows[i]).Step());
-      m.demand_recent = row ? s.Int(0) : 0;
+      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT (SELECT count(*) FROM demand WHERE model = "
+                                               "?), (SELECT count(*) FROM receipts WHERE model = ? "
+                                               "AND time > ?)"));
+      KV_ASSIGN_OR_RETURN(bool row,
+                          s.Bind(1, rows[i]).Bind(2, m.name).Bind(3, now - kRecentSeconds).Step());
+      m.requests_recent = row ? s.Int(0) : 0;
+      m.sessions_recent = row ? s.Int(1) : 0;
+      m.demand_recent = std::min(m.requests_recent, m.sessions_recent);
     }
     {
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT ring, epoch FROM rings WHERE model = ? "
@@ -227,15 +323,16 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       }
     }
     {
+      // Every claim left after the sweep is live.
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format(
                                       "SELECT {} FROM claims c JOIN models m ON m.id = c.model "
-                                      "WHERE c.model = ? AND c.expires > ?",
+                                      "WHERE c.model = ?",
                                       kClaimColumns)));
-      s.Bind(1, rows[i]).Bind(2, now);
+      s.Bind(1, rows[i]);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
-        ClaimInfo c = ClaimFrom(s, 0);
+        ClaimInfo c = ClaimFromRow(s, 0);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
           m.rings[r].windows[static_cast<size_t>(c.window)].claim = std::move(c);
@@ -252,171 +349,23 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
     const double rate_now = RewardRate(m.demand_recent, uncovered, total);
     for (RingState& r : m.rings) {
       r.complete = !r.windows.empty();
-      r.ready = r.complete;
+      r.serving = r.ready = r.complete;
       for (WindowState& w : r.windows) {
         w.rate = w.claim ? w.claim->rate : rate_now;
-        if (!w.claim) r.complete = r.ready = false;
-        else if (w.claim->serving_epoch != r.epoch) r.ready = false;
+        if (!w.claim) {
+          r.complete = r.serving = r.ready = false;
+          continue;
+        }
+        const ClaimInfo& c = *w.claim;
+        if (c.serving_epoch != r.epoch) r.serving = r.ready = false;
+        if (c.checked() && c.verified_epoch != r.epoch) r.ready = false;
+        r.ready_since =
+            std::max({r.ready_since, c.serving_since, c.checked() ? c.verified_at : 0.0});
       }
+      if (!r.ready) r.ready_since = 0;
     }
   }
   return models;
-}
-
-Result<ClaimInfo> Store::ReadClaim(int64_t claim) {
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT {} FROM claims c JOIN models m ON "
-                                                       "m.id = c.model WHERE c.id = ?",
-                                                       kClaimColumns)));
-  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
-  if (!row) {
-    return Error(StatusCode::kNotFound, "claim {} is gone (its lease expired or it was released)",
-                 claim);
-  }
-  return ClaimFrom(s, 0);
-}
-
-Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double lease_s) {
-  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
-  KV_RETURN_IF_ERROR(Sweep(now));
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
-  if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
-  ModelState& m = models[0];
-  if (req.ring < 0 || static_cast<size_t>(req.ring) >= m.rings.size()) {
-    return Error(StatusCode::kNotFound, "model '{}' has rings 0 to {}, not {}", req.model,
-                 m.rings.size() - 1, req.ring);
-  }
-  RingState& ring = m.rings[static_cast<size_t>(req.ring)];
-  if (req.window < 0 || static_cast<size_t>(req.window) >= ring.windows.size()) {
-    return Error(StatusCode::kNotFound, "ring {} of '{}' has windows 0 to {}, not {}", req.ring,
-                 req.model, ring.windows.size() - 1, req.window);
-  }
-  if (req.window == 0 && req.behind_nat) {
-    return Error("window 0 is the head, which clients dial: it needs an address, not behind_nat");
-  }
-  const WindowState& w = ring.windows[static_cast<size_t>(req.window)];
-  ClaimGrant grant;
-  if (w.claim && w.claim->node != req.node) {
-    return Error(StatusCode::kConflict,
-                 "window {} of ring {} of '{}' is held by node {} (lease ends in {:.0f} s)",
-                 req.window, req.ring, req.model, Short(w.claim->node), w.claim->expires - now);
-  }
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT c.id, m.name, c.ring, c.window FROM claims c "
-                                             "JOIN models m ON m.id = c.model WHERE c.node = ?"));
-    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, req.node).Step());
-    if (row && !(w.claim && w.claim->id == s.Int(0))) {
-      return Error(StatusCode::kConflict,
-                   "node {} already holds claim {} (window {} of ring {} of '{}'); release it "
-                   "first",
-                   Short(req.node), s.Int(0), s.Int(3), s.Int(2), s.Text(1));
-    }
-  }
-  int64_t model_row = 0;
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id FROM models WHERE name = ?"));
-    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, req.model).Step());
-    if (!row) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
-    model_row = s.Int(0);
-  }
-  int64_t claim_id = 0;
-  if (w.claim) {
-    grant.renewed = true;
-    claim_id = w.claim->id;
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
-                                             "address = ? WHERE id = ?"));
-    KV_RETURN_IF_ERROR(s.Bind(1, now + lease_s).Bind(2, now).Bind(3, req.address).Bind(4, claim_id).Run());
-  } else {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, "
-                                             "address, behind_nat, rate, created, expires, "
-                                             "last_beat) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    s.Bind(1, model_row)
-        .Bind(2, req.ring)
-        .Bind(3, req.window)
-        .Bind(4, req.node)
-        .Bind(5, req.address)
-        .Bind(6, req.behind_nat ? 1 : 0)
-        .Bind(7, w.rate)
-        .Bind(8, now)
-        .Bind(9, now + lease_s)
-        .Bind(10, now);
-    if (Status st = s.Run(); !st.ok()) {
-      // Another process took it between our read and our write (UNIQUE constraints).
-      return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
-                   req.window, req.ring, req.model, st.message());
-    }
-    claim_id = db_->LastInsertId();
-    KV_RETURN_IF_ERROR(BumpEpoch(model_row, req.ring));
-  }
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT tensors FROM windows WHERE model = ? AND "
-                                             "ring = ? AND window = ?"));
-    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, model_row).Bind(2, req.ring).Bind(3, req.window).Step());
-    if (!row) return Error("{}: window row missing", db_->path());
-    const auto tensors = nlohmann::json::parse(s.Text(0), nullptr, false);
-    if (tensors.is_discarded() || !tensors.is_array()) {
-      return Error("{}: window {} of '{}': tensor list is not valid JSON", db_->path(), req.window,
-                   req.model);
-    }
-    for (const auto& t : tensors) {
-      if (!t.is_object() || !t.contains("name") || !t["name"].is_string() ||
-          !t.contains("sha256") || !t["sha256"].is_string()) {
-        return Error("{}: window {} of '{}': bad tensor entry", db_->path(), req.window, req.model);
-      }
-      grant.window.tensors.push_back({t["name"].get<std::string>(), t["sha256"].get<std::string>()});
-    }
-  }
-  KV_ASSIGN_OR_RETURN(grant.claim, ReadClaim(claim_id));
-  KV_RETURN_IF_ERROR(txn->Commit());
-  grant.window.first = w.first;
-  grant.window.last = w.last;
-  grant.window.bytes = w.bytes;
-  grant.window.memory = w.memory;
-  grant.model = m;
-  grant.model.rings.clear();
-  return grant;
-}
-
-Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
-                                        int64_t serving_epoch, double now, double lease_s) {
-  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
-  KV_RETURN_IF_ERROR(Sweep(now));
-  KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
-  if (c.node != node) {
-    return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
-                 Short(c.node), Short(node));
-  }
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
-                                           "serving_epoch = ? WHERE id = ?"));
-  KV_RETURN_IF_ERROR(s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model));
-  if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
-    return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
-  }
-  HeartbeatReply reply;
-  reply.ring = models[0].rings[static_cast<size_t>(c.ring)];
-  KV_ASSIGN_OR_RETURN(reply.claim, ReadClaim(claim));
-  KV_RETURN_IF_ERROR(txn->Commit());
-  return reply;
-}
-
-Status Store::Release(const std::string& node, int64_t claim, double now) {
-  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
-  KV_RETURN_IF_ERROR(Sweep(now));
-  KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
-  if (c.node != node) {
-    return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
-                 Short(c.node), Short(node));
-  }
-  int64_t model_row = 0;
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT model FROM claims WHERE id = ?"));
-    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
-    if (row) model_row = s.Int(0);
-  }
-  KV_ASSIGN_OR_RETURN(auto d, db_->Prepare("DELETE FROM claims WHERE id = ?"));
-  KV_RETURN_IF_ERROR(d.Bind(1, claim).Run());
-  KV_RETURN_IF_ERROR(BumpEpoch(model_row, c.ring));
-  return txn->Commit();
 }
 
 Result<std::vector<ModelState>> Store::Map(double now) {
@@ -434,32 +383,13 @@ Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& mode
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, model));
   if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", model);
   ModelState& m = models[0];
-  int64_t model_row = 0;
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id FROM models WHERE name = ?"));
-    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, model).Step());
-    if (row) model_row = s.Int(0);
-  }
-  // Count the request whether or not a ring is ready (unmet demand raises the reward), but one
-  // address only once in a while.
-  bool counts = true;
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT 1 FROM demand WHERE model = ? AND source = ? "
-                                             "AND time > ?"));
-    KV_ASSIGN_OR_RETURN(bool row,
-                        s.Bind(1, model_row).Bind(2, source).Bind(3, now - kDemandSpacingSeconds).Step());
-    counts = !row;
-  }
-  if (counts) {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE models SET demand_total = demand_total + 1 "
-                                             "WHERE id = ?"));
-    KV_RETURN_IF_ERROR(s.Bind(1, model_row).Run());
-  }
+  KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(model));
   const RingState* best = nullptr;
   int64_t best_load = 0;
-  int uncovered = 0, claimed = 0;
+  int uncovered = 0, claimed = 0, serving = 0;
   for (const RingState& r : m.rings) {
     for (const WindowState& w : r.windows) (w.claim ? claimed : uncovered)++;
+    if (r.serving && !r.ready) ++serving;
     if (!r.ready) continue;
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT count(*) FROM demand WHERE model = ? AND "
                                              "ring = ?"));
@@ -470,19 +400,34 @@ Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& mode
       best_load = load;
     }
   }
-  if (counts) {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO demand(model, ring, source, time) "
-                                             "VALUES(?, ?, ?, ?)"));
-    KV_RETURN_IF_ERROR(
-        s.Bind(1, model_row).Bind(2, best ? best->ring : -1).Bind(3, source).Bind(4, now).Run());
-  }
-  KV_RETURN_IF_ERROR(txn->Commit());
   if (best == nullptr) {
+    // Nothing is counted: a request the market cannot answer is not demand anyone can meet, and
+    // counting it would let anyone raise a model's reward by asking from many addresses.
     return Error(StatusCode::kUnavailable,
                  "no ring of '{}' is ready: {} of {} windows are uncovered, the rest are claimed "
-                 "but not all serving yet",
-                 model, uncovered, uncovered + claimed);
+                 "but not all serving yet{}",
+                 model, uncovered, uncovered + claimed,
+                 serving > 0 ? fmt::format(" ({} ring(s) serving, waiting for the market's check "
+                                           "of their holders)",
+                                           serving)
+                             : "");
   }
+  // One address counts once in a while.
+  KV_ASSIGN_OR_RETURN(auto seen, db_->Prepare("SELECT 1 FROM demand WHERE model = ? AND source = "
+                                               "? AND time > ?"));
+  KV_ASSIGN_OR_RETURN(bool again, seen.Bind(1, model_row)
+                                      .Bind(2, source)
+                                      .Bind(3, now - kDemandSpacingSeconds)
+                                      .Step());
+  if (!again) {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE models SET demand_total = demand_total + 1 "
+                                             "WHERE id = ?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, model_row).Run());
+    KV_ASSIGN_OR_RETURN(auto d, db_->Prepare("INSERT INTO demand(model, ring, source, time) "
+                                             "VALUES(?, ?, ?, ?)"));
+    KV_RETURN_IF_ERROR(d.Bind(1, model_row).Bind(2, best->ring).Bind(3, source).Bind(4, now).Run());
+  }
+  KV_RETURN_IF_ERROR(txn->Commit());
   return std::pair<ModelState, RingState>{m, *best};
 }
 
@@ -499,11 +444,15 @@ Result<bool> Store::UseNonce(const std::string& node, const std::string& nonce, 
 }
 
 Result<std::pair<int64_t, int64_t>> Store::Counts(double now) {
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT (SELECT count(*) FROM models), (SELECT "
-                                           "count(*) FROM claims WHERE expires > ?)"));
-  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, now).Step());
-  if (!row) return std::pair<int64_t, int64_t>{0, 0};
-  return std::pair<int64_t, int64_t>{s.Int(0), s.Int(1)};
+                                           "count(*) FROM claims)"));
+  KV_ASSIGN_OR_RETURN(bool row, s.Step());
+  std::pair<int64_t, int64_t> counts{0, 0};
+  if (row) counts = {s.Int(0), s.Int(1)};
+  KV_RETURN_IF_ERROR(txn->Commit());
+  return counts;
 }
 
 }  // namespace kvasir::market

@@ -1,9 +1,12 @@
 // The market's state in SQLite (docs/MARKET.md): models and their rings of windows, claims
-// (leases), demand, seen nonces, receipts and balances. Every method that changes state is one
-// transaction, so a crash (kill -9 included) loses nothing a caller was told had happened.
-// Expired claims are swept at the start of every transaction, so "held" always means "held now".
-// Times are Unix seconds (wall clock): leases outlive a restart of the market. Not thread-safe:
-// one Store per thread (several Stores, in one process or several, may share a database file).
+// (leases), demand, seen nonces, receipts, balances and each ring's credit allowance. Every method
+// that changes state is one transaction, so a crash (kill -9 included) loses nothing a caller was
+// told had happened. Expired claims are swept at the start of every transaction, so "held" always
+// means "held now"; leases do not run while the market is silent (it answered no heartbeat for
+// half a lease: it was down or flooded), and every claim gets a full lease when it answers again
+// (docs/MARKET.md, "Grace"). Times are Unix seconds (wall clock): leases outlive a restart of the
+// market. Not thread-safe: one Store per thread (several Stores, in one process or several, may
+// share a database file).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,13 @@ namespace kvasir::market {
 
 // Requests for a ring from one address count as demand at most once in this many seconds.
 inline constexpr double kDemandSpacingSeconds = 10;
+// Demand and sessions count for the reward over this many seconds.
+inline constexpr double kRecentSeconds = 600;
+// A silence (no heartbeat answered for half a lease) stops leases for at most this long, so a
+// holder that vanished with everyone else cannot keep a window for ever.
+inline constexpr double kMaxForgivenSilenceSeconds = 600;
+// A ring's unused credit allowance is kept for at most this many seconds of its rate.
+inline constexpr double kCreditBurstSeconds = 60;
 
 struct TensorDigest {
   std::string name;
@@ -39,7 +49,10 @@ struct ModelSpec {
   std::string model_id;  // 32 hex digits
   std::string url;       // where stages fetch the full GGUF
   int n_layer = 0;
-  int ctx = 0;
+  int ctx = 0;  // tokens of context each stage reserves: a session runs at most this many rows
+  // The most token rows per second one ring of the model can run (model_spec.h says how it is
+  // estimated): receipts are credited up to it.
+  double max_rows_per_s = 0;
   std::vector<std::vector<WindowSpec>> rings;  // [ring][window], each ring tiling [0, n_layer)
 };
 
@@ -54,6 +67,12 @@ struct ClaimInfo {
   double rate = 1;
   double created = 0, expires = 0, last_beat = 0;
   int64_t serving_epoch = -1;
+  double serving_since = 0;     // when it first reported serving_epoch (0: not serving)
+  int64_t verified_epoch = -1;  // the ring epoch for which the market's check of it passed
+  double verified_at = 0;
+  std::string check_error;  // why the last check failed, or empty
+  // Whether the market dials it before its ring is ready (it has an address).
+  bool checked() const { return !behind_nat; }
 };
 
 struct WindowState {
@@ -68,15 +87,21 @@ struct RingState {
   int ring = 0;
   int64_t epoch = 0;
   bool complete = false;  // every window claimed
-  bool ready = false;     // and every holder serves this epoch
+  bool serving = false;   // and every holder serves this epoch
+  bool ready = false;     // and the market's check of every holder with an address passed
+  double ready_since = 0;  // when it became ready (the last of those events); 0 when not ready
   std::vector<WindowState> windows;
 };
 
 struct ModelState {
   std::string name, model_id, url;
   int n_layer = 0, ctx = 0;
-  int64_t demand_total = 0;
-  int64_t demand_recent = 0;  // requests in the last 10 minutes
+  double max_rows_per_s = 0;
+  int64_t demand_total = 0;     // answered ring requests, all time
+  int64_t requests_recent = 0;  // answered ring requests in the last kRecentSeconds
+  int64_t sessions_recent = 0;  // receipts credited in the last kRecentSeconds
+  // What the reward counts: requests, but no more than the sessions receipts confirm.
+  int64_t demand_recent = 0;
   std::vector<RingState> rings;
 };
 
@@ -98,6 +123,7 @@ struct ClaimGrant {
 struct HeartbeatReply {
   ClaimInfo claim;
   RingState ring;
+  std::string model_id;  // 32 hex digits
 };
 
 // One signer's share of a receipt, as the caller verified it.
@@ -130,16 +156,25 @@ struct Balance {
   int64_t receipts = 0;
 };
 
-// rate = (1 + d) * (1 + u), rounded to 3 decimals: d = min(4, recent requests / 10), u = the
+// rate = (1 + d) * (1 + u), rounded to 3 decimals: d = min(4, recent demand / 10), u = the
 // fraction of the model's windows that are uncovered.
-double RewardRate(int64_t recent_requests, int uncovered_windows, int total_windows);
+double RewardRate(int64_t recent_demand, int uncovered_windows, int total_windows);
 
 class Store {
  public:
-  // Opens or creates the database and its schema.
+  // Opens or creates the database and its schema (adding the columns a database made by an
+  // older market lacks).
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
 
+  // The lease the market runs with: the silence that stops leases is half of it, and the grace
+  // after one is all of it. MarketApi sets it from its configuration.
+  void set_lease_s(double lease_s) { lease_s_ = lease_s; }
+  // Marks the start of a market process: the time it was down counts as silence with no limit
+  // (only the silence after the start is limited to kMaxForgivenSilenceSeconds).
+  Status Resume(double now);
+
   // Registers a model. kConflict when the name exists and !replace (replace drops its claims).
+  // A model with max_rows_per_s 0 is listed and claimed, but its receipts earn nothing.
   Status AddModel(const ModelSpec& spec, bool replace, double now);
 
   // Takes (or renews, when the node holds it) a window for lease_s. kNotFound for an unknown
@@ -147,7 +182,8 @@ class Store {
   // another claim; kInvalidInput when window 0 is claimed without an address.
   Result<ClaimGrant> Claim(const ClaimRequest& request, double now, double lease_s);
   // Renews the node's claim and records the epoch it serves (-1: not serving). kNotFound when
-  // the claim is gone, kForbidden when it is another node's.
+  // the claim is gone, kForbidden when it is another node's. The first heartbeat after a silence
+  // gives every claim a full lease from `now`.
   Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
                                    double now, double lease_s);
   // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
@@ -156,22 +192,29 @@ class Store {
   // The whole map (every model, ring and window) as of `now`.
   Result<std::vector<ModelState>> Map(double now);
   // A ready ring of `model` for a client, counting one request of demand (at most one per
-  // `source` address every kDemandSpacingSeconds, so one client cannot inflate rewards).
-  // kNotFound for an unknown model, kUnavailable when no ring is ready (the message says what is
-  // missing).
+  // `source` address every kDemandSpacingSeconds, so one client cannot inflate rewards; a request
+  // no ring could answer counts nothing). kNotFound for an unknown model, kUnavailable when no
+  // ring is ready (the message says what is missing).
   Result<std::pair<ModelState, RingState>> PickRing(const std::string& model,
                                                     const std::string& source, double now);
+
+  // Records the outcome of the market's check of a claim's holder for ring epoch `epoch`
+  // (ring_check.h). Ignored when the claim is gone or now has another holder or address.
+  Status RecordCheck(int64_t claim, const std::string& node, const std::string& address,
+                     int64_t epoch, const Status& outcome, double now);
 
   // Records a nonce of a signed request; false when this node used it before.
   Result<bool> UseNonce(const std::string& node, const std::string& nonce, double now,
                         double keep_s);
 
-  // Credits a receipt whose signatures the caller checked: `shares` in ring order must be the
-  // current holders of one ring of `model` with their windows, tiling the model, equal token
-  // counts >= 1. Refusals are kInvalidInput with the reason ("duplicate receipt", "line 2: node
-  // 3fa9... does not hold window 2 of ring 0").
-  // `verify` checks the signatures; it runs only once the cheap checks passed, so a flood of
-  // receipts from strangers costs no signature verification.
+  // Credits a receipt: `shares` in ring order must be the current holders of one ready ring of
+  // `model` with their windows, tiling the model, with equal token counts from 1 to the model's
+  // ctx, and the ring's allowance (max_rows_per_s for every second it has been ready, at most
+  // kCreditBurstSeconds of it unused) must cover the tokens, which it then uses up. Refusals are
+  // kInvalidInput with the reason ("duplicate receipt", "line 2: node 3fa9... does not hold
+  // window 2 of ring 0"). `verify` checks the signatures; it runs only once the cheap checks
+  // passed, so a flood of receipts from strangers costs no signature verification, and a forged
+  // receipt uses up no allowance.
   Result<ReceiptRecord> CreditReceipt(const std::string& receipt_id, const std::string& model_id,
                                       const std::vector<ReceiptShare>& shares,
                                       const std::string& payload, double now,
@@ -187,11 +230,18 @@ class Store {
 
  private:
   explicit Store(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  // Expires what is due (claims by the lease clock, old nonces and demand) and notes whether the
+  // market is in a silence. Every transaction starts with it.
   Status Sweep(double now);
+  Result<double> Meta(const char* key);
+  Status SetMeta(const char* key, double value);
   Status BumpEpoch(int64_t model_row, int ring);
+  Result<int64_t> ModelRow(const std::string& name);
   Result<std::vector<ModelState>> ReadModels(double now, const std::string& only);
   Result<ClaimInfo> ReadClaim(int64_t claim);
   std::unique_ptr<Db> db_;
+  double lease_s_ = 30;
+  bool silent_ = false;  // as of the last Sweep: no heartbeat answered for half a lease
 };
 
 }  // namespace kvasir::market

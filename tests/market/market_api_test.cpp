@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "market/map_json.h"
+#include "market_fixture.h"
 #include "market_test_util.h"
 #include "relay/edge_token.h"
 #include "test_assets.h"
@@ -19,47 +20,7 @@ using kvasir::testing::Plain;
 using kvasir::testing::Signed;
 using nlohmann::json;
 
-constexpr double kT0 = 1.8e9;
-
-class MarketApiTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto s = Store::Open(dir_.File("market.sqlite"));
-    ASSERT_TRUE(s.ok()) << s.status().message();
-    store_ = std::move(s).value();
-    ASSERT_TRUE(store_->AddModel(kvasir::testing::TestModel(), false, kT0).ok());
-    MakeApi({});
-  }
-  void MakeApi(MarketConfig c) { api_ = std::make_unique<MarketApi>(store_.get(), std::move(c)); }
-
-  ApiResponse Claim(const ring::NodeKey& k, int window, double now, json extra = {}) {
-    json body = {{"model", "tiny"}, {"ring", 0}, {"window", window}, {"address", ":7001"}};
-    for (auto& [key, v] : extra.items()) body[key] = v;
-    if (body.contains("behind_nat")) body.erase("address");
-    return api_->Handle(Signed(k, "POST", "/v1/claims", body.dump(), now), now);
-  }
-  ApiResponse Beat(const ring::NodeKey& k, int64_t claim, int64_t epoch, double now) {
-    return api_->Handle(Signed(k, "POST", "/v1/heartbeat",
-                               json{{"claim", claim}, {"serving_epoch", epoch}}.dump(), now),
-                        now);
-  }
-  json Map(double now) { return Body(api_->Handle(Plain("GET", "/v1/map"), now)); }
-  // Claims all three windows with keys 1, 2, 3; returns the claim ids.
-  std::vector<int64_t> FillRing(double now) {
-    std::vector<int64_t> ids;
-    for (int w = 0; w < 3; ++w) {
-      ApiResponse r = Claim(keys_[w], w, now);
-      EXPECT_EQ(r.status, 201) << r.body;
-      ids.push_back(Body(r)["claim"].get<int64_t>());
-    }
-    return ids;
-  }
-
-  kvasir::testing::TempDir dir_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<MarketApi> api_;
-  ring::NodeKey keys_[4] = {KeyN(1), KeyN(2), KeyN(3), KeyN(4)};
-};
+using MarketApiTest = MarketFixture;
 
 TEST_F(MarketApiTest, AClaimGrantsTheWindowAndItsDigests) {
   ApiResponse r = Claim(keys_[0], 1, kT0);
@@ -102,12 +63,47 @@ TEST_F(MarketApiTest, ACompleteRingNamesNeighboursAndBecomesReadyWhenAllServe) {
   EXPECT_EQ(api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0 + 1).status, 503);
   const int64_t epoch = b["epoch"].get<int64_t>();
   for (int w = 0; w < 3; ++w) ASSERT_EQ(Beat(keys_[w], ids[w], epoch, kT0 + 2).status, 200);
+  // Every holder says it serves, but the market has not dialed them yet: not ready.
+  EXPECT_TRUE(RingJson(kT0 + 2)["serving"].get<bool>());
+  EXPECT_FALSE(RingJson(kT0 + 2)["ready"].get<bool>());
+  ApiResponse unchecked = api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0 + 2);
+  EXPECT_EQ(unchecked.status, 503);
+  EXPECT_NE(Reason(unchecked).find("waiting for the market's check"), std::string::npos)
+      << unchecked.body;
+  // The last heartbeat asked for a check of each holder: the head's with its model and window.
+  ASSERT_EQ(checks_.jobs.size(), 3u);
+  EXPECT_TRUE(checks_.jobs[0].head);
+  EXPECT_EQ(checks_.jobs[0].node, Hex(keys_[0]));
+  EXPECT_EQ(checks_.jobs[0].address, "10.0.0.7:7001");
+  EXPECT_EQ(checks_.jobs[0].model_id, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(checks_.jobs[0].last, 2);
+  EXPECT_EQ(checks_.jobs[0].epoch, epoch);
+  EXPECT_FALSE(checks_.jobs[1].head);
+  checks_.Answer(store_.get(), kT0 + 2);
   ApiResponse ring = api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0 + 2);
   ASSERT_EQ(ring.status, 200) << ring.body;
   EXPECT_EQ(Body(ring)["head"]["node"], Hex(keys_[0]));
+  (void)api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0 + 3);
   // Two requests from one address within 10 s count as one of demand.
-  EXPECT_EQ(Map(kT0 + 2)["models"][0]["demand"]["total"], 1);
-  EXPECT_EQ(Map(kT0 + 2)["models"][0]["rings"][0]["windows"][1]["state"], "serving");
+  EXPECT_EQ(Map(kT0 + 3)["models"][0]["demand"]["total"], 1);
+  EXPECT_EQ(RingJson(kT0 + 3)["windows"][1]["state"], "serving");
+  EXPECT_EQ(RingJson(kT0 + 3)["windows"][1]["checked"], true);
+  // A new epoch (a holder leaves and another comes) needs new checks.
+  ASSERT_EQ(api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "",
+                                kT0 + 4),
+                         kT0 + 4)
+                .status,
+            200);
+  const int64_t replaced = Body(Claim(keys_[3], 1, kT0 + 4))["claim"].get<int64_t>();
+  const int64_t next = RingJson(kT0 + 4)["epoch"].get<int64_t>();
+  ASSERT_GT(next, epoch);
+  for (auto [k, id] : {std::pair{0, ids[0]}, std::pair{3, replaced}, std::pair{2, ids[2]}}) {
+    ASSERT_EQ(Beat(keys_[k], id, next, kT0 + 5).status, 200);
+  }
+  EXPECT_FALSE(RingJson(kT0 + 5)["ready"].get<bool>());
+  EXPECT_EQ(RingJson(kT0 + 5)["windows"][0]["checked"], false);
+  checks_.Answer(store_.get(), kT0 + 5);
+  EXPECT_TRUE(RingJson(kT0 + 5)["ready"].get<bool>());
 }
 
 TEST_F(MarketApiTest, ALeaseThatIsNotRenewedFreesTheWindowAndChangesTheEpoch) {
@@ -232,26 +228,16 @@ TEST_F(MarketApiTest, MalformedRequestsNameWhatIsWrong) {
   EXPECT_EQ(api_->Handle(Plain("GET", "/v1/balances?node=xyz"), kT0).status, 400);
 }
 
-TEST_F(MarketApiTest, RewardsFavourScarceAndDemandedModels) {
+TEST_F(MarketApiTest, RewardsFavourScarceModels) {
   // All of the model uncovered: u = 1, no demand: rate 2, a 2-layer window shows 4.
   json w = Map(kT0)["models"][0]["rings"][0]["windows"][0];
   EXPECT_DOUBLE_EQ(w["rate"].get<double>(), 2.0);
   EXPECT_DOUBLE_EQ(w["reward"].get<double>(), 4.0);
   // The first claimer locks 2; the next uncovered windows now pay (1 + 2/3).
-  const int64_t id = Body(Claim(keys_[0], 0, kT0))["claim"].get<int64_t>();
-  (void)id;
+  ASSERT_EQ(Claim(keys_[0], 0, kT0).status, 201);
   EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][1]["rate"].get<double>(), 1.667);
   EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][0]["rate"].get<double>(), 2.0);
-  // One address asking again and again is one request of demand...
-  for (int i = 0; i < 50; ++i) (void)api_->Handle(Plain("GET", "/v1/rings/tiny"), kT0);
-  EXPECT_EQ(Map(kT0)["models"][0]["demand"]["recent"], 1);
-  // ...20 addresses in the last 10 minutes: d = 2, so the rate triples.
-  for (int i = 1; i < 20; ++i) {
-    ApiRequest r = Plain("GET", "/v1/rings/tiny");
-    r.remote_ip = "10.1.0." + std::to_string(i);
-    (void)api_->Handle(r, kT0);
-  }
-  EXPECT_DOUBLE_EQ(Map(kT0)["models"][0]["rings"][0]["windows"][1]["rate"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(RewardRate(20, 0, 3), 3.0);
   EXPECT_DOUBLE_EQ(RewardRate(1000, 0, 3), 5.0);  // demand is capped at d = 4
 }
 
@@ -286,11 +272,11 @@ class MarketReceiptTest : public MarketApiTest {
   void SetUp() override {
     MarketApiTest::SetUp();
     ids_ = FillRing(kT0);
+    MakeReady(ids_, kT0);
   }
   ApiResponse Submit(const ring::Receipt& r, double now = kT0 + 1) {
-    return api_->Handle(Plain("POST", "/v1/receipts", kvasir::testing::ReceiptBody(r)), now);
+    return MarketApiTest::Submit(r, now);
   }
-  std::string Reason(const ApiResponse& r) { return Body(r)["error"]["message"].get<std::string>(); }
   std::vector<int64_t> ids_;
 };
 
@@ -389,6 +375,7 @@ TEST_F(MarketReceiptTest, ClaimsReceiptsAndBalancesSurviveAReopenedDatabase) {
   store_ = std::move(s).value();
   MakeApi({});
   json ring = Map(kT0 + 2)["models"][0]["rings"][0];
+  EXPECT_TRUE(ring["ready"].get<bool>());
   EXPECT_TRUE(ring["complete"].get<bool>());
   EXPECT_EQ(ring["windows"][2]["holder"], Hex(keys_[2]));
   json balances = Body(api_->Handle(Plain("GET", "/v1/balances"), kT0 + 2));

@@ -1,5 +1,5 @@
 // Shared by the market tests: a model registered without a GGUF file, node keys from fixed seeds,
-// signed API requests, and receipts signed by a ring's holders.
+// signed API requests, receipts signed by a ring's holders, and a stand-in for the checker.
 #pragma once
 
 #include <array>
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "market/api.h"
+#include "market/ring_check.h"
 #include "market/signed_request.h"
 #include "market/store.h"
 #include "ring/node_key.h"
@@ -24,6 +25,7 @@ inline market::ModelSpec TestModel(const std::string& name = "tiny", int rings =
   m.url = "http://files.invalid/" + name + ".gguf";
   m.n_layer = 6;
   m.ctx = 256;
+  m.max_rows_per_s = 1000;
   std::vector<market::WindowSpec> ring;
   for (int w = 0; w < 3; ++w) {
     market::WindowSpec win;
@@ -103,5 +105,20 @@ inline std::string ReceiptBody(const ring::Receipt& r) {
 inline nlohmann::json Body(const market::ApiResponse& r) {
   return nlohmann::json::parse(r.body, nullptr, false);
 }
+
+// Records the checks of holders the API asks for; Answer() gives them an outcome in the store, as
+// the real checker (ring_check.h) would after dialing.
+class FakeChecks final : public market::CheckQueue {
+ public:
+  void Request(const market::CheckJob& job) override { jobs.push_back(job); }
+  // Records every requested check as `outcome` at `now`, and forgets them.
+  void Answer(market::Store* store, double now, const Status& outcome = Status::Ok()) {
+    for (const market::CheckJob& j : jobs) {
+      EXPECT_TRUE(store->RecordCheck(j.claim, j.node, j.address, j.epoch, outcome, now).ok());
+    }
+    jobs.clear();
+  }
+  std::vector<market::CheckJob> jobs;
+};
 
 }  // namespace kvasir::testing

@@ -188,8 +188,9 @@ TEST(ReceiptTest, SignaturesCatchEveryChange) {
   EXPECT_TRUE(VerifyReceipt(r).ok());
 }
 
-// Fixed seeds give a fixed encoding (Ed25519 signatures are deterministic). The vector was checked
-// against an independent implementation of docs/PROTOCOL.md, "RECEIPT" (Python `cryptography`).
+// Fixed seeds give a fixed encoding (Ed25519 signatures are deterministic). tests/market/
+// receipt_vector.py recomputes this vector from docs/PROTOCOL.md, "RECEIPT", with Python and the
+// openssl command, and compares it with the one here (ctest receipt_vector_test).
 TEST(ReceiptTest, KnownAnswerVector) {
   const std::vector<uint8_t> bytes = EncodeReceipt(ThreeLines());
   const std::string expected =

@@ -1,0 +1,202 @@
+// The lease half of the Store: claiming, heartbeats (with the grace after a silence), releasing,
+// and the outcomes of the market's checks of holders (docs/MARKET.md, "POST /v1/claims",
+// "POST /v1/heartbeat", "Grace", "Ready rings are checked").
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "market/store.h"
+#include "market/store_rows.h"
+
+namespace kvasir::market {
+
+Result<ClaimInfo> Store::ReadClaim(int64_t claim) {
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT {} FROM claims c JOIN models m ON "
+                                                       "m.id = c.model WHERE c.id = ?",
+                                                       kClaimColumns)));
+  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
+  if (!row) {
+    return Error(StatusCode::kNotFound, "claim {} is gone (its lease expired or it was released)",
+                 claim);
+  }
+  return ClaimFromRow(s, 0);
+}
+
+Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double lease_s) {
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_RETURN_IF_ERROR(Sweep(now));
+  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
+  if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
+  ModelState& m = models[0];
+  if (req.ring < 0 || static_cast<size_t>(req.ring) >= m.rings.size()) {
+    return Error(StatusCode::kNotFound, "model '{}' has rings 0 to {}, not {}", req.model,
+                 m.rings.size() - 1, req.ring);
+  }
+  RingState& ring = m.rings[static_cast<size_t>(req.ring)];
+  if (req.window < 0 || static_cast<size_t>(req.window) >= ring.windows.size()) {
+    return Error(StatusCode::kNotFound, "ring {} of '{}' has windows 0 to {}, not {}", req.ring,
+                 req.model, ring.windows.size() - 1, req.window);
+  }
+  if (req.window == 0 && req.behind_nat) {
+    return Error("window 0 is the head, which clients dial: it needs an address, not behind_nat");
+  }
+  const WindowState& w = ring.windows[static_cast<size_t>(req.window)];
+  ClaimGrant grant;
+  if (w.claim && w.claim->node != req.node) {
+    return Error(StatusCode::kConflict,
+                 "window {} of ring {} of '{}' is held by node {} (lease ends in {:.0f} s)",
+                 req.window, req.ring, req.model, Short(w.claim->node),
+                 std::max(0.0, w.claim->expires - now));
+  }
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT c.id, m.name, c.ring, c.window FROM claims c "
+                                             "JOIN models m ON m.id = c.model WHERE c.node = ?"));
+    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, req.node).Step());
+    if (row && !(w.claim && w.claim->id == s.Int(0))) {
+      return Error(StatusCode::kConflict,
+                   "node {} already holds claim {} (window {} of ring {} of '{}'); release it "
+                   "first",
+                   Short(req.node), s.Int(0), s.Int(3), s.Int(2), s.Text(1));
+    }
+  }
+  KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(req.model));
+  int64_t claim_id = 0;
+  if (w.claim) {
+    grant.renewed = true;
+    claim_id = w.claim->id;
+    // A new address must be checked again before the ring counts as ready.
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
+                                             "verified_epoch = CASE WHEN address = ? THEN "
+                                             "verified_epoch ELSE -1 END, address = ? WHERE id = "
+                                             "?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, now + lease_s)
+                           .Bind(2, now)
+                           .Bind(3, req.address)
+                           .Bind(4, req.address)
+                           .Bind(5, claim_id)
+                           .Run());
+  } else {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, "
+                                             "address, behind_nat, rate, created, expires, "
+                                             "last_beat) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    s.Bind(1, model_row)
+        .Bind(2, req.ring)
+        .Bind(3, req.window)
+        .Bind(4, req.node)
+        .Bind(5, req.address)
+        .Bind(6, req.behind_nat ? 1 : 0)
+        .Bind(7, w.rate)
+        .Bind(8, now)
+        .Bind(9, now + lease_s)
+        .Bind(10, now);
+    if (Status st = s.Run(); !st.ok()) {
+      // Another process took it between our read and our write (UNIQUE constraints).
+      return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
+                   req.window, req.ring, req.model, st.message());
+    }
+    claim_id = db_->LastInsertId();
+    KV_RETURN_IF_ERROR(BumpEpoch(model_row, req.ring));
+  }
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT tensors FROM windows WHERE model = ? AND "
+                                             "ring = ? AND window = ?"));
+    KV_ASSIGN_OR_RETURN(bool row,
+                        s.Bind(1, model_row).Bind(2, req.ring).Bind(3, req.window).Step());
+    if (!row) return Error("{}: window row missing", db_->path());
+    const auto tensors = nlohmann::json::parse(s.Text(0), nullptr, false);
+    if (tensors.is_discarded() || !tensors.is_array()) {
+      return Error("{}: window {} of '{}': tensor list is not valid JSON", db_->path(), req.window,
+                   req.model);
+    }
+    for (const auto& t : tensors) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string() ||
+          !t.contains("sha256") || !t["sha256"].is_string()) {
+        return Error("{}: window {} of '{}': bad tensor entry", db_->path(), req.window, req.model);
+      }
+      grant.window.tensors.push_back(
+          {t["name"].get<std::string>(), t["sha256"].get<std::string>()});
+    }
+  }
+  KV_ASSIGN_OR_RETURN(grant.claim, ReadClaim(claim_id));
+  KV_RETURN_IF_ERROR(txn->Commit());
+  grant.window.first = w.first;
+  grant.window.last = w.last;
+  grant.window.bytes = w.bytes;
+  grant.window.memory = w.memory;
+  grant.model = m;
+  grant.model.rings.clear();
+  return grant;
+}
+
+Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
+                                        int64_t serving_epoch, double now, double lease_s) {
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_RETURN_IF_ERROR(Sweep(now));
+  KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
+  if (c.node != node) {
+    return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
+                 Short(c.node), Short(node));
+  }
+  if (silent_) {
+    // The market answers again after a silence: the nodes that kept trying must not lose their
+    // claims for it, so every claim the silence kept gets a full lease from now.
+    KV_ASSIGN_OR_RETURN(auto g, db_->Prepare("UPDATE claims SET expires = max(expires, ?)"));
+    KV_RETURN_IF_ERROR(g.Bind(1, now + lease_s_).Run());
+  }
+  KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
+  // serving_since: when it first reported this epoch (a report of -1 clears it).
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
+                                           "serving_since = CASE WHEN ?3 < 0 THEN 0 WHEN "
+                                           "serving_epoch = ?3 THEN serving_since ELSE ?2 END, "
+                                           "serving_epoch = ?3 WHERE id = ?4"));
+  KV_RETURN_IF_ERROR(
+      s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
+  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model));
+  if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
+    return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
+  }
+  HeartbeatReply reply;
+  reply.ring = models[0].rings[static_cast<size_t>(c.ring)];
+  reply.model_id = models[0].model_id;
+  KV_ASSIGN_OR_RETURN(reply.claim, ReadClaim(claim));
+  KV_RETURN_IF_ERROR(txn->Commit());
+  return reply;
+}
+
+Status Store::Release(const std::string& node, int64_t claim, double now) {
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_RETURN_IF_ERROR(Sweep(now));
+  KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
+  if (c.node != node) {
+    return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
+                 Short(c.node), Short(node));
+  }
+  KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(c.model));
+  KV_ASSIGN_OR_RETURN(auto d, db_->Prepare("DELETE FROM claims WHERE id = ?"));
+  KV_RETURN_IF_ERROR(d.Bind(1, claim).Run());
+  KV_RETURN_IF_ERROR(BumpEpoch(model_row, c.ring));
+  return txn->Commit();
+}
+
+Status Store::RecordCheck(int64_t claim, const std::string& node, const std::string& address,
+                          int64_t epoch, const Status& outcome, double now) {
+  // No sweep: this only marks rows that are there, and a checker's Store need not know the lease.
+  KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  // Only for the holder and the address that were checked, and only for the epoch checked.
+  KV_ASSIGN_OR_RETURN(auto s,
+                      db_->Prepare(outcome.ok() ? "UPDATE claims SET verified_epoch = ?, "
+                                                  "verified_at = ?, check_error = '' WHERE id = ? "
+                                                  "AND node = ? AND address = ?"
+                                                : "UPDATE claims SET check_error = ? WHERE id = ? "
+                                                  "AND node = ? AND address = ?"));
+  if (outcome.ok()) {
+    s.Bind(1, epoch).Bind(2, now).Bind(3, claim).Bind(4, node).Bind(5, address);
+  } else {
+    s.Bind(1, outcome.message().substr(0, 300)).Bind(2, claim).Bind(3, node).Bind(4, address);
+  }
+  KV_RETURN_IF_ERROR(s.Run());
+  return txn->Commit();
+}
+
+}  // namespace kvasir::market

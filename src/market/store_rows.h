@@ -1,0 +1,25 @@
+// Shared by the Store's source files (store.cpp, claims.cpp, ledger.cpp): how a claim row is
+// selected and read. Not part of the market's interface.
+#pragma once
+
+#include <string>
+
+#include "market/sqlite.h"
+#include "market/store.h"
+
+namespace kvasir::market {
+
+// The columns ClaimFromRow reads, from `claims c JOIN models m ON m.id = c.model`.
+extern const char* const kClaimColumns;
+// A claim from the row of a statement that selected kClaimColumns starting at column `c0`.
+ClaimInfo ClaimFromRow(const Stmt& s, int c0);
+
+// Keys of the meta table: the last heartbeat the market answered, and the start of the market
+// process.
+inline constexpr const char* kMetaLastBeat = "last_beat";
+inline constexpr const char* kMetaResumedAt = "resumed_at";
+
+// The first 8 hex digits of a key, for messages.
+inline std::string Short(const std::string& hex) { return hex.substr(0, 8); }
+
+}  // namespace kvasir::market

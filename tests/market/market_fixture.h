@@ -1,0 +1,123 @@
+// A market as a function (MarketApi over a Store in a temporary database, the checker faked) with
+// the steps the market tests take again and again: claims, heartbeats, a ring made ready, receipts.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "market/api.h"
+#include "market_test_util.h"
+#include "test_assets.h"
+
+namespace kvasir::market {
+
+inline constexpr double kT0 = 1.8e9;
+
+class MarketFixture : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(kvasir::testing::TestModel()); }
+  // A fresh database with `model`, and the API with `config` (the lease is what tests vary).
+  void Open(const ModelSpec& model, MarketConfig config = {}) {
+    auto s = Store::Open(dir_.File("market.sqlite"));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store_ = std::move(s).value();
+    ASSERT_TRUE(store_->AddModel(model, false, kT0).ok());
+    MakeApi(std::move(config));
+  }
+  void MakeApi(MarketConfig c) {
+    api_ = std::make_unique<MarketApi>(store_.get(), std::move(c), &checks_);
+  }
+  // Closes and opens the database again, as a restarted market would.
+  void Reopen(MarketConfig c = {}) {
+    api_.reset();
+    store_.reset();
+    auto s = Store::Open(dir_.File("market.sqlite"));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store_ = std::move(s).value();
+    MakeApi(std::move(c));
+  }
+
+  ApiResponse Claim(const ring::NodeKey& k, int window, double now, nlohmann::json extra = {},
+                    int ring = 0) {
+    nlohmann::json body = {
+        {"model", "tiny"}, {"ring", ring}, {"window", window}, {"address", ":7001"}};
+    for (auto& [key, v] : extra.items()) body[key] = v;
+    if (body.contains("behind_nat")) body.erase("address");
+    return api_->Handle(kvasir::testing::Signed(k, "POST", "/v1/claims", body.dump(), now), now);
+  }
+  ApiResponse Beat(const ring::NodeKey& k, int64_t claim, int64_t epoch, double now) {
+    return api_->Handle(kvasir::testing::Signed(
+                            k, "POST", "/v1/heartbeat",
+                            nlohmann::json{{"claim", claim}, {"serving_epoch", epoch}}.dump(), now),
+                        now);
+  }
+  nlohmann::json Map(double now) {
+    return kvasir::testing::Body(api_->Handle(kvasir::testing::Plain("GET", "/v1/map"), now));
+  }
+  nlohmann::json RingJson(double now, int ring = 0) {
+    return Map(now)["models"][0]["rings"][static_cast<size_t>(ring)];
+  }
+  // Claims the three windows of `ring` with keys_[3 * ring + w]; returns the claim ids.
+  std::vector<int64_t> FillRing(double now, int ring = 0) {
+    std::vector<int64_t> ids;
+    for (int w = 0; w < 3; ++w) {
+      ApiResponse r = Claim(keys_[3 * ring + w], w, now, {}, ring);
+      EXPECT_EQ(r.status, 201) << r.body;
+      ids.push_back(kvasir::testing::Body(r)["claim"].get<int64_t>());
+    }
+    return ids;
+  }
+  // Every holder of `ring` reports serving its epoch at `now` and the checks pass: the ring is
+  // ready from `now` on. Returns the epoch.
+  int64_t MakeReady(const std::vector<int64_t>& ids, double now, int ring = 0) {
+    const int64_t epoch = RingJson(now, ring)["epoch"].get<int64_t>();
+    for (size_t w = 0; w < ids.size(); ++w) {
+      EXPECT_EQ(Beat(keys_[3 * ring + static_cast<int>(w)], ids[w], epoch, now).status, 200);
+    }
+    checks_.Answer(store_.get(), now);
+    EXPECT_TRUE(RingJson(now, ring)["ready"].get<bool>()) << RingJson(now, ring);
+    return epoch;
+  }
+  ApiResponse Submit(const ring::Receipt& r, double now) {
+    return api_->Handle(
+        kvasir::testing::Plain("POST", "/v1/receipts", kvasir::testing::ReceiptBody(r)), now);
+  }
+  static std::string Reason(const ApiResponse& r) {
+    auto j = kvasir::testing::Body(r);
+    return j.is_discarded() || !j.contains("error") ? std::string("(no error)")
+                                                    : j["error"]["message"].get<std::string>();
+  }
+  // The receipt of session `n` (its id) of `tokens` rows on ring `ring`, signed by its holders.
+  ring::Receipt Session(uint64_t tokens, uint32_t n, int ring = 0) {
+    ring::Receipt r = kvasir::testing::SignedReceipt({}, tokens);
+    r.id.fill(0x5e);
+    std::memcpy(r.id.data(), &n, sizeof(n));
+    for (int w = 0; w < 3; ++w) {
+      ring::AppendReceiptLine(&r, keys_[3 * ring + w], static_cast<uint32_t>(2 * w),
+                              static_cast<uint32_t>(2 * w + 2), tokens);
+    }
+    return r;
+  }
+  double TotalCredit(double now) {
+    double total = 0;
+    auto b =
+        kvasir::testing::Body(api_->Handle(kvasir::testing::Plain("GET", "/v1/balances"), now));
+    for (const auto& x : b["balances"]) total += x["credit"].get<double>();
+    return total;
+  }
+
+  kvasir::testing::TempDir dir_;
+  std::unique_ptr<Store> store_;
+  kvasir::testing::FakeChecks checks_;
+  std::unique_ptr<MarketApi> api_;
+  ring::NodeKey keys_[7] = {kvasir::testing::KeyN(1), kvasir::testing::KeyN(2),
+                            kvasir::testing::KeyN(3), kvasir::testing::KeyN(4),
+                            kvasir::testing::KeyN(5), kvasir::testing::KeyN(6),
+                            kvasir::testing::KeyN(7)};
+};
+
+}  // namespace kvasir::market
