@@ -36,7 +36,7 @@ struct HttpServer::Shared {
 };
 
 HttpHandler Synchronous(std::function<HttpServerResponse(const HttpServerRequest&)> answer) {
-  return [answer = std::move(answer)](HttpServerRequest request, HttpReply reply) {
+  return [answer = std::move(answer)](HttpServerRequest request, HttpResponder reply) {
     reply(answer(request));
   };
 }

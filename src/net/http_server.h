@@ -40,8 +40,8 @@ struct HttpServerResponse {
 // thread, exactly once (a handler that works for long hands the request to its own threads and
 // replies from there: the server meanwhile serves the others). A reply for a connection that has
 // gone is dropped.
-using HttpReply = std::function<void(HttpServerResponse)>;
-using HttpHandler = std::function<void(HttpServerRequest request, HttpReply reply)>;
+using HttpResponder = std::function<void(HttpServerResponse)>;
+using HttpHandler = std::function<void(HttpServerRequest request, HttpResponder reply)>;
 
 // A handler that answers at once, on the server's thread.
 HttpHandler Synchronous(std::function<HttpServerResponse(const HttpServerRequest&)> answer);

@@ -88,7 +88,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   uint64_t refused_since_log = 0, evicted_since_log = 0, expired_since_log = 0;
   std::string last_refusal;
   Millis last_log_ms = 0;
-  bool flooded = false;  // a pool was under pressure since the table last emptied out
+  bool flooded = false;  // a pool was under pressure since the last GiveBackAfterFlood
 
   std::atomic<uint64_t> accepted{0}, refused{0}, evicted{0}, expired{0}, open_now{0}, proven_now{0};
   mutable std::mutex mu;
@@ -98,9 +98,11 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
     { std::lock_guard<std::mutex> lock(mu); }
     changed.notify_all();
   }
+  // After every change of the table (loop thread).
   void PublishCounts() {
     open_now = static_cast<uint64_t>(table.Count(Pool::kOpen));
     proven_now = static_cast<uint64_t>(table.Count(Pool::kProven));
+    if (table.Pressed(Pool::kOpen) || table.Pressed(Pool::kProven)) flooded = true;
     Notify();
   }
 
@@ -122,10 +124,6 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 // keeps it. Once the pressure has gone (a quarter of the pressure point left in every pool), the
 // free pages go back to the system, so the process returns to its idle size.
 void ServerCore::GiveBackAfterFlood() {
-  if (table.Pressed(Pool::kOpen) || table.Pressed(Pool::kProven)) {
-    flooded = true;
-    return;
-  }
   if (!flooded) return;
   for (Pool pool : {Pool::kOpen, Pool::kProven}) {
     const PoolLimits& l = pool == Pool::kOpen ? o.admission.open : o.admission.proven;

@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "flood.h"
+#include "net/http_request.h"
 #include "raw_client.h"
+#include "test_assets.h"
 
 namespace kvasir::net {
 namespace {
@@ -49,7 +51,7 @@ struct TestHandler {
     for (auto& t : threads) t.join();
   }
   HttpHandler handler() {
-    return [this](HttpServerRequest req, HttpReply reply) {
+    return [this](HttpServerRequest req, HttpResponder reply) {
       HttpServerResponse res;
       res.body = req.method + " " + req.target + " from " + req.remote_ip;
       if (req.target == "/slow") {
@@ -162,6 +164,34 @@ TEST(HttpServerTest, StopClosesEveryConnection) {
   EXPECT_TRUE(silent.ClosedByServer());
   EXPECT_TRUE(idle.ClosedByServer());
   (*server)->Stop();  // idempotent
+}
+
+TEST(HttpServerTest, ServesHttpsWithAVerifiedCertificate) {
+  kvasir::testing::TempDir dir;
+  const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
+  if (const std::string why = kvasir::testing::MakeTestCertificate(cert, key, "IP:127.0.0.1");
+      !why.empty()) {
+    KV_SKIP_OR_FAIL(why);
+  }
+  TestHandler h;
+  HttpServerOptions o = Small(16, 16, 16);
+  o.server.tls_cert = cert;
+  o.server.tls_key = key;
+  auto server = HttpServer::Start(o, h.handler());
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  ASSERT_TRUE((*server)->tls());
+  HttpRequestOptions ro;
+  ro.ca_file = cert;
+  const std::string url = "https://127.0.0.1:" + std::to_string((*server)->port());
+  auto reply = HttpRequest("GET", url + "/over-tls", {}, "", ro);
+  ASSERT_TRUE(reply.ok()) << reply.status().message();
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(reply->body, "GET /over-tls from 127.0.0.1");
+  // Plain HTTP to the TLS port gets no answer, and the server goes on.
+  RawClient plain((*server)->port());
+  plain.Send(Get("/plain"));
+  EXPECT_EQ(plain.ReadResponse(), "");
+  EXPECT_TRUE(HttpRequest("GET", url + "/again", {}, "", ro).ok());
 }
 
 TEST(HttpServerTest, StartRefusesBadOptions) {
