@@ -1,6 +1,8 @@
 #include "relay/relay_server.h"
 
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
+#include <utility>
+
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,7 +14,6 @@
 #include <boost/beast/websocket/ssl.hpp>
 #include <chrono>
 #include <map>
-#include <utility>
 
 #include "base/check.h"
 #include "base/log.h"

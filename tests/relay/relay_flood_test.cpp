@@ -72,7 +72,8 @@ struct EdgeFigures {
 };
 
 // `rounds` times, once the relay has closed another quarter of the flood (so the rounds spread
-// over several turnovers of its connections): a new edge pairs and
+// over several turnovers of its connections) and the flood holds its places again: a new edge
+// pairs and
 // carries a message within 1 s, and the edge paired before the flood still works. With
 // `wait_reserved` (in process), the new edge's partner must also join the reserve as expected:
 // it is called to wait until the reserve holds n ends.
@@ -83,6 +84,8 @@ void PairThroughFlood(uint16_t port, SilentEdgeFlood& flood, Edge& old_edge, int
   for (int round = 0; round < rounds; ++round) {
     EXPECT_TRUE(flood.WaitForClosed(at_start, 128 * static_cast<uint64_t>(round + 1)))
         << "the relay stopped closing silent connections";
+    // The new edge comes when the flood holds the relay's places again, the worst moment for it.
+    EXPECT_TRUE(flood.WaitForHeld(500)) << "the flood did not take the places back";
     f.held.push_back(flood.held());
     const std::string id = "ring-" + std::to_string(round);
     const auto start = Clock::now();
@@ -138,7 +141,6 @@ TEST(RelayFloodTest, SilentConnectionsFrom64AddressesLeaveNewEdgesPairedWithinAS
       },
       &f);
   Print("relay (in process)", f, flood);
-  EXPECT_GE(f.MedianHeld(), 920) << "the flood did not hold the relay's places";
   EXPECT_GT(relay.stats().evicted, 0u) << "no new end needed a place: no test";
   flood.Stop();
   EXPECT_TRUE(relay.WaitFor([](const RelayStats& s) { return s.pending == 0; }, kDeadlineMs));
@@ -163,7 +165,6 @@ TEST(RelayFloodTest, ARelayStartedAsDocumentedPairsEdgesThroughTheFloodWithinIts
   EdgeFigures f;
   PairThroughFlood(port, flood, old_edge, 10, nullptr, &f);
   Print("kvasir relay", f, flood);
-  EXPECT_GE(f.MedianHeld(), 920);
   const uint64_t peak = relay.StatusBytes("VmHWM"), heap_peak = relay.StatusBytes("RssAnon");
   flood.Stop();
   // Back to idle once the flood's connections are gone: its anonymous memory (the heap; pages of
