@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <charconv>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "base/log.h"
@@ -130,8 +131,9 @@ Result<std::string> CompleteAddress(const std::string& text, const std::string& 
                                              : fmt::format("{}:{}", host, port);
 }
 
+// On success also names the node in `*verified`.
 Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const ApiRequest& req,
-                              double now) {
+                              double now, std::string* verified) {
   KV_ASSIGN_OR_RETURN(SignedBy by,
                       VerifySignedRequest(req.headers, req.method, req.target, req.body,
                                           static_cast<int64_t>(now), config.clock_skew_s));
@@ -141,6 +143,7 @@ Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const Ap
     return Error(StatusCode::kUnauthenticated,
                  "X-Kvasir-Nonce: used before by node {}: a replayed request", by.node_hex.substr(0, 8));
   }
+  *verified = by.node_hex;
   return by;
 }
 
@@ -213,8 +216,11 @@ ApiResponse MarketApi::Handle(const ApiRequest& request, double now) {
                          fmt::format("request body of {} bytes; at most {}", request.body.size(),
                                      kMaxRequestBytes));
   }
+  verified_node_.clear();
   try {
-    return Route(request, now);
+    ApiResponse r = Route(request, now);
+    r.verified_node = std::exchange(verified_node_, {});
+    return r;
   } catch (const std::exception& e) {
     // A JSON accessor or allocation failed on something the checks above let through: a bug,
     // but one request's, not the market's.
@@ -280,7 +286,7 @@ ApiResponse MarketApi::Map(double now) {
 }
 
 ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
-  auto by = Authenticate(store_, config_, req, now);
+  auto by = Authenticate(store_, config_, req, now, &verified_node_);
   if (!by.ok()) return ErrorResponse(by.status());
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
@@ -326,7 +332,7 @@ ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
 }
 
 ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
-  auto by = Authenticate(store_, config_, req, now);
+  auto by = Authenticate(store_, config_, req, now, &verified_node_);
   if (!by.ok()) return ErrorResponse(by.status());
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
@@ -346,7 +352,7 @@ ApiResponse MarketApi::Release(const ApiRequest& req, const std::string& id, dou
   if (id.empty() || ec != std::errc() || end != id.data() + id.size() || claim < 1) {
     return ErrorResponse(400, "bad_request", "claim id in the path: must be a positive integer");
   }
-  auto by = Authenticate(store_, config_, req, now);
+  auto by = Authenticate(store_, config_, req, now, &verified_node_);
   if (!by.ok()) return ErrorResponse(by.status());
   if (Status s = store_->Release(by->node_hex, claim, now); !s.ok()) return ErrorResponse(s);
   return Json(200, {{"released", claim}});

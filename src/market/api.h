@@ -30,6 +30,9 @@ struct ApiResponse {
   std::string content_type = "application/json";
   std::string body;
   std::string allow;  // for 405
+  // The node (64 hex digits) whose signature verified on this request, with a fresh nonce; empty
+  // for unsigned or refused ones. The server gives such a connection a place of its own.
+  std::string verified_node;
 };
 
 struct MarketConfig {
@@ -63,6 +66,7 @@ class MarketApi {
   Store* store_;
   MarketConfig config_;
   CheckQueue* checks_;
+  std::string verified_node_;  // set by a request's signature check; moved into its response
 };
 
 // {"error": {"code": ..., "message": ...}} with the HTTP status for a Status's code.

@@ -1,16 +1,25 @@
-// The market's HTTP(S) server: Boost.Beast, asynchronous on one event-loop thread, answering each
-// request with MarketApi (which owns the store, so all database work is on that thread). Bounded
-// per peer: a request's header (8 KiB) and body (1 MiB, refused with 413 on its Content-Length
-// before it is read), a deadline for each request (a slow or silent client is dropped), keep-alive
-// idle time, and connections per address and in all.
+// The market's HTTP(S) server: net/http_server.h (one event-loop thread) answering each request
+// with MarketApi, which owns the store, so all database work is on that thread. Bounded per peer:
+// a request's header (8 KiB) and body (1 MiB, refused with 413 on its Content-Length before it is
+// read), a deadline for each request and each idle kept-alive connection, and connections per
+// address and in all. Under a flood of connections (docs/MARKET.md, "Floods"): a connection whose
+// request carried a verified signature moves to a pool of its own, which strangers cannot take; a
+// newcomer from an address holding few connections takes the place of the oldest idle one of the
+// address holding the most; and silent or idle connections get a second once the open pool is
+// half full.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
 #include "market/api.h"
+
+namespace kvasir::net {
+class HttpServer;
+}
 
 namespace kvasir::market {
 
@@ -20,14 +29,19 @@ struct MarketServerOptions {
   int request_timeout_ms = 10000;       // from a connection's first byte (or the last answer) to
                                         // the end of the next request
   int idle_timeout_ms = 30000;          // a kept-alive connection with no request
-  int max_connections = 512;
+  int max_connections = 512;            // open pool: connections that proved nothing yet
   int max_connections_per_address = 64;
+  int max_proven = 256;  // proven pool: connections that sent a signed request
+  int max_proven_per_address = 16;
 };
 
 struct MarketServerStats {
   uint64_t connections = 0;  // accepted
   uint64_t requests = 0;     // answered
   uint64_t refused = 0;      // connections closed for a limit, a timeout or a malformed request
+  uint64_t evicted = 0;      // closed for a connection from an address holding fewer
+  uint64_t open = 0;         // connections in the open pool now
+  uint64_t proven = 0;       // connections in the proven pool now
 };
 
 class MarketServer {
@@ -41,14 +55,15 @@ class MarketServer {
 
   uint16_t port() const;
   MarketServerStats stats() const;
+  // Blocks until `done(stats())` holds or `timeout_ms` passes, waking at every change of the
+  // server's state; returns whether it holds.
+  bool WaitFor(const std::function<bool(const MarketServerStats&)>& done, int timeout_ms) const;
   // Closes every connection and stops the thread. Idempotent.
   void Stop();
 
-  struct Impl;
-
  private:
-  explicit MarketServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-  std::shared_ptr<Impl> impl_;
+  explicit MarketServer(std::unique_ptr<net::HttpServer> http);
+  std::unique_ptr<net::HttpServer> http_;
 };
 
 // The wall clock in Unix seconds.

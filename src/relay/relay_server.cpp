@@ -3,29 +3,21 @@
 // <utility> first: Boost 1.74's Asio needs it before its headers under GCC 12 in C++20 mode.
 #include <utility>
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <list>
 #include <map>
-#include <thread>
 
 #include "base/check.h"
 #include "base/log.h"
-#include "net/stream.h"
+#include "net/server.h"
 #include "relay/edge_token.h"
 #include "relay/upgrade_request.h"
 
@@ -49,7 +41,7 @@ struct Pairing {
   bool active = true;
 };
 
-class EndBase : public std::enable_shared_from_this<EndBase> {
+class EndBase : public net::ServerConnection, public std::enable_shared_from_this<EndBase> {
  public:
   virtual ~EndBase() = default;
   // Paired: start reading this end and forwarding to `partner`.
@@ -58,7 +50,7 @@ class EndBase : public std::enable_shared_from_this<EndBase> {
   virtual void Send(asio::const_buffer data, bool binary, std::function<void(error_code)> done) = 0;
   // Closes this end with a close frame when it can, else drops the connection.
   virtual void Shut(websocket::close_code code, const std::string& reason) = 0;
-  // Drops the connection at once (server stopping).
+  // Drops the connection at once.
   virtual void Kill() = 0;
   virtual void WaitForPartner() = 0;
 
@@ -71,52 +63,36 @@ class EndBase : public std::enable_shared_from_this<EndBase> {
 
 struct RelayServer::Impl : std::enable_shared_from_this<RelayServer::Impl> {
   RelayOptions o;
-  asio::io_context ioc;
-  std::optional<ssl::context> tls;
-  std::optional<tcp::acceptor> acceptor;
-  uint16_t port = 0;
-  std::thread thread;
-  std::atomic<bool> stopping{false};
-  bool stopped = false;
+  std::unique_ptr<net::Server> server;
 
+  // Loop thread only.
   struct Slots {
     std::weak_ptr<EndBase> pred, succ;
+    int expected = 0;  // ends in the reserve for this edge because the other end waits
   };
-  std::map<std::string, Slots> edges;     // by edge id
-  std::map<std::string, int> pending;     // not-yet-paired connections by address
-  int pending_total = 0;                  // the sum of `pending`
-  std::list<std::weak_ptr<EndBase>> ends;  // for Stop()
+  std::map<std::string, Slots> edges;  // by edge id
 
-  std::atomic<uint64_t> connections{0}, refused{0}, edges_paired{0}, edges_active{0},
-      bytes_forwarded{0}, pending_now{0};
-
-  void CountPending(const std::string& address) {
-    ++pending[address];
-    ++pending_total;
-    pending_now = static_cast<uint64_t>(pending_total);
-  }
-  void UncountPending(const std::string& address) {
-    auto it = pending.find(address);
-    if (it != pending.end() && --it->second <= 0) pending.erase(it);
-    --pending_total;
-    pending_now = static_cast<uint64_t>(pending_total);
-  }
+  std::atomic<uint64_t> refused{0}, edges_paired{0}, edges_active{0}, bytes_forwarded{0};
 
   std::span<const uint8_t> secret() const {
     return {reinterpret_cast<const uint8_t*>(o.secret.data()), o.secret.size()};
   }
 
-  void Accept();
-  template <class Next>
-  void Launch(tcp::socket socket);
+  // Whether an end arriving for `edge` is expected: the edge's other end waits, and fewer than two
+  // ends are already in the reserve on its account.
+  bool Expected(const std::string& edge) const {
+    auto it = edges.find(edge);
+    if (it == edges.end() || it->second.expected >= 2) return false;
+    return it->second.pred.expired() != it->second.succ.expired();
+  }
+
+  std::shared_ptr<net::ServerConnection> Launch(net::Accepted accepted);
 
   // Registers an end that passed its hello: pairs it, parks it, or refuses it (role taken).
   void Register(const std::shared_ptr<EndBase>& end) {
     Slots& slots = edges[end->edge];
-    std::weak_ptr<EndBase>& mine =
-        end->role == Role::kPredecessorSide ? slots.pred : slots.succ;
-    std::weak_ptr<EndBase>& theirs =
-        end->role == Role::kPredecessorSide ? slots.succ : slots.pred;
+    std::weak_ptr<EndBase>& mine = end->role == Role::kPredecessorSide ? slots.pred : slots.succ;
+    std::weak_ptr<EndBase>& theirs = end->role == Role::kPredecessorSide ? slots.succ : slots.pred;
     if (mine.lock() != nullptr) {
       ++refused;
       KV_LOG_WARN("relay: edge {}: {} {} refused: role taken", end->edge, RoleName(end->role),
@@ -137,20 +113,32 @@ struct RelayServer::Impl : std::enable_shared_from_this<RelayServer::Impl> {
       end->WaitForPartner();
     }
   }
+  void Unreserve(const std::string& edge) {
+    auto it = edges.find(edge);
+    if (it == edges.end()) return;
+    --it->second.expected;
+    if (it->second.pred.expired() && it->second.succ.expired() && it->second.expected <= 0) {
+      edges.erase(it);
+    }
+  }
   void Unregister(const EndBase* end) {
     auto it = edges.find(end->edge);
     if (it == edges.end()) return;
     for (std::weak_ptr<EndBase>* slot : {&it->second.pred, &it->second.succ}) {
       if (auto e = slot->lock(); e.get() == end || e == nullptr) slot->reset();
     }
-    if (it->second.pred.expired() && it->second.succ.expired()) edges.erase(it);
+    if (it->second.pred.expired() && it->second.succ.expired() && it->second.expected == 0) {
+      edges.erase(it);
+    }
   }
 };
 
 namespace {
 
 // Where one connection is: the TLS and upgrade handshakes, the hello, waiting for its partner,
-// bridging.
+// bridging. Its place in the server's table (slot_) carries the deadlines: the hello's from the
+// accept (stage kSilent, shorter under pressure), the partner's (kWaiting); a paired end leaves
+// the table.
 template <class Next>
 class End final : public EndBase {
  public:
@@ -158,31 +146,51 @@ class End final : public EndBase {
 
   // `next_args` build the layer under the WebSocket: a socket, or a socket and a TLS context.
   template <class... Args>
-  End(std::shared_ptr<Impl> srv, std::string address, Args&&... next_args)
-      : srv_(std::move(srv)), ws_(std::forward<Args>(next_args)...), timer_(srv_->ioc) {
-    this->address = std::move(address);
+  End(std::shared_ptr<Impl> srv, net::ServerSlot slot, Args&&... next_args)
+      : srv_(std::move(srv)), slot_(std::move(slot)), ws_(std::forward<Args>(next_args)...) {
+    this->address = slot_.ip();
     deadline_ = Clock::now() + std::chrono::milliseconds(srv_->o.hello_timeout_ms);
   }
-  ~End() override { Uncount(); }
+  ~End() override { Unreserve(); }
 
-  void Run() {
-    counted_ = true;
-    srv_->CountPending(address);
+  void Start() override {
     if constexpr (kTls) {
-      beast::get_lowest_layer(ws_).expires_at(deadline_);
-      ws_.next_layer().async_handshake(
-          ssl::stream_base::server, [self = Self()](error_code ec) {
-            if (ec) return self->Drop(fmt::format("TLS handshake failed: {}", ec.message()));
-            self->ReadRequest();
-          });
+      ws_.next_layer().async_handshake(ssl::stream_base::server, [self = Self()](error_code ec) {
+        if (ec) return self->Drop(fmt::format("TLS handshake failed: {}", ec.message()));
+        self->ReadRequest();
+      });
     } else {
       ReadRequest();
     }
   }
 
+  // The server closes this end: a deadline (the hello's or the partner's), an eviction, or stop.
+  void Close(net::CloseCause cause) override {
+    // Stopping, or a refusal or close handshake that ran past its grace period.
+    if (cause == net::CloseCause::kStopping || closing_ || refusing_) return Kill();
+    ++srv_->refused;
+    slot_.Notify();
+    if (waiting_) {
+      srv_->Unregister(this);
+      if (cause == net::CloseCause::kDeadline) {
+        KV_LOG_WARN("relay: edge {}: {} {}: partner did not arrive within {} ms", edge,
+                    RoleName(role), address, srv_->o.pair_timeout_ms);
+        return Shut(websocket::close_code::going_away, "partner did not arrive");
+      }
+      KV_LOG_WARN("relay: edge {}: {} {}: evicted while waiting for its partner", edge,
+                  RoleName(role), address);
+      return Shut(websocket::close_code::try_again_later, "evicted");
+    }
+    // At debug level: under a flood these come by the thousand; the server's summary counts them.
+    KV_LOG_DEBUG("relay: {}{}: {} before its hello; closed", address,
+                 edge.empty() ? "" : " on edge " + edge,
+                 cause == net::CloseCause::kDeadline ? "no hello in time" : "evicted");
+    Kill();
+  }
+
   void StartBridge(std::shared_ptr<EndBase> partner, std::shared_ptr<Pairing> pairing) override {
-    timer_.cancel();
-    Uncount();
+    waiting_ = false;
+    slot_.Release();  // paired: no longer limited
     partner_ = partner;
     pairing_ = std::move(pairing);
     ReadLoop();
@@ -203,8 +211,10 @@ class End final : public EndBase {
   }
 
   void Shut(websocket::close_code code, const std::string& reason) override {
+    const std::shared_ptr<End> hold = std::move(keep_);
     if (closing_) return;
-    timer_.cancel();
+    waiting_ = false;
+    slot_.Enter(net::Stage::kClosing);
     if (!upgraded_) {
       closing_ = true;
       error_code ignored;
@@ -226,23 +236,19 @@ class End final : public EndBase {
     });
   }
 
+  // Callers hold this end (a handler's `self`, or the server's lock of it): dropping `keep_` here
+  // never destroys it under their feet.
   void Kill() override {
+    const std::shared_ptr<End> hold = std::move(keep_);
     closing_ = true;
-    timer_.cancel();
+    waiting_ = false;
     error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
   }
 
   void WaitForPartner() override {
-    timer_.expires_after(std::chrono::milliseconds(srv_->o.pair_timeout_ms));
-    timer_.async_wait([self = Self()](error_code ec) {
-      if (ec || self->partner_.lock() != nullptr || self->closing_) return;
-      ++self->srv_->refused;
-      KV_LOG_WARN("relay: edge {}: {} {}: partner did not arrive within {} ms", self->edge,
-                  RoleName(self->role), self->address, self->srv_->o.pair_timeout_ms);
-      self->srv_->Unregister(self.get());
-      self->Shut(websocket::close_code::going_away, "partner did not arrive");
-    });
+    waiting_ = true;
+    slot_.Enter(net::Stage::kWaiting);
     // Watch the waiting connection: a client that leaves while waiting frees its role at once.
     ws_.async_read(buf_, [self = Self()](error_code ec, size_t) {
       if (self->partner_.lock() != nullptr) {
@@ -251,10 +257,13 @@ class End final : public EndBase {
         return;
       }
       if (!ec) {
-        // Payload before the partner arrived: keep it and stop reading until paired.
+        // Payload before the partner arrived: keep it and stop reading until paired. No
+        // operation holds this end meanwhile, so it holds itself until it is paired or closed.
         self->early_ = true;
+        self->keep_ = self;
         return;
       }
+      self->waiting_ = false;
       self->srv_->Unregister(self.get());
       self->Shut(websocket::close_code::going_away, "");
     });
@@ -266,22 +275,27 @@ class End final : public EndBase {
 
   std::shared_ptr<End> Self() { return std::static_pointer_cast<End>(shared_from_this()); }
 
-  void Uncount() {
-    if (!counted_) return;
-    counted_ = false;
-    srv_->UncountPending(address);
+  // Gives back this end's place in the reserve of an expected edge.
+  void Unreserve() {
+    if (!reserved_) return;
+    reserved_ = false;
+    srv_->Unreserve(edge);
   }
 
   // Before the WebSocket exists: drop without ceremony.
   void Drop(const std::string& why) {
     if (closing_) return;
     ++srv_->refused;
-    KV_LOG_INFO("relay: {} dropped: {}", address, why);
+    slot_.Notify();
+    KV_LOG_DEBUG("relay: {} dropped: {}", address, why);
     Kill();
   }
 
   void HttpRefuse(http::status status, const std::string& why) {
+    refusing_ = true;
     ++srv_->refused;
+    slot_.Notify();
+    slot_.Enter(net::Stage::kClosing);
     KV_LOG_INFO("relay: {} refused ({}): {}", address, static_cast<int>(status), why);
     auto res = std::make_shared<http::response<http::string_body>>(status, 11);
     res->set(http::field::server, "kvasir-relay");
@@ -290,13 +304,11 @@ class End final : public EndBase {
     res->body() = why + "\n";
     res->prepare_payload();
     beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds(2));
-    http::async_write(ws_.next_layer(), *res, [self = Self(), res](error_code, size_t) {
-      self->Kill();
-    });
+    http::async_write(ws_.next_layer(), *res,
+                      [self = Self(), res](error_code, size_t) { self->Kill(); });
   }
 
   void ReadRequest() {
-    beast::get_lowest_layer(ws_).expires_at(deadline_);
     parser_.emplace();
     parser_->header_limit(kMaxRequestHeaderBytes);
     parser_->body_limit(0);
@@ -308,18 +320,22 @@ class End final : public EndBase {
 
   void OnRequest(error_code ec) {
     http_buf_.reset();
-    if (ec) {
-      return Drop(fmt::format("no upgrade request: {}",
-                              ec == beast::error::timeout ? "timed out" : ec.message()));
-    }
+    if (closing_) return;
+    if (ec) return Drop(fmt::format("no upgrade request: {}", ec.message()));
     auto req = parser_->release();
     parser_.reset();
     UpgradeVerdict verdict = JudgeUpgradeRequest(req);
     if (!verdict.ok()) return HttpRefuse(verdict.refusal, verdict.why);
     edge = std::move(verdict.edge_id);
-    beast::get_lowest_layer(ws_).expires_never();
+    // An end for an edge whose other end waits is expected: it goes to the reserve, where the
+    // strangers filling the open places cannot evict it.
+    if (srv_->Expected(edge) && slot_.Promote()) {
+      reserved_ = true;
+      ++srv_->edges[edge].expected;
+    }
     websocket::stream_base::timeout t;
-    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     t.handshake_timeout = std::max(remaining, std::chrono::milliseconds(1));
     t.idle_timeout = std::chrono::milliseconds(srv_->o.idle_timeout_ms);
     t.keep_alive_pings = true;
@@ -327,61 +343,52 @@ class End final : public EndBase {
     // Until its token passes, an end may send one message of the hello's size: a larger frame is
     // refused on its header (close 1009), before any of its payload is buffered.
     ws_.read_message_max(kHelloBytes);
-    ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
-      res.set(http::field::server, "kvasir-relay");
-    }));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "kvasir-relay"); }));
     ws_.async_accept(req, [self = Self()](error_code ec) {
+      if (self->closing_) return;
       if (ec) return self->Drop(fmt::format("WebSocket handshake failed: {}", ec.message()));
       self->upgraded_ = true;
-      self->ReadHello();
+      self->ws_.async_read(self->buf_, [self](error_code ec, size_t n) { self->OnHello(ec, n); });
     });
-  }
-
-  void ReadHello() {
-    timer_.expires_at(deadline_);
-    timer_.async_wait([self = Self()](error_code ec) {
-      if (ec || self->hello_done_) return;
-      ++self->srv_->refused;
-      KV_LOG_INFO("relay: {} on edge {}: no hello within {} ms; closed", self->address, self->edge,
-                  self->srv_->o.hello_timeout_ms);
-      self->Kill();
-    });
-    ws_.async_read(buf_, [self = Self()](error_code ec, size_t n) { self->OnHello(ec, n); });
   }
 
   void OnHello(error_code ec, size_t) {
-    hello_done_ = true;
-    timer_.cancel();
+    Unreserve();
+    if (closing_) return;
     if (ec == websocket::error::message_too_big) {
       // The stream has already sent close 1009 and dropped the connection.
       ++srv_->refused;
+      slot_.Notify();
       KV_LOG_WARN("relay: {} on edge {}: bad preamble: a first message over {} bytes (closed 1009)",
                   address, edge, kHelloBytes);
       return Kill();
     }
-    if (ec) {
-      if (!closing_) Drop(fmt::format("edge {}: no hello: {}", edge, ec.message()));
-      return;
-    }
+    if (ec) return Drop(fmt::format("edge {}: no hello: {}", edge, ec.message()));
     const std::span<const uint8_t> message(static_cast<const uint8_t*>(buf_.data().data()),
                                            buf_.size());
     Result<Role> checked = CheckEdgeHello(srv_->secret(), edge, message, ws_.got_binary());
     buf_.consume(buf_.size());
     if (!checked.ok()) {
       ++srv_->refused;
+      slot_.Notify();
       KV_LOG_WARN("relay: {} on edge {}: {}", address, edge, checked.status().message());
       const bool token = checked.status().code() == StatusCode::kUnauthenticated;
       return Shut(websocket::close_code::policy_error, token ? "bad token" : "bad preamble");
     }
     role = *checked;
-    // Authenticated: from here on an end may send messages up to the relay's limit.
+    // Authenticated: from here on an end may send messages up to the relay's limit, and it waits
+    // for its partner in the reserve (when the reserve has room for its address).
     ws_.read_message_max(srv_->o.max_message_bytes);
+    slot_.Promote();
     srv_->Register(shared_from_this());
+    slot_.Notify();
   }
 
   void ReadLoop() {
     if (early_) {  // a message read while waiting for the partner
       early_ = false;
+      const std::shared_ptr<End> self = std::move(keep_);
       return OnRead(error_code{});
     }
     if (waiting_read_) {  // the read started while waiting is still pending; it continues here
@@ -404,6 +411,7 @@ class End final : public EndBase {
       return EndPair(why);
     }
     srv_->bytes_forwarded += buf_.size();
+    slot_.Notify();
     partner->Send(buf_.data(), ws_.got_binary(), [self = Self()](error_code ec) {
       if (ec) return self->EndPair("partner write failed: " + ec.message());
       self->buf_.consume(self->buf_.size());
@@ -419,6 +427,7 @@ class End final : public EndBase {
     if (pairing_ != nullptr && pairing_->active) {
       pairing_->active = false;
       --srv_->edges_active;
+      slot_.Notify();
       KV_LOG_INFO("relay: edge {} closed ({} {}: {})", edge, RoleName(role), address, why);
     }
     Shut(websocket::close_code::going_away, "");
@@ -429,15 +438,17 @@ class End final : public EndBase {
   }
 
   std::shared_ptr<Impl> srv_;
+  net::ServerSlot slot_;
   websocket::stream<Next> ws_;
-  asio::steady_timer timer_;
   beast::flat_buffer buf_;                      // WebSocket messages
   std::optional<beast::flat_buffer> http_buf_;  // the upgrade request, while it is read
   std::optional<http::request_parser<http::empty_body>> parser_;
-  Clock::time_point deadline_;
+  Clock::time_point deadline_;  // the hello's, for the WebSocket handshake's own timeout
   std::weak_ptr<EndBase> partner_;
   std::shared_ptr<Pairing> pairing_;
-  bool counted_ = false, upgraded_ = false, hello_done_ = false, closing_ = false;
+  std::shared_ptr<End> keep_;  // this end, while it waits for its partner with a message read
+  bool upgraded_ = false, closing_ = false, refusing_ = false, waiting_ = false;
+  bool reserved_ = false;
   bool writing_ = false, close_after_write_ = false, waiting_read_ = false, early_ = false;
   websocket::close_code close_code_ = websocket::close_code::normal;
   std::string close_reason_;
@@ -445,63 +456,13 @@ class End final : public EndBase {
 
 }  // namespace
 
-template <class Next>
-void RelayServer::Impl::Launch(tcp::socket socket) {
-  error_code ec;
-  const auto ep = socket.remote_endpoint(ec);
-  // Ring messages are small and latency-bound: no Nagle delay on either side of the bridge.
-  socket.set_option(tcp::no_delay(true), ec);
-  const std::string address = ec ? "?" : ep.address().to_string();
-  ++connections;
-  auto it = pending.find(address);
-  const bool address_full = it != pending.end() && it->second >= o.max_pending_per_address;
-  if (address_full || pending_total >= o.max_pending_total) {
-    ++refused;
-    if (address_full) {
-      KV_LOG_WARN("relay: {}: more than {} connections not yet paired; refused", address,
-                  o.max_pending_per_address);
-    } else {
-      KV_LOG_WARN("relay: {}: more than {} connections in all not yet paired; refused", address,
-                  o.max_pending_total);
-    }
-    static const std::string kBusy =
-        "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
-    socket.non_blocking(true, ec);
-    socket.write_some(asio::buffer(kBusy), ec);
-    socket.close(ec);
-    return;
+std::shared_ptr<net::ServerConnection> RelayServer::Impl::Launch(net::Accepted a) {
+  if (a.tls == nullptr) {
+    return std::make_shared<End<beast::tcp_stream>>(shared_from_this(), std::move(a.slot),
+                                                    std::move(a.socket));
   }
-  std::shared_ptr<EndBase> end;
-  if constexpr (std::is_same_v<Next, beast::tcp_stream>) {
-    auto e = std::make_shared<End<beast::tcp_stream>>(shared_from_this(), address, std::move(socket));
-    end = e;
-    ends.push_back(end);
-    e->Run();
-  } else {
-    auto e = std::make_shared<End<beast::ssl_stream<beast::tcp_stream>>>(
-        shared_from_this(), address, std::move(socket), *tls);
-    end = e;
-    ends.push_back(end);
-    e->Run();
-  }
-  // Forget ends that are gone, so the list does not grow with the connections served.
-  ends.remove_if([](const std::weak_ptr<EndBase>& w) { return w.expired(); });
-}
-
-void RelayServer::Impl::Accept() {
-  acceptor->async_accept(ioc, [self = shared_from_this()](error_code ec, tcp::socket socket) {
-    if (self->stopping.load()) return;
-    if (!ec) {
-      if (self->tls) {
-        self->Launch<beast::ssl_stream<beast::tcp_stream>>(std::move(socket));
-      } else {
-        self->Launch<beast::tcp_stream>(std::move(socket));
-      }
-    } else {
-      KV_LOG_WARN("relay: accept: {}", ec.message());
-    }
-    self->Accept();
-  });
+  return std::make_shared<End<beast::ssl_stream<beast::tcp_stream>>>(
+      shared_from_this(), std::move(a.slot), std::move(a.socket), *a.tls);
 }
 
 RelayServer::RelayServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -509,12 +470,6 @@ RelayServer::RelayServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RelayServer::~RelayServer() { Stop(); }
 
 Result<std::unique_ptr<RelayServer>> RelayServer::Start(const RelayOptions& o) {
-  auto impl = std::make_shared<Impl>();
-  impl->o = o;
-  if (o.tls_cert.empty() != o.tls_key.empty()) {
-    return Error("--tls-cert and --tls-key go together (got only {})",
-                 o.tls_cert.empty() ? "--tls-key" : "--tls-cert");
-  }
   if (!o.secret.empty() && o.secret.size() < kMinSecretBytes) {
     return Error("the ring secret needs at least {} bytes", kMinSecretBytes);
   }
@@ -522,87 +477,72 @@ Result<std::unique_ptr<RelayServer>> RelayServer::Start(const RelayOptions& o) {
     return Error("the largest message ({} bytes) must hold the edge hello ({} bytes)",
                  o.max_message_bytes, kHelloBytes);
   }
-  if (o.max_pending_per_address < 1 || o.max_pending_total < 1) {
-    return Error("the pending-connection limits must be at least 1 (got {} per address, {} in all)",
-                 o.max_pending_per_address, o.max_pending_total);
+  if (o.max_pending_per_address < 1 || o.max_pending_total < 1 || o.max_waiting_per_address < 1 ||
+      o.max_waiting_total < 1) {
+    return Error(
+        "the pending-connection limits must be at least 1 (got {} per address, {} in "
+        "all; waiting {} per address, {} in all)",
+        o.max_pending_per_address, o.max_pending_total, o.max_waiting_per_address,
+        o.max_waiting_total);
   }
-  if (!o.tls_cert.empty()) {
-    impl->tls.emplace(ssl::context::tls_server);
-    error_code ec;
-    impl->tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                           ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                           ssl::context::no_tlsv1_1);
-    impl->tls->use_certificate_chain_file(o.tls_cert, ec);
-    if (ec) return Error("{}: cannot load the certificate: {}", o.tls_cert, ec.message());
-    impl->tls->use_private_key_file(o.tls_key, ssl::context::pem, ec);
-    if (ec) return Error("{}: cannot load the private key: {}", o.tls_key, ec.message());
+  for (int ms :
+       {o.hello_timeout_ms, o.pressed_hello_timeout_ms, o.pair_timeout_ms, o.idle_timeout_ms}) {
+    if (ms < 1) return Error("the relay's timeouts must be at least 1 ms (got {})", ms);
   }
-  impl->acceptor.emplace(impl->ioc);
-  tcp::acceptor& acc = *impl->acceptor;
-  error_code ec;
-  if (o.listen_fd >= 0) {
-    const int fd = ::dup(o.listen_fd);
-    if (fd < 0) return Error("listening socket {}: {}", o.listen_fd, std::strerror(errno));
-    sockaddr_storage sa{};
-    socklen_t len = sizeof(sa);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-      ::close(fd);
-      return Error("listening socket {}: {}", o.listen_fd, std::strerror(errno));
-    }
-    acc.assign(sa.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
-    if (ec) {
-      ::close(fd);
-      return Error("listening socket {}: {}", o.listen_fd, ec.message());
-    }
-  } else {
-    std::string host;
-    uint16_t port = 0;
-    KV_RETURN_IF_ERROR(net::ParseHostPort(o.listen, &host, &port));
-    const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-    if (ec) return Error("--listen {}: '{}' is not an IP address", o.listen, host);
-    const tcp::endpoint ep(address, port);
-    acc.open(ep.protocol(), ec);
-    if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acc.bind(ep, ec);
-    if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Error("cannot listen on {}: {}", o.listen, ec.message());
-  }
-  const auto local = acc.local_endpoint(ec);
-  if (ec) return Error("listening socket: {}", ec.message());
-  impl->port = local.port();
-  impl->Accept();
-  impl->thread = std::thread([impl] { impl->ioc.run(); });
+  auto impl = std::make_shared<Impl>();
+  impl->o = o;
+  net::ServerOptions so;
+  so.name = "relay";
+  so.listen = o.listen;
+  so.listen_fd = o.listen_fd;
+  so.tls_cert = o.tls_cert;
+  so.tls_key = o.tls_key;
+  so.refusal = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+  net::AdmissionPolicy& p = so.admission;
+  p.open = {o.max_pending_total, o.max_pending_per_address, std::max(1, o.max_pending_total / 2)};
+  p.proven = {o.max_waiting_total, o.max_waiting_per_address, std::max(1, o.max_waiting_total / 2)};
+  p.timeout(net::Stage::kSilent) = {o.hello_timeout_ms,
+                                    std::min(o.pressed_hello_timeout_ms, o.hello_timeout_ms)};
+  p.timeout(net::Stage::kWaiting) = {o.pair_timeout_ms, o.pair_timeout_ms};
+  // A refusal's answer or close handshake.
+  p.timeout(net::Stage::kClosing) = {2000, 2000};
+  std::weak_ptr<Impl> weak = impl;
+  auto server =
+      net::Server::Start(so, [weak](net::Accepted a) -> std::shared_ptr<net::ServerConnection> {
+        auto impl = weak.lock();
+        return impl ? impl->Launch(std::move(a)) : nullptr;
+      });
+  if (!server.ok()) return server.status();
+  impl->server = std::move(server).value();
   return std::unique_ptr<RelayServer>(new RelayServer(impl));
 }
 
-uint16_t RelayServer::port() const { return impl_->port; }
-bool RelayServer::tls() const { return impl_->tls.has_value(); }
+uint16_t RelayServer::port() const { return impl_->server->port(); }
+bool RelayServer::tls() const { return impl_->server->tls(); }
 
 RelayStats RelayServer::stats() const {
+  const net::ServerStats n = impl_->server->stats();
   RelayStats s;
-  s.connections = impl_->connections.load();
-  s.refused = impl_->refused.load();
+  s.connections = n.accepted + n.refused;
+  s.refused = impl_->refused.load() + n.refused;
   s.edges_paired = impl_->edges_paired.load();
   s.edges_active = impl_->edges_active.load();
   s.bytes_forwarded = impl_->bytes_forwarded.load();
-  s.pending = impl_->pending_now.load();
+  s.pending = n.open + n.proven;
+  s.reserved = n.proven;
+  s.evicted = n.evicted;
   return s;
 }
 
+bool RelayServer::WaitFor(const std::function<bool(const RelayStats&)>& done,
+                          int timeout_ms) const {
+  return impl_->server->WaitFor([&] { return done(stats()); }, timeout_ms);
+}
+
 void RelayServer::Stop() {
-  if (impl_ == nullptr || impl_->stopped) return;
-  impl_->stopped = true;
-  impl_->stopping = true;
-  asio::post(impl_->ioc, [impl = impl_] {
-    error_code ignored;
-    impl->acceptor->close(ignored);
-    for (auto& w : impl->ends) {
-      if (auto e = w.lock()) e->Kill();
-    }
-  });
-  if (impl_->thread.joinable()) impl_->thread.join();
-  // Handlers that were still queued hold the Impl; drop them with the loop.
-  impl_->ends.clear();
+  if (impl_ == nullptr || impl_->server == nullptr) return;
+  impl_->server->Stop();
+  // Handlers that were still queued are gone with the loop; forget the edges they named.
   impl_->edges.clear();
 }
 

@@ -2,16 +2,18 @@
 // docs/RELAY.md (wrong token, bad preamble, a taken role, an oversized message, a silent client, a
 // missing partner, too many pending connections, bad paths) without disturbing an established edge;
 // an unauthenticated peer cannot make the relay buffer a large message. Every wait is on an event
-// (a reply, a counter of the relay) with a generous deadline; nothing sleeps for a fixed time.
+// (a reply, or a change of the relay's counters through RelayServer::WaitFor) with a generous
+// deadline; nothing sleeps or polls.
 #include "relay/relay_server.h"
 
-#include <utility>
-
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -20,17 +22,17 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
-#include <cstdlib>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <utility>
 
+#include "raw_client.h"
 #include "relay/edge_token.h"
 #include "test_assets.h"
+#include "ws_test_client.h"
 
 namespace kvasir::relay {
 namespace {
@@ -46,79 +48,12 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
-// Every wait below ends on its event; these deadlines only stop a broken relay from hanging a test.
-constexpr int kDeadlineMs = 10000;
-
-const std::string kSecret = "a ring secret of 32 bytes.......";
-
-std::span<const uint8_t> Bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-// A WebSocket client for tests: every operation is bounded by a timeout.
-template <class Next>
-class Client {
- public:
-  template <class... Args>
-  explicit Client(Args&&... args) : ws_(ioc_, std::forward<Args>(args)...) {}
-
-  // TCP connect and upgrade to `path`. Returns the error text, "" on success.
-  std::string Connect(uint16_t port, const std::string& path) {
-    error_code ec = Run([&](auto h) {
-      beast::get_lowest_layer(ws_).async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), h);
-    });
-    if (ec) return "connect: " + ec.message();
-    if constexpr (!std::is_same_v<Next, beast::tcp_stream>) {
-      ec = Run([&](auto h) { ws_.next_layer().async_handshake(ssl::stream_base::client, h); });
-      if (ec) return "tls: " + ec.message();
-    }
-    ec = Run([&](auto h) { ws_.async_handshake("127.0.0.1", path, h); });
-    return ec ? "upgrade: " + ec.message() : "";
-  }
-  std::string Hello(const std::string& edge, Role role, const std::string& secret = kSecret) {
-    return Send(EdgeHello(Bytes(secret), edge, role));
-  }
-  std::string Send(const std::string& bytes, bool binary = true, int timeout_ms = kDeadlineMs) {
-    ws_.binary(binary);
-    error_code ec = Run([&](auto h) { ws_.async_write(asio::buffer(bytes), h); }, timeout_ms);
-    return ec ? ec.message() : "";
-  }
-  // The next message, or "closed: <reason>" / "error: <text>".
-  std::string Read(int timeout_ms = kDeadlineMs) {
-    beast::flat_buffer buf;
-    error_code ec = Run([&](auto h) { ws_.async_read(buf, h); }, timeout_ms);
-    if (ec == websocket::error::closed) return "closed: " + std::string(ws_.reason().reason.data(), ws_.reason().reason.size());
-    if (ec) return "error: " + ec.message();
-    return beast::buffers_to_string(buf.data());
-  }
-  void Close() {
-    Run([&](auto h) { ws_.async_close(websocket::close_code::normal, h); }, 1000);
-  }
-  websocket::stream<Next>& ws() { return ws_; }
-
- private:
-  template <class Start>
-  error_code Run(Start&& start, int timeout_ms = kDeadlineMs) {
-    error_code result = asio::error::timed_out;
-    bool done = false;
-    start([&](error_code ec, auto&&...) {
-      result = ec;
-      done = true;
-    });
-    ioc_.restart();
-    ioc_.run_for(std::chrono::milliseconds(timeout_ms));
-    if (!done) {
-      beast::get_lowest_layer(ws_).cancel();
-      ioc_.restart();
-      ioc_.run_for(std::chrono::milliseconds(500));
-      return asio::error::timed_out;
-    }
-    return result;
-  }
-  asio::io_context ioc_;
-  websocket::stream<Next> ws_;
-};
-using WsClient = Client<beast::tcp_stream>;
+using ws_test::Bytes;
+using ws_test::Client;
+using ws_test::Edge;
+using ws_test::kDeadlineMs;
+using ws_test::kSecret;
+using ws_test::WsClient;
 
 RelayOptions Fast() {
   RelayOptions o;
@@ -137,14 +72,9 @@ std::unique_ptr<RelayServer> StartRelay(const RelayOptions& o) {
   return r.ok() ? std::move(r).value() : nullptr;
 }
 
-// Polls `done` until it holds or the deadline passes; returns whether it holds.
-bool WaitUntil(const std::function<bool()>& done, int deadline_ms = kDeadlineMs) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(deadline_ms);
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
+// Waits on the relay's own events (no polling) until `done` holds of its counters.
+bool WaitFor(const RelayServer& relay, const std::function<bool(const RelayStats&)>& done) {
+  return relay.WaitFor(done, kDeadlineMs);
 }
 
 // A TCP connection to the relay whose reads give up after kDeadlineMs.
@@ -155,14 +85,14 @@ std::unique_ptr<tcp::iostream> Raw(uint16_t port) {
   return s;
 }
 
-// This process's resident memory (VmRSS in /proc/self/status), in bytes.
-uint64_t ResidentBytes() {
+// A field of this process's /proc/self/status in bytes: "VmRSS" (resident now), "VmHWM" (peak).
+uint64_t StatusBytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
   }
-  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  ADD_FAILURE() << "no " << field << " in /proc/self/status";
   return 0;
 }
 
@@ -261,24 +191,6 @@ class RawWsClient {
   }
   int fd_ = -1;
   bool connected_ = false;
-};
-
-// An edge of two connected ends, checked to carry messages both ways.
-struct Edge {
-  WsClient pred, succ;
-  void Open(uint16_t port, const std::string& id) {
-    ASSERT_EQ(pred.Connect(port, "/edge/" + id), "");
-    ASSERT_EQ(pred.Hello(id, Role::kPredecessorSide), "");
-    ASSERT_EQ(succ.Connect(port, "/edge/" + id), "");
-    ASSERT_EQ(succ.Hello(id, Role::kSuccessorSide), "");
-    ExpectWorks();
-  }
-  void ExpectWorks() {
-    ASSERT_EQ(pred.Send("ping"), "");
-    EXPECT_EQ(succ.Read(), "ping");
-    ASSERT_EQ(succ.Send("pong"), "");
-    EXPECT_EQ(pred.Read(), "pong");
-  }
 };
 
 TEST(RelayServerTest, PairsTheEndsOfAnEdgeAndBridgesBothWays) {
@@ -393,6 +305,27 @@ TEST(RelayServerTest, AnEndWithoutPartnerIsClosedAfterThePairTimeout) {
   e.Open(relay->port(), "alone");
 }
 
+// A waiting end may send before its partner arrives: the relay reads that one message, holds it
+// (and the end) and delivers it once paired.
+TEST(RelayServerTest, AMessageSentBeforeThePartnerArrivesIsDeliveredToIt) {
+  RelayOptions o = Fast();
+  o.pair_timeout_ms = kDeadlineMs;
+  auto relay = StartRelay(o);
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "early-" + std::to_string(i);
+    WsClient pred, succ;
+    ASSERT_EQ(pred.Connect(relay->port(), "/edge/" + id), "");
+    ASSERT_EQ(pred.Hello(id, Role::kPredecessorSide), "");
+    ASSERT_TRUE(WaitFor(*relay, [](const RelayStats& s) { return s.reserved == 1; }));
+    ASSERT_EQ(pred.Send("early"), "");
+    ASSERT_EQ(succ.Connect(relay->port(), "/edge/" + id), "");
+    ASSERT_EQ(succ.Hello(id, Role::kSuccessorSide), "");
+    EXPECT_EQ(succ.Read(), "early");
+    ASSERT_EQ(succ.Send("back"), "");
+    EXPECT_EQ(pred.Read(), "back");
+  }
+}
+
 TEST(RelayServerTest, BadPathsAndPlainHttpAreRefused) {
   auto relay = StartRelay(Fast());
   auto get = [&](const std::string& target, bool upgrade) {
@@ -422,45 +355,50 @@ TEST(RelayServerTest, TooManyPendingConnectionsFromOneAddressAreRefused) {
   auto relay = StartRelay(o);
   std::vector<std::unique_ptr<tcp::iostream>> held;
   for (int i = 0; i < 3; ++i) held.push_back(Raw(relay->port()));
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 3; }));
+  ASSERT_TRUE(WaitFor(*relay, [&](const RelayStats& s) { return s.pending == 3; }));
   auto extra = Raw(relay->port());
   std::string status;
   std::getline(*extra, status);
   EXPECT_THAT(status, HasSubstr("503"));
   held.clear();  // once they go, connections are accepted again
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
+  ASSERT_TRUE(WaitFor(*relay, [&](const RelayStats& s) { return s.pending == 0; }));
   Edge e;
   e.Open(relay->port(), "after");
 }
 
-TEST(RelayServerTest, TooManyPendingConnectionsInAllAreRefused) {
+// The pending places are full, all taken by one address: its next connection is refused, one from
+// another address takes the place of one of its, and the partner of an end that waits is expected:
+// it joins the reserve (with the waiting end, whose token verified) and pairs.
+TEST(RelayServerTest, AFullRelayRefusesTheBiggestHolderAndAdmitsAnotherAddress) {
   RelayOptions o = Fast();
   o.max_pending_per_address = 100;
   o.max_pending_total = 4;
-  o.hello_timeout_ms = 5000;
+  o.hello_timeout_ms = o.pressed_hello_timeout_ms = 5000;
+  o.pair_timeout_ms = kDeadlineMs;
   auto relay = StartRelay(o);
-  // Pending covers every stage before pairing: TCP only, upgraded, and waiting for a partner.
-  std::vector<std::unique_ptr<tcp::iostream>> raw;
-  for (int i = 0; i < 2; ++i) raw.push_back(Raw(relay->port()));
-  WsClient upgraded, waiting;
-  ASSERT_EQ(upgraded.Connect(relay->port(), "/edge/a"), "");
+  WsClient waiting;
   ASSERT_EQ(waiting.Connect(relay->port(), "/edge/b"), "");
   ASSERT_EQ(waiting.Hello("b", Role::kPredecessorSide), "");
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 4; }));
+  ASSERT_TRUE(WaitFor(*relay, [](const RelayStats& s) { return s.reserved == 1; }));
+  std::vector<std::unique_ptr<tcp::iostream>> raw;
+  for (int i = 0; i < 4; ++i) raw.push_back(Raw(relay->port()));
+  ASSERT_TRUE(WaitFor(*relay, [](const RelayStats& s) { return s.pending == 5; }));
   auto extra = Raw(relay->port());
   std::string status;
   std::getline(*extra, status);
   EXPECT_THAT(status, HasSubstr("503"));
-  EXPECT_EQ(relay->stats().pending, 4u);
-  // A partner arriving pairs an edge and frees two places.
-  raw.clear();
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 2; }));
+  kvasir::testing::RawClient other(relay->port(), "127.0.0.2");
+  ASSERT_TRUE(WaitFor(*relay, [](const RelayStats& s) { return s.evicted == 1; }));
+  EXPECT_EQ(relay->stats().pending, 5u);
   WsClient partner;
-  ASSERT_EQ(partner.Connect(relay->port(), "/edge/b"), "");
+  ASSERT_EQ(partner.Connect(relay->port(), "/edge/b", "127.0.0.3"), "");
+  ASSERT_TRUE(WaitFor(*relay, [](const RelayStats& s) { return s.reserved == 2; }));
   ASSERT_EQ(partner.Hello("b", Role::kSuccessorSide), "");
   ASSERT_EQ(waiting.Send("x"), "");
   EXPECT_EQ(partner.Read(), "x");
-  EXPECT_EQ(relay->stats().pending, 1u);  // only `upgraded` is left
+  EXPECT_EQ(relay->stats().reserved, 0u);
+  EXPECT_EQ(relay->stats().evicted, 2u);
+  EXPECT_EQ(relay->stats().pending, 3u);  // two of the four raw ones, and `other`
 }
 
 // A first message larger than the hello is refused on its frame header: the relay never buffers
@@ -474,8 +412,8 @@ TEST(RelayServerTest, AHugeFirstMessageIsRefusedBeforeItIsBuffered) {
     Edge e;
     e.Open(relay->port(), "warm");
   }
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
-  const uint64_t before = ResidentBytes();
+  ASSERT_TRUE(WaitFor(*relay, [&](const RelayStats& s) { return s.pending == 0; }));
+  const uint64_t before = StatusBytes("VmRSS");
   constexpr int kConnections = 16;
   constexpr uint64_t kAnnounced = uint64_t{16} << 20;
   std::vector<std::unique_ptr<RawWsClient>> clients;
@@ -486,15 +424,17 @@ TEST(RelayServerTest, AHugeFirstMessageIsRefusedBeforeItIsBuffered) {
     (void)clients.back()->SendHugeMessage(kAnnounced);
     EXPECT_EQ(clients.back()->ReadCloseCode(), 1009) << "close 1009: message too big";
   }
-  const uint64_t after = ResidentBytes();
+  // The peak, not one sample: memory held for a moment counts too.
+  const uint64_t after = StatusBytes("VmHWM");
   const uint64_t grown = after > before ? after - before : 0;
-  std::printf("relay RSS %.1f MiB -> %.1f MiB after %d unauthenticated %.0f MiB first messages\n",
-              before / 1048576.0, after / 1048576.0, kConnections, kAnnounced / 1048576.0);
+  std::printf(
+      "relay RSS %.1f MiB, peak %.1f MiB after %d unauthenticated %.0f MiB first messages\n",
+      before / 1048576.0, after / 1048576.0, kConnections, kAnnounced / 1048576.0);
   // Buffering them would take 16 x 16 MiB; what is left is a few KiB per connection.
   EXPECT_LT(grown, uint64_t{8} << 20);
   EXPECT_GE(relay->stats().refused, static_cast<uint64_t>(kConnections));
   clients.clear();
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().pending == 0; }));
+  ASSERT_TRUE(WaitFor(*relay, [&](const RelayStats& s) { return s.pending == 0; }));
   // The limit rises once the token passes: a paired edge carries a message of 1 MiB.
   Edge e;
   e.Open(relay->port(), "after");
@@ -542,7 +482,8 @@ TEST(RelayServerTest, AStalledReceiverHoldsOnlyItsOwnEdge) {
     }
   });
   // The relay is forwarding into the stalled receiver.
-  ASSERT_TRUE(WaitUntil([&] { return relay->stats().bytes_forwarded >= 2 * kChunk; }));
+  ASSERT_TRUE(
+      WaitFor(*relay, [&](const RelayStats& s) { return s.bytes_forwarded >= 2 * kChunk; }));
   Edge other;
   other.Open(relay->port(), "other");
   for (int i = 0; i < 20; ++i) other.ExpectWorks();
