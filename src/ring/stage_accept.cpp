@@ -120,7 +120,6 @@ void StageImpl::AcceptLoop() {
       if (it == pending_conns_.end()) continue;
       it->second->Cut("closed in its handshake to make room for other connections");
       pending_conns_.erase(it);
-      links_refused_.fetch_add(1);
     }
     if (!admission.admitted) {
       links_refused_.fetch_add(1);
@@ -284,8 +283,14 @@ Status StageImpl::ServeConnection(std::unique_ptr<net::Stream> raw,
   }
   if (!link.ok()) {
     // A connection that closed before saying anything is not worth a warning (port scans,
-    // `kvasir run` probing for the head).
-    if (link.status().code() != StatusCode::kEndOfStream) Refused(peer, link.status());
+    // `kvasir run` probing for the head), nor one the handshake table cut (a flood would fill
+    // the log with them).
+    if (pending != nullptr && !pending->CutReason().empty()) {
+      links_refused_.fetch_add(1);
+      KV_LOG_DEBUG("{}: refused {}: {}", options_.name, peer, link.status().message());
+    } else if (link.status().code() != StatusCode::kEndOfStream) {
+      Refused(peer, link.status());
+    }
     return link.status();
   }
   ServeLink(*link, h, is_client, account);
