@@ -8,13 +8,14 @@ namespace kvasir::ring {
 
 uint32_t MaxPromptBytes(const Tokenizer& tokenizer, int n_ctx) {
   // A token's text in the vocabulary is at least as long as the input it stands for: SPM's word
-  // marker is 3 bytes for a space, a byte token "<0x0A>" 6 for one byte, byte-level BPE 1-2 per byte.
+  // marker is 3 bytes for a space, a byte token "<0x0A>" 6 for one byte, byte-level BPE 1-2 per
+  // byte.
   uint64_t longest = 4;
   for (int32_t id = 0; id < tokenizer.n_vocab(); ++id) {
     longest = std::max<uint64_t>(longest, tokenizer.TokenText(id).size());
   }
-  return static_cast<uint32_t>(
-      std::min<uint64_t>(wire::kMaxPromptBytes, longest * static_cast<uint64_t>(std::max(n_ctx, 1))));
+  const uint64_t tokens = static_cast<uint64_t>(std::max(n_ctx, 1));
+  return static_cast<uint32_t>(std::min<uint64_t>(wire::kMaxPromptBytes, longest * tokens));
 }
 
 uint32_t MaxClientPayload(uint32_t max_prompt_bytes) {
@@ -25,9 +26,9 @@ uint32_t MaxClientPayload(uint32_t max_prompt_bytes) {
 }
 
 uint32_t MaxStagePayload(int n_ctx, int n_embd) {
-  const uint64_t hidden = sizeof(wire::HiddenBody) + static_cast<uint64_t>(std::max(n_ctx, 1)) *
-                                                         static_cast<uint64_t>(std::max(n_embd, 1)) *
-                                                         sizeof(float);
+  const uint64_t rows = static_cast<uint64_t>(std::max(n_ctx, 1));
+  const uint64_t width = static_cast<uint64_t>(std::max(n_embd, 1));
+  const uint64_t hidden = sizeof(wire::HiddenBody) + rows * width * sizeof(float);
   const uint64_t open = sizeof(wire::OpenSessionBody) + uint64_t{kMaxOpenPromptTokens} * 4;
   const uint64_t stats =
       sizeof(wire::StatsBody) + uint64_t{wire::kMaxStatsRecords} * sizeof(wire::StageStats);

@@ -390,7 +390,8 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
     e.reason = "link from predecessor " + link->what() + " down";
     Push(std::move(e));
   }
-  // A link that failed closes once its ERROR is out (or after the grace period): the peer learns why.
+  // A link that failed closes once its ERROR is out (or after the grace period): the peer learns
+  // why.
   if (!link->failing()) link->Close();
 }
 

@@ -406,8 +406,8 @@ Result<std::unique_ptr<RawClient>> RawClient::Connect(uint16_t port, const std::
   ring::LinkAuth auth;
   auth.ring_secret = kTestRingSecret;
   KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeInitiate(*c->tcp_, wire::Role::kClient, auth));
-  c->secure_ = std::make_unique<ring::SecureStream>(std::make_unique<Borrowed>(c->tcp_.get(), &c->batching_, &c->batch_),
-                                                    hs.tx, hs.rx, 80 << 20);
+  auto borrowed = std::make_unique<Borrowed>(c->tcp_.get(), &c->batching_, &c->batch_);
+  c->secure_ = std::make_unique<ring::SecureStream>(std::move(borrowed), hs.tx, hs.rx, 80 << 20);
   wire::Hello h{};
   h.protocol_version = wire::kProtocolVersion;
   h.role = static_cast<uint32_t>(wire::Role::kClient);
