@@ -5,6 +5,7 @@ namespace {
 
 constexpr int64_t kMs = 1000000;
 constexpr int64_t kFailGraceNs = 2000 * kMs;  // Fail(): how long the ERROR may take to go out
+constexpr int kDestroyGraceMs = 100;          // ... when the link is destroyed meanwhile
 
 std::string Seconds(int64_t ns) { return fmt::format("{:.1f} s", ns / 1e9); }
 
@@ -28,14 +29,17 @@ Link::Link(std::unique_ptr<net::Stream> stream, std::string what, LinkOptions op
 }
 
 Link::~Link() {
-  bool flushing;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    flushing = flush_then_close_;
+    // After Fail() the writer may still be sending the ERROR: it gets a moment, not the whole
+    // grace period, since whichever thread drops the last reference (the compute thread, say)
+    // waits here. Owners that can wait longer call WaitClosed() first.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (flush_then_close_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(kDestroyGraceMs),
+                   [this] { return closed_.load(); });
+    }
   }
-  // After Fail() the writer still sends the ERROR and then closes; the watchdog's grace period
-  // bounds that. Otherwise close now.
-  if (!flushing) Close();
+  Close();
   if (writer_.joinable()) writer_.join();
   Watchdog::Get().Remove(watch_id_);
   DropQueue();
@@ -52,6 +56,11 @@ void Link::DropQueue() {
   for (const Queued& q : dropped) {
     if (q.charged) options_.account->Release(q.frame.size() + kQueuedOverhead);
   }
+}
+
+void Link::WaitClosed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return closed_.load(); });
 }
 
 bool Link::failing() const {

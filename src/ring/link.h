@@ -74,6 +74,9 @@ class Link {
   bool closed() const { return closed_.load(); }
   // Fail() was called: the link closes once its ERROR is written.
   bool failing() const;
+  // Blocks until the link is closed: after Fail(), until its ERROR is out or the grace period
+  // (2 s) has passed. A destructor that finds the ERROR still queued waits only 100 ms for it.
+  void WaitClosed();
 
   uint64_t bytes_in() const { return bytes_in_.load(); }
   uint64_t bytes_out() const { return bytes_out_.load(); }

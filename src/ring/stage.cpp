@@ -178,12 +178,14 @@ void StageImpl::Stop() {
     }
     close_all();
     Push(Event{});
+    std::lock_guard<std::mutex> lock(trim_mu_);
+    trim_cv_.notify_all();
   }
   if (pending_watch_ != 0) {
     Watchdog::Get().Remove(pending_watch_);
     pending_watch_ = 0;
   }
-  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_}) {
+  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_, &trim_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
   // No thread accepts or dials any more: close what they opened last, and wait for every
@@ -274,6 +276,7 @@ Status StageImpl::Run() {
     pending_watch_ = Watchdog::Get().Add([this] { Housekeeping(); });
   }
   accept_thread_ = std::thread([this] { AcceptLoop(); });
+  trim_thread_ = std::thread([this] { TrimLoop(); });
   dial_thread_ = std::thread([this] { DialLoop(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   while (running_.load()) {

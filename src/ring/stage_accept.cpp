@@ -75,18 +75,24 @@ wire::ErrorCode CodeFor(const Status& s) {
 
 }  // namespace
 
-void StageImpl::Housekeeping() {
-  const auto now = Clock::now();
-  const uint64_t ended = conns_ended_.load();
-  if (ended != conns_trimmed_ && now - last_trim_ >= std::chrono::seconds(1)) {
+void StageImpl::TrimLoop() {
+  uint64_t trimmed = 0;
+  std::unique_lock<std::mutex> lock(trim_mu_);
+  while (running_.load()) {
+    trim_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return !running_.load(); });
+    const uint64_t ended = conns_ended_.load();
+    if (ended == trimmed) continue;
     // The allocator keeps what ended connections freed in its per-thread arenas; after a flood
-    // that would stay resident for good. Hand whole free pages back.
-    conns_trimmed_ = ended;
-    last_trim_ = now;
+    // that would stay resident for good. Hand whole free pages back, here rather than on a
+    // thread anything waits for.
+    trimmed = ended;
 #ifdef __GLIBC__
     malloc_trim(0);
 #endif
   }
+}
+
+void StageImpl::Housekeeping() {
   // Never waits for threads_mu_ on the watchdog thread: the next pass comes in 50 ms.
   std::unique_lock<std::mutex> lock(threads_mu_, std::try_to_lock);
   if (!lock.owns_lock()) return;
@@ -391,8 +397,13 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
     Push(std::move(e));
   }
   // A link that failed closes once its ERROR is out (or after the grace period): the peer learns
-  // why.
-  if (!link->failing()) link->Close();
+  // why. This connection's thread waits for that, so no other thread that drops the last
+  // reference (the compute thread) has to.
+  if (link->failing()) {
+    link->WaitClosed();
+  } else {
+    link->Close();
+  }
 }
 
 }  // namespace kvasir::ring

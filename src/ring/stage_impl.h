@@ -138,10 +138,10 @@ class StageImpl final : public Stage {
   Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<net::Stream> raw);
   void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
                  const std::shared_ptr<ByteAccount>& account);
-  // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure), and
-  // after connections ended, gives the memory they freed back to the system (at most once a
-  // second).
+  // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure).
   void Housekeeping();
+  // Once a second after connections ended, gives the memory they freed back to the system.
+  void TrimLoop();
   // stage_links.cpp: the dial threads, link bookkeeping, sending.
   void DialLoop();
   void PredDialLoop();  // only with options_.dial_pred
@@ -205,9 +205,10 @@ class StageImpl final : public Stage {
   PendingTable pending_;
   std::map<uint64_t, std::shared_ptr<PendingConn>> pending_conns_;
   Watchdog::Id pending_watch_ = 0;
-  std::atomic<uint64_t> conns_ended_{0};  // connections that ended, for Housekeeping()
-  uint64_t conns_trimmed_ = 0;            // ... as of the last trim (watchdog thread only)
-  Clock::time_point last_trim_{};
+  std::atomic<uint64_t> conns_ended_{0};  // connections that ended, for TrimLoop()
+  std::thread trim_thread_;
+  std::mutex trim_mu_;
+  std::condition_variable trim_cv_;
   LinkAuth stage_auth_, client_auth_;
   std::atomic<uint64_t> links_refused_{0};
   // What links may make this stage hold (docs/PROTOCOL.md, "Limits").
