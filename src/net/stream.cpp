@@ -68,6 +68,9 @@ class TcpStream final : public Stream {
 
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
   std::string peer() const override { return peer_; }
+  void LimitSendBuffer(int bytes) override {
+    setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  }
 
  private:
   int fd_;

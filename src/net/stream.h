@@ -26,6 +26,10 @@ class Stream {
   virtual void Shutdown() = 0;
   // "127.0.0.1:5001", for messages.
   virtual std::string peer() const = 0;
+  // Caps what the kernel buffers for sending on this stream (TCP: SO_SNDBUF), so a peer that does
+  // not read holds at most that much of this host's memory in the kernel. No-op for transports
+  // without such a buffer.
+  virtual void LimitSendBuffer(int /*bytes*/) {}
 };
 
 // Splits "host:port" ("127.0.0.1:5000", "[::1]:5000", "localhost:5000"). Errors name the text.

@@ -14,6 +14,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr size_t kHeaderSize = sizeof(wire::FrameHeader);
+constexpr size_t kKeepBuffer = 1 << 20;  // without an account, a larger empty buffer is freed
 
 std::string LimitText(uint32_t limit) {
   if (limit >= (1u << 20) && limit % (1u << 20) == 0) {
@@ -62,10 +63,38 @@ std::vector<uint8_t> EncodeFrame(wire::MsgType type, std::span<const uint8_t> pa
   return out;
 }
 
-FrameDecoder::FrameDecoder(uint32_t max_payload) : max_payload_(max_payload) {}
+FrameDecoder::FrameDecoder(uint32_t max_payload, std::shared_ptr<ByteAccount> account)
+    : max_payload_(max_payload), account_(std::move(account)) {}
+
+FrameDecoder::~FrameDecoder() { FreeCharged(&buf_, account_.get()); }
+
+void FrameDecoder::Fail(Status s) {
+  error_ = std::move(s);
+  buf_.clear();
+  FreeCharged(&buf_, account_.get());
+  start_ = 0;
+}
+
+void FrameDecoder::Reset() {
+  buf_.clear();
+  start_ = 0;
+  if (account_ != nullptr || buf_.capacity() > kKeepBuffer) FreeCharged(&buf_, account_.get());
+}
 
 void FrameDecoder::Feed(std::span<const uint8_t> bytes) {
   if (failed() || bytes.empty()) return;
+  if (buf_.size() + bytes.size() > buf_.capacity()) {
+    if (start_ > 0) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(start_));
+      start_ = 0;
+    }
+    const size_t need = buf_.size() + bytes.size();
+    if (need > buf_.capacity() &&
+        !ReserveCharged(&buf_, std::max(need, buf_.capacity() * 2), account_.get())) {
+      return Fail(Error(StatusCode::kTooLarge,
+                        "dropped: the stage's buffers for unauthenticated peers are full"));
+    }
+  }
   buf_.insert(buf_.end(), bytes.begin(), bytes.end());
 }
 
@@ -75,30 +104,19 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
   if (avail < kHeaderSize) return std::optional<Frame>();
   const wire::FrameHeader h = LoadFrameHeader({buf_.data() + start_, avail});
   if (Status s = CheckFrameHeader(h, max_payload_); !s.ok()) {
-    error_ = s;
-    buf_.clear();
-    buf_.shrink_to_fit();
-    start_ = 0;
+    Fail(s);
     return error_;
   }
   const size_t total = kHeaderSize + size_t{h.length};
-  if (avail < total) {
-    // The length passed the limit check, so the whole frame may have room now.
-    if (buf_.capacity() < start_ + total) {
-      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(start_));
-      start_ = 0;
-      buf_.reserve(total);
-    }
-    return std::optional<Frame>();
-  }
+  // The buffer grows as the frame's bytes arrive (Feed), not here on the header's word.
+  if (avail < total) return std::optional<Frame>();
   Frame frame;
   frame.type = h.type;
   const uint8_t* p = buf_.data() + start_ + kHeaderSize;
   frame.payload.assign(p, p + h.length);
   start_ += total;
   if (start_ == buf_.size()) {
-    buf_.clear();
-    start_ = 0;
+    Reset();
   } else if (start_ >= buf_.size() / 2) {
     // Compact once the consumed prefix dominates, so the copying stays amortised O(1) per byte.
     buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(start_));

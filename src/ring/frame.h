@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ring/byte_budget.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -34,11 +35,18 @@ wire::FrameHeader LoadFrameHeader(std::span<const uint8_t> bytes);
 // Incremental decoder for one link's byte stream. Feed() bytes as they arrive, then call Next()
 // until it yields no frame. A malformed header puts the decoder in a sticky error state: Next()
 // returns that error from then on and Feed() discards its input, since the stream cannot be
-// resynchronised. Memory: the decoder holds the bytes fed but not yet returned, and reserves room
-// for a frame only after its header has passed the limit check. Not thread-safe.
+// resynchronised. Memory: the decoder holds the bytes fed but not yet returned, in a buffer that
+// grows with them (at most twice what it holds), never to the length a header announced. With a
+// ByteAccount (a client link) the buffer is charged to it and freed whenever it empties; a charge
+// that fails is a sticky error with code kTooLarge. Without one, up to 1 MiB is kept for reuse.
+// Not thread-safe.
 class FrameDecoder {
  public:
-  explicit FrameDecoder(uint32_t max_payload = wire::kMaxPayload);
+  explicit FrameDecoder(uint32_t max_payload = wire::kMaxPayload,
+                        std::shared_ptr<ByteAccount> account = nullptr);
+  ~FrameDecoder();
+  FrameDecoder(const FrameDecoder&) = delete;
+  FrameDecoder& operator=(const FrameDecoder&) = delete;
 
   void Feed(std::span<const uint8_t> bytes);
 
@@ -51,7 +59,12 @@ class FrameDecoder {
   uint32_t max_payload() const { return max_payload_; }
 
  private:
+  void Fail(Status s);
+  // Empties the buffer; frees it when charged or large.
+  void Reset();
+
   uint32_t max_payload_;
+  std::shared_ptr<ByteAccount> account_;
   std::vector<uint8_t> buf_;  // [start_, size) are pending stream bytes
   size_t start_ = 0;
   Status error_;

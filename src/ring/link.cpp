@@ -5,6 +5,7 @@ namespace {
 
 constexpr int64_t kMs = 1000000;
 constexpr int64_t kFailGraceNs = 2000 * kMs;  // Fail(): how long the ERROR may take to go out
+constexpr int kDestroyGraceMs = 100;          // ... when the link is destroyed meanwhile
 
 std::string Seconds(int64_t ns) { return fmt::format("{:.1f} s", ns / 1e9); }
 
@@ -19,7 +20,7 @@ Link::Link(std::unique_ptr<net::Stream> stream, std::string what, LinkOptions op
     : stream_(std::move(stream)),
       what_(std::move(what)),
       options_(options),
-      decoder_(options.max_payload),
+      decoder_(options.max_payload, options.account),
       read_buf_(16 * 1024),
       last_rx_ns_(Now()),
       last_tx_ns_(Now()) {
@@ -28,16 +29,43 @@ Link::Link(std::unique_ptr<net::Stream> stream, std::string what, LinkOptions op
 }
 
 Link::~Link() {
-  bool flushing;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    flushing = flush_then_close_;
+    // After Fail() the writer may still be sending the ERROR: it gets a moment, not the whole
+    // grace period, since whichever thread drops the last reference (the compute thread, say)
+    // waits here. Owners that can wait longer call WaitClosed() first.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (flush_then_close_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(kDestroyGraceMs),
+                   [this] { return closed_.load(); });
+    }
   }
-  // After Fail() the writer still sends the ERROR and then closes; the watchdog's grace period
-  // bounds that. Otherwise close now.
-  if (!flushing) Close();
+  Close();
   if (writer_.joinable()) writer_.join();
   Watchdog::Get().Remove(watch_id_);
+  DropQueue();
+}
+
+void Link::DropQueue() {
+  std::deque<Queued> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(queue_);
+    for (const Queued& q : dropped) queued_bytes_ -= q.frame.size() + kQueuedOverhead;
+    cv_.notify_all();
+  }
+  for (const Queued& q : dropped) {
+    if (q.charged) options_.account->Release(q.frame.size() + kQueuedOverhead);
+  }
+}
+
+void Link::WaitClosed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return closed_.load(); });
+}
+
+bool Link::failing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flush_then_close_;
 }
 
 size_t Link::queued_bytes() const {
@@ -51,8 +79,24 @@ Status Link::Send(const Message& m) {
 }
 
 Status Link::SendFrame(std::vector<uint8_t> frame) {
+  // What the frame holds while queued: its bytes, and its entry and allocation besides.
+  const size_t n = frame.size() + kQueuedOverhead;
+  // Charged before the lock: a charge may close other links (ByteAccount::Charge).
+  bool charged = false;
+  if (options_.account != nullptr && !closed_.load()) {
+    if (!options_.account->Charge(n)) {
+      const std::string why = fmt::format(
+          "{}: dropped: the stage's buffers for unauthenticated peers are full ({} bytes queued)",
+          what_, queued_bytes());
+      CloseWith(StatusCode::kTooLarge, why);
+      return Error(StatusCode::kTooLarge, "{}", why);
+    }
+    charged = true;
+  }
+  auto uncharge = [&] {
+    if (charged) options_.account->Release(n);
+  };
   std::unique_lock<std::mutex> lock(mu_);
-  const size_t n = frame.size();
   auto room = [&] {
     return closed_.load() || flush_then_close_ || queued_bytes_ == 0 ||
            queued_bytes_ + n <= options_.max_queued_bytes;
@@ -63,6 +107,7 @@ Status Link::SendFrame(std::vector<uint8_t> frame) {
           "{}: the peer is not reading ({} bytes queued, limit {}); link closed", what_,
           queued_bytes_, options_.max_queued_bytes);
       lock.unlock();
+      uncharge();
       CloseWith(StatusCode::kTooLarge, why);
       return Error(StatusCode::kTooLarge, "{}", why);
     }
@@ -71,10 +116,11 @@ Status Link::SendFrame(std::vector<uint8_t> frame) {
   }
   if (closed_.load() || flush_then_close_) {
     lock.unlock();
+    uncharge();
     return ClosedStatus();
   }
   queued_bytes_ += n;
-  queue_.push_back(std::move(frame));
+  queue_.push_back({std::move(frame), charged});
   cv_.notify_all();
   return Status::Ok();
 }
@@ -100,19 +146,21 @@ void Link::WriterLoop() {
         KeepaliveMsg k;
         k.body.sent_ns = static_cast<uint64_t>(Now());
         std::vector<uint8_t> frame = EncodeMessage(k);
-        queued_bytes_ += frame.size();
-        queue_.push_back(std::move(frame));
+        queued_bytes_ += frame.size() + kQueuedOverhead;
+        queue_.push_back({std::move(frame), false});
       }
       continue;
     }
-    std::vector<uint8_t> frame = std::move(queue_.front());
+    Queued q = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    const std::vector<uint8_t>& frame = q.frame;
     writing_since_ns_.store(Now());
     Status s = stream_->WriteAll(frame);
     writing_since_ns_.store(0);
+    if (q.charged) options_.account->Release(frame.size() + kQueuedOverhead);
     lock.lock();
-    queued_bytes_ -= frame.size();
+    queued_bytes_ -= frame.size() + kQueuedOverhead;
     cv_.notify_all();
     if (!s.ok()) {
       lock.unlock();
@@ -185,15 +233,16 @@ void Link::SetReceiveDeadline(int ms) {
   rx_deadline_ns_.store(ms > 0 ? Now() + int64_t{ms} * kMs : 0);
 }
 
-void Link::Fail(wire::ErrorCode code, const std::string& message) {
+void Link::Fail(wire::ErrorCode code, const std::string& message, bool drop_queue) {
   if (closed_.load()) return;
+  if (drop_queue) DropQueue();
   ErrorMsg e{code, 0, message.substr(0, wire::kMaxErrorMessage)};
   std::vector<uint8_t> frame = EncodeMessage(e);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (flush_then_close_) return;
-    queued_bytes_ += frame.size();
-    queue_.push_back(std::move(frame));
+    queued_bytes_ += frame.size() + kQueuedOverhead;
+    queue_.push_back({std::move(frame), false});
     flush_then_close_ = true;
     if (close_reason_.empty()) close_reason_ = fmt::format("{}: {}", what_, message);
     cv_.notify_all();

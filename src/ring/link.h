@@ -19,6 +19,7 @@
 #include "base/status.h"
 #include "base/watchdog.h"
 #include "net/stream.h"
+#include "ring/byte_budget.h"
 #include "ring/frame.h"
 #include "ring/messages.h"
 
@@ -28,12 +29,16 @@ struct LinkOptions {
   // The peer is down after this long without a byte from it, or this long stuck writing to it.
   // KEEPALIVE goes out after a quarter of it without other frames. 0: no liveness at all.
   int timeout_ms = 10000;
-  // Frames queued and not yet written, in bytes. A frame is always accepted into an empty queue.
+  // Frames queued and not yet written, in bytes (with each frame's bookkeeping). A frame is
+  // always accepted into an empty queue.
   size_t max_queued_bytes = size_t{64} << 20;
   // A full queue closes the link (a client that does not read) instead of making Send() wait.
   bool drop_when_full = false;
   // Largest frame payload accepted from the peer.
   uint32_t max_payload = wire::kMaxPayload;
+  // When set (a client link), charged for the frame decoder's buffer and for every frame queued
+  // to the peer; a charge the budget refuses closes the link.
+  std::shared_ptr<ByteAccount> account;
 };
 
 class Link {
@@ -50,7 +55,8 @@ class Link {
   // room when the queue is full (unless drop_when_full, which closes the link); fails once the
   // link is closed. Thread-safe.
   Status Send(const Message& m);
-  // Queues an already encoded frame, as Send().
+  // Queues an already encoded frame, as Send(). With an account, the frame is charged to it first
+  // (a refused charge closes the link with kTooLarge).
   Status SendFrame(std::vector<uint8_t> frame);
   // Blocks for the next message; KEEPALIVE frames are consumed here. A malformed frame, a closed
   // stream or a liveness failure returns an error (code kEndOfStream when the peer closed in
@@ -60,11 +66,17 @@ class Link {
   // with "no message from ... within N s". For clients waiting on a ring.
   void SetReceiveDeadline(int ms);
   // Queues ERROR(code, 0, message), closes the link once it is written (or after a short grace
-  // period), and wakes a blocked Receive(). Any thread.
-  void Fail(wire::ErrorCode code, const std::string& message);
+  // period), and wakes a blocked Receive(). `drop_queue`: the frames still queued are dropped so
+  // the ERROR goes first (a peer dropped for not reading). Any thread.
+  void Fail(wire::ErrorCode code, const std::string& message, bool drop_queue = false);
   // Shuts the stream down at once, waking a blocked Receive() or Send(). Idempotent, any thread.
   void Close();
   bool closed() const { return closed_.load(); }
+  // Fail() was called: the link closes once its ERROR is written.
+  bool failing() const;
+  // Blocks until the link is closed: after Fail(), until its ERROR is out or the grace period
+  // (2 s) has passed. A destructor that finds the ERROR still queued waits only 100 ms for it.
+  void WaitClosed();
 
   uint64_t bytes_in() const { return bytes_in_.load(); }
   uint64_t bytes_out() const { return bytes_out_.load(); }
@@ -75,6 +87,7 @@ class Link {
   void WriterLoop();
   void Watch();  // on the watchdog thread
   void CloseWith(StatusCode code, std::string reason);
+  void DropQueue();  // drops the frames not yet written (and their charges)
   Status ClosedStatus() const;
   static int64_t Now();
 
@@ -84,9 +97,15 @@ class Link {
   FrameDecoder decoder_;
   std::vector<uint8_t> read_buf_;
 
+  struct Queued {
+    std::vector<uint8_t> frame;
+    bool charged = false;  // to options_.account
+  };
+  // A queued frame's memory besides its bytes: its entry and the allocator's header.
+  static constexpr size_t kQueuedOverhead = sizeof(Queued) + 16;
   mutable std::mutex mu_;  // guards the queue and the close reason
   std::condition_variable cv_;
-  std::deque<std::vector<uint8_t>> queue_;
+  std::deque<Queued> queue_;
   size_t queued_bytes_ = 0;
   bool flush_then_close_ = false;
   StatusCode close_code_ = StatusCode::kUnavailable;

@@ -48,4 +48,20 @@ Status CheckSamplingWire(const wire::SamplingWire& w) {
   return Status::Ok();
 }
 
+Status CheckSessionRequest(const wire::SamplingWire& w, std::span<const int32_t> prompt, int n_ctx,
+                           int n_vocab) {
+  KV_RETURN_IF_ERROR(CheckSamplingWire(w));
+  if (prompt.empty()) return Error("n_prompt is 0");
+  if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
+    return Error("n_prompt {} leaves no room in the context of {}", prompt.size(), n_ctx);
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= n_vocab) {
+      return Error("prompt token {} is {}, outside the vocabulary (0..{})", i, prompt[i],
+                   n_vocab - 1);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace kvasir::ring

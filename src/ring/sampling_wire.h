@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/status.h"
 #include "model/sampler.h"
@@ -16,5 +17,11 @@ SamplingParams SamplingFromWire(const wire::SamplingWire& w);
 // temperature >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1], repeat penalty finite > 0,
 // repeat_last_n >= 0, max_tokens >= 1, known flags. Errors name the field.
 Status CheckSamplingWire(const wire::SamplingWire& w);
+// What every stage checks of an OPEN_SESSION before it opens anything: the sampling values as
+// above (the last stage samples with them), a prompt that leaves room in a context of `n_ctx`,
+// and prompt ids inside a vocabulary of `n_vocab` (the last stage penalises them). Errors name
+// the field.
+Status CheckSessionRequest(const wire::SamplingWire& w, std::span<const int32_t> prompt, int n_ctx,
+                           int n_vocab);
 
 }  // namespace kvasir::ring

@@ -1,5 +1,6 @@
 // Stage runtime, part 1: creation, validation of the options, stop, statistics and the event
-// queue. Links are in stage_links.cpp, the compute loop in stage_compute.cpp.
+// queue. Accepted connections are in stage_accept.cpp, dialed links in stage_links.cpp, the compute
+// loop in stage_compute.cpp.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "ring/link_limits.h"
 #include "ring/stage_impl.h"
 
 namespace kvasir::ring {
@@ -41,6 +43,19 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   if (opt.link_timeout_ms < 100) {
     return Error("--link-timeout {} ms is too short (at least 100 ms)", opt.link_timeout_ms);
   }
+  if (opt.handshake_timeout_ms < 100 || opt.pressure_handshake_timeout_ms < 100 ||
+      opt.pressure_handshake_timeout_ms > opt.handshake_timeout_ms) {
+    return Error("handshake deadlines of {} ms ({} ms under pressure) must be at least 100 ms, the "
+                 "second no longer than the first",
+                 opt.handshake_timeout_ms, opt.pressure_handshake_timeout_ms);
+  }
+  if (opt.max_pending_per_address < 1 || opt.pending_reserved < 0 ||
+      opt.max_pending <= opt.pending_reserved) {
+    return Error("handshake slots: {} in all, {} reserved, {} per address: need more slots than "
+                 "reserved ones and at least 1 per address",
+                 opt.max_pending, opt.pending_reserved, opt.max_pending_per_address);
+  }
+  if (opt.max_clients < 1) return Error("--max-clients {} must be at least 1", opt.max_clients);
   if (opt.key == nullptr) return Error("the stage has no node key");
   if (!opt.insecure) {
     if (opt.ring_secret.empty() && !opt.pred_key.has_value()) {
@@ -107,7 +122,17 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       tokenizer_(std::move(tokenizer)),
       model_id_(model_id),
       listener_(std::move(listener)),
+      pending_(PendingTable::Limits{options_.max_pending, options_.max_pending_per_address,
+                                    options_.pending_reserved,
+                                    std::chrono::milliseconds(options_.handshake_timeout_ms),
+                                    std::chrono::milliseconds(
+                                        options_.pressure_handshake_timeout_ms)}),
+      client_budget_(ByteBudget::Create(options_.client_buffer_bytes)),
       scheduler_(options_.max_batch_rows) {
+  client_max_payload_ =
+      is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
+                : MaxClientPayload(0);
+  stage_max_payload_ = MaxStagePayload(window_->n_ctx(), window_->config().n_embd);
   if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   std::random_device rd;
@@ -132,28 +157,42 @@ StageImpl::~StageImpl() { Stop(); }
 void StageImpl::Stop() {
   // One caller at a time: a signal thread and the main thread may both stop the stage.
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  auto close_all = [this] {
+    // Closed, and released, outside threads_mu_: the last reference may be the one taken here,
+    // and a Link's destructor waits for the watchdog, whose Housekeeping() takes threads_mu_.
+    std::vector<std::shared_ptr<Link>> links;
+    {
+      std::lock_guard<std::mutex> lock(threads_mu_);
+      for (auto& weak : all_links_) {
+        if (auto l = weak.lock()) links.push_back(std::move(l));
+      }
+      for (auto& [id, conn] : pending_conns_) conn->Cut("the stage is stopping");
+    }
+    for (auto& l : links) l->Close();
+  };
   if (running_.exchange(false)) {
     listener_.Close();
     {
       std::lock_guard<std::mutex> lock(links_mu_);
       succ_cv_.notify_all();
     }
-    std::lock_guard<std::mutex> lock(threads_mu_);
-    for (auto& l : all_links_) l->Close();
+    close_all();
     Push(Event{});
+    std::lock_guard<std::mutex> lock(trim_mu_);
+    trim_cv_.notify_all();
   }
-  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_}) {
+  if (pending_watch_ != 0) {
+    Watchdog::Get().Remove(pending_watch_);
+    pending_watch_ = 0;
+  }
+  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_, &trim_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
-  std::vector<ConnThread> threads;
-  {
-    std::lock_guard<std::mutex> lock(threads_mu_);
-    for (auto& l : all_links_) l->Close();
-    threads.swap(conn_threads_);
-  }
-  for (auto& t : threads) {
-    if (t.thread.joinable()) t.thread.join();
-  }
+  // No thread accepts or dials any more: close what they opened last, and wait for every
+  // connection thread to end.
+  close_all();
+  std::unique_lock<std::mutex> lock(threads_mu_);
+  conns_cv_.wait(lock, [this] { return live_conns_ == 0; });
 }
 
 void StageImpl::Push(Event e) {
@@ -231,7 +270,13 @@ void StageImpl::LogStats() {
 }
 
 Status StageImpl::Run() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (!running_.load()) return Status::Ok();
+    pending_watch_ = Watchdog::Get().Add([this] { Housekeeping(); });
+  }
   accept_thread_ = std::thread([this] { AcceptLoop(); });
+  trim_thread_ = std::thread([this] { TrimLoop(); });
   dial_thread_ = std::thread([this] { DialLoop(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   while (running_.load()) {

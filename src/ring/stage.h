@@ -58,13 +58,19 @@ struct StageOptions {
   // Neighbours without any proof; refused unless `listen` is a loopback address.
   bool insecure = false;
 
-  // Liveness and limits.
+  // Liveness and limits (docs/PROTOCOL.md, "Limits").
   int link_timeout_ms = 10000;       // a silent neighbour or client is down after this long
   int handshake_timeout_ms = 5000;   // handshake and HELLO must complete within this
-  int max_pending = 32;              // connections still in their handshake
-  int max_pending_per_address = 8;   // of them, from one address
+  // ... and within this while half the handshake slots are taken (a flood of connections).
+  int pressure_handshake_timeout_ms = 1000;
+  int max_pending = 64;              // connections still in their handshake
+  int max_pending_per_address = 8;   // of them, from one address (an IPv6 /64 counts as one)
+  int pending_reserved = 8;          // of them, kept for the addresses a predecessor came from
   int max_clients = 256;             // handshaken client connections (head)
   int max_sessions_per_client = 4;   // sessions one client connection may have at once
+  // Bytes held for all clients together (records arriving, requests waiting, frames queued to
+  // them); the clients that have held bytes the longest are dropped first to make room.
+  size_t client_buffer_bytes = size_t{16} << 20;
 
   // Contribution receipts (docs/PROTOCOL.md, "RECEIPT"), on the head: when set, each session that
   // ran at least one row sends a receipt around the ring after its CLOSE_SESSION, every stage

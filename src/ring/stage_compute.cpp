@@ -1,4 +1,4 @@
-// Stage runtime, part 2: the compute loop. Only the thread in Run() executes this file, so session
+// Stage runtime, part 4: the compute loop. Only the thread in Run() executes this file, so session
 // state needs no locks. Control messages are handled as they arrive; hidden-state work is batched
 // across sessions (decode steps first, then prompt chunks) into one Forward per loop turn.
 #include <fmt/format.h>
@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
 
@@ -39,7 +40,7 @@ void StageImpl::HandleEvent(Event& e) {
       }
       for (uint32_t id : ids) EndSession(id, wire::FinishReason::kClientClosed, "");
       std::erase(stats_waiters_, e.client);
-      std::erase_if(waiting_generates_, [&](const auto& w) { return w.first == e.client; });
+      std::erase_if(waiting_generates_, [&](const auto& w) { return w.client == e.client; });
       break;
     }
     case Event::Kind::kWake:
@@ -52,7 +53,7 @@ void StageImpl::HandleMessage(Event& e) {
   if (!e.from_pred) {
     // From a client of the head.
     if (auto* g = std::get_if<GenerateMsg>(&m)) {
-      HandleGenerate(e.client, *g);
+      HandleGenerate(e.client, *g, std::move(e.charge));
     } else if (auto* c = std::get_if<CloseMsg>(&m)) {
       auto it = sessions_.find(c->session);
       if (it != sessions_.end() && it->second.client == e.client && !it->second.closing) {
@@ -92,9 +93,9 @@ void StageImpl::HandleMessage(Event& e) {
     if (is_head() && !p->pong && p->body.nonce == probe_nonce_) {
       if (!ring_closed_) KV_LOG_INFO("{}: ring closed", options_.name);
       ring_closed_ = true;
-      std::deque<std::pair<uint64_t, GenerateMsg>> waiting;
+      std::deque<WaitingGenerate> waiting;
       waiting.swap(waiting_generates_);
-      for (auto& [client, g] : waiting) StartSession(client, g);
+      for (WaitingGenerate& w : waiting) StartSession(w.client, w.request);
     } else if (!is_head()) {
       SendNext(*p);
     }
@@ -125,15 +126,25 @@ void StageImpl::MaybeProbeRing() {
   SendNext(probe);
 }
 
-void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g) {
+void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge) {
   // A refused request is answered with ERROR for session 0; the client's link stays open.
   if (Status s = CheckSamplingWire(g.sampling); !s.ok()) {
     SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0, "GENERATE: " + s.message()});
     return;
   }
+  // Stop strings live as long as the session: bounded here, whatever the record limit allowed.
+  size_t stop_bytes = 0;
+  for (const std::string& stop : g.stops) stop_bytes += sizeof(uint16_t) + stop.size();
+  if (stop_bytes > kMaxClientStopBytes) {
+    SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                  fmt::format("GENERATE: stop strings of {} bytes exceed this "
+                                              "head's limit of {} bytes",
+                                              stop_bytes, kMaxClientStopBytes)});
+    return;
+  }
   int open = 0;
   for (const auto& [id, s] : sessions_) open += s.originated && s.client == client && !s.closing;
-  for (const auto& w : waiting_generates_) open += w.first == client;
+  for (const auto& w : waiting_generates_) open += w.client == client;
   if (open >= options_.max_sessions_per_client) {
     SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0,
                                   fmt::format("a client may have {} sessions at once",
@@ -146,7 +157,7 @@ void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g) {
       SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0, "the ring is not closed yet"});
       return;
     }
-    waiting_generates_.emplace_back(client, std::move(g));
+    waiting_generates_.push_back({client, std::move(g), std::move(charge)});
     return;
   }
   StartSession(client, g);
@@ -165,6 +176,15 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   if (Status s = window_->OpenSequence(static_cast<int>(id)); !s.ok()) {
     return refuse(wire::ErrorCode::kBusy, s.message());
   }
+  std::unique_ptr<TailSampler> tail;
+  if (is_last()) {
+    auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab);
+    if (!t.ok()) {
+      window_->CloseSequence(static_cast<int>(id));
+      return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
+    }
+    tail = std::move(t).value();
+  }
   Session& s = sessions_[id];
   s.id = id;
   s.sampling = g.sampling;
@@ -172,7 +192,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   s.originated = true;
   s.client = client;
   s.stops = StopMatcher(std::move(g.stops));
-  if (is_last()) s.tail = std::make_unique<TailSampler>(g.sampling, ids);
+  s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
               g.sampling.max_tokens);
   if (!SendNext(OpenSessionMsg{id, g.sampling, ids})) {
@@ -192,6 +212,26 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
 
 void StageImpl::HandleOpen(OpenSessionMsg& o) {
   if (is_head()) return;  // our own OPEN came back around the ring
+  // Every stage checks what it is sent before it opens anything, not only the head; the last
+  // stage's sampler is only ever made from checked values.
+  std::unique_ptr<TailSampler> tail;
+  Status checked;
+  if (is_last()) {
+    auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(),
+                                 window_->config().n_vocab);
+    if (t.ok()) tail = std::move(t).value();
+    checked = t.status();
+  } else {
+    checked = CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(),
+                                  window_->config().n_vocab);
+  }
+  if (!checked.ok()) {
+    KV_LOG_WARN("{}: session {} refused: OPEN_SESSION: {}", options_.name, o.session,
+                checked.message());
+    SendNext(
+        ErrorMsg{wire::ErrorCode::kBadRequest, o.session, "OPEN_SESSION: " + checked.message()});
+    return;
+  }
   if (Status st = window_->OpenSequence(static_cast<int>(o.session)); !st.ok()) {
     KV_LOG_WARN("{}: session {}: {}", options_.name, o.session, st.message());
     SendNext(ErrorMsg{wire::ErrorCode::kBusy, o.session, st.message()});
@@ -201,7 +241,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.id = o.session;
   s.sampling = o.sampling;
   s.n_prompt = static_cast<int>(o.prompt.size());
-  if (is_last()) s.tail = std::make_unique<TailSampler>(o.sampling, o.prompt);
+  s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
 }
@@ -218,6 +258,15 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
                                   window_->config().n_embd)});
     sessions_.erase(h.session);
     window_->CloseSequence(static_cast<int>(h.session));
+    return;
+  }
+  // Sizes are checked before the rows are widened to f32 (a bf16 HIDDEN doubles).
+  const uint64_t end = uint64_t{h.pos0} + h.n_tokens;
+  if (end > static_cast<uint64_t>(window_->n_ctx())) {
+    const std::string why =
+        fmt::format("HIDDEN: rows {}..{} pass the context of {}", h.pos0, end, window_->n_ctx());
+    KV_LOG_WARN("{}: session {} refused: {}", options_.name, h.session, why);
+    FailSession(h.session, wire::ErrorCode::kTooLarge, why);
     return;
   }
   const Session& s = sessions_[h.session];

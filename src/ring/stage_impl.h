@@ -1,5 +1,7 @@
-// Private to the stage runtime: the StageImpl class shared by stage.cpp (links, threads,
-// handshakes) and stage_compute.cpp (sessions, batching, the forward loop).
+// Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
+// statistics), stage_accept.cpp (accepted connections: handshake slots, clients),
+// stage_links.cpp (dialed links, sending), stage_compute.cpp (sessions, batching, the forward
+// loop) and stage_receipts.cpp.
 #pragma once
 
 #include <atomic>
@@ -18,10 +20,13 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
+#include "base/watchdog.h"
 #include "net/stream.h"
-#include "ring/link.h"
+#include "ring/byte_budget.h"
 #include "ring/front_end.h"
+#include "ring/link.h"
 #include "ring/messages.h"
+#include "ring/pending_table.h"
 #include "ring/recent_map.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
@@ -40,6 +45,38 @@ struct Event {
   uint64_t client = 0;     // kMessage/kClientGone: client connection id
   std::optional<Message> msg;
   std::string reason;
+  ByteCharge charge;       // a client's message: its bytes, held until the event is handled
+};
+
+// A client's GENERATE that waits for the ring to close, with the bytes it holds.
+struct WaitingGenerate {
+  uint64_t client = 0;
+  GenerateMsg request;
+  ByteCharge charge;
+};
+
+// An accepted connection still in its handshake. The pending table may cut it (its deadline under
+// pressure, or room for others) from the watchdog or the accept thread, while the connection's
+// own thread may be about to destroy its stream: `mu` orders the two.
+struct PendingConn {
+  uint64_t id = 0;
+  std::string address;
+  std::mutex mu;
+  net::Stream* stream = nullptr;  // while it may be cut
+  std::string cut;                // why it was cut; empty if it was not
+  void Cut(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cut.empty()) cut = why;
+    if (stream != nullptr) stream->Shutdown();
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu);
+    stream = nullptr;
+  }
+  std::string CutReason() {
+    std::lock_guard<std::mutex> lock(mu);
+    return cut;
+  }
 };
 
 struct Session {
@@ -58,6 +95,9 @@ struct Session {
   uint64_t client = 0;
   StopMatcher stops;
 };
+
+// The options of a link to a neighbour (stage_links.cpp), accepting frames up to `max_payload`.
+LinkOptions StageLinkOptions(const StageOptions& o, uint32_t max_payload);
 
 class StageImpl final : public Stage {
  public:
@@ -82,24 +122,31 @@ class StageImpl final : public Stage {
   void Push(Event e);
   wire::StageStats StatsRecord() const;
 
-  // stage_links.cpp: the accept and dial threads, handshakes, link bookkeeping.
+  // stage_accept.cpp: the accept thread, handshake slots, accepted links and clients.
   void AcceptLoop();
   // Runs the handshake (as the responder) and HELLO on one accepted or relayed connection, then
   // serves it until it ends. Returns an error when it ended before the HELLO exchange completed
-  // (refused, or nothing arrived), Ok otherwise. `pending_addr`: the source address whose pending
-  // slot this connection holds (accepted); empty for a relayed predecessor (dial_pred).
-  Status ServeConnection(std::unique_ptr<net::Stream> raw, const std::string& pending_addr);
-  // Handshake + HELLO as the responder, within the handshake deadline. Sets *is_client.
-  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, bool via_relay,
-                                           wire::Hello* peer_hello, bool* is_client);
+  // (refused, or nothing arrived), Ok otherwise. `pending`: the slot of the pending table this
+  // connection holds (accepted); null for a relayed predecessor (dial_pred).
+  Status ServeConnection(std::unique_ptr<net::Stream> raw, std::shared_ptr<PendingConn> pending);
+  // Handshake + HELLO as the responder, within the handshake deadline. Sets *is_client, and for
+  // a client *account (its share of the client budget).
+  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, PendingConn* pending,
+                                           wire::Hello* peer_hello, bool* is_client,
+                                           std::shared_ptr<ByteAccount>* account);
   // Handshake + HELLO with the successor, within the handshake deadline.
   Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<net::Stream> raw);
-  void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client);
+  void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
+                 const std::shared_ptr<ByteAccount>& account);
+  // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure).
+  void Housekeeping();
+  // Once a second after connections ended, gives the memory they freed back to the system.
+  void TrimLoop();
+  // stage_links.cpp: the dial threads, link bookkeeping, sending.
   void DialLoop();
   void PredDialLoop();  // only with options_.dial_pred
-  // Sleeps about `*backoff_ms` (with jitter, or until Stop()) and doubles it, up to 5 s.
   void Backoff(int* backoff_ms);
-  // Registers a link so Stop() can close it; drops links that have ended.
+  // Registers a link so Stop() can close it (weakly: a link that ends is freed at once).
   bool TrackLink(const std::shared_ptr<Link>& link);
   void Refused(const std::string& peer, const Status& why);
   // Sends to the successor. A message the protocol cannot carry fails its session instead.
@@ -108,7 +155,7 @@ class StageImpl final : public Stage {
   // stage_compute.cpp: the compute loop.
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
-  void HandleGenerate(uint64_t client, GenerateMsg& g);
+  void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
   void StartSession(uint64_t client, GenerateMsg& g);
   void HandleOpen(OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
@@ -149,17 +196,25 @@ class StageImpl final : public Stage {
   std::atomic<bool> running_{true};
   std::mutex stop_mu_;
   std::thread accept_thread_, dial_thread_, pred_thread_;
+  // Connection threads are detached; Stop() waits for them. Guarded by threads_mu_, with the
+  // pending table and the links Stop() closes.
   std::mutex threads_mu_;
-  struct ConnThread {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<ConnThread> conn_threads_;
-  std::vector<std::shared_ptr<Link>> all_links_;
-  int pending_ = 0;                              // accepted, still in the handshake
-  std::map<std::string, int> pending_by_addr_;   // the same, per source address
+  std::condition_variable conns_cv_;
+  int live_conns_ = 0;
+  std::vector<std::weak_ptr<Link>> all_links_;
+  PendingTable pending_;
+  std::map<uint64_t, std::shared_ptr<PendingConn>> pending_conns_;
+  Watchdog::Id pending_watch_ = 0;
+  std::atomic<uint64_t> conns_ended_{0};  // connections that ended, for TrimLoop()
+  std::thread trim_thread_;
+  std::mutex trim_mu_;
+  std::condition_variable trim_cv_;
   LinkAuth stage_auth_, client_auth_;
   std::atomic<uint64_t> links_refused_{0};
+  // What links may make this stage hold (docs/PROTOCOL.md, "Limits").
+  std::shared_ptr<ByteBudget> client_budget_;
+  uint32_t client_max_payload_ = 0;  // from the context and the vocabulary
+  uint32_t stage_max_payload_ = 0;   // from the context and the width
 
   // Links, guarded by links_mu_.
   mutable std::mutex links_mu_;
@@ -176,7 +231,7 @@ class StageImpl final : public Stage {
   // Compute-thread state (no lock: only the compute loop touches it).
   std::map<uint32_t, Session> sessions_;
   BatchScheduler scheduler_;
-  std::deque<std::pair<uint64_t, GenerateMsg>> waiting_generates_;
+  std::deque<WaitingGenerate> waiting_generates_;
   std::deque<uint64_t> stats_waiters_;
   uint32_t next_session_ = 1;
   bool ring_closed_ = false;

@@ -1,4 +1,4 @@
-// Stage runtime, part 4: contribution receipts (docs/PROTOCOL.md, "RECEIPT"). After a session's
+// Stage runtime, part 5: contribution receipts (docs/PROTOCOL.md, "RECEIPT"). After a session's
 // CLOSE_SESSION the head (when it has StageOptions::on_receipt) sends a RECEIPT with its own
 // line; every other stage appends its signed line and forwards it; the head checks what comes
 // back and hands it to on_receipt. A receipt is accounting: a bad one is dropped with a warning,

@@ -15,6 +15,13 @@ wire::FinishReason FinishReasonFor(bool is_eog, const wire::SamplingWire& sampli
   return wire::FinishReason::kNone;
 }
 
+Result<std::unique_ptr<TailSampler>> TailSampler::Create(const wire::SamplingWire& sampling,
+                                                         std::vector<int32_t> prompt, int n_ctx,
+                                                         int n_vocab) {
+  KV_RETURN_IF_ERROR(CheckSessionRequest(sampling, prompt, n_ctx, n_vocab));
+  return std::unique_ptr<TailSampler>(new TailSampler(sampling, std::move(prompt)));
+}
+
 TailSampler::TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt)
     : sampling_(sampling), sampler_(SamplingFromWire(sampling)), history_(std::move(prompt)) {}
 

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "model/sampler.h"
 #include "ring/wire.h"
 
@@ -21,7 +23,11 @@ wire::FinishReason FinishReasonFor(bool is_eog, const wire::SamplingWire& sampli
 // What the tail keeps per session: its sampler, and the prompt and generated ids for penalties.
 class TailSampler {
  public:
-  TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt);
+  // Refuses what it could not sample with (CheckSessionRequest): a NaN temperature, a negative
+  // penalty window, a prompt id outside the vocabulary..., naming the field.
+  static Result<std::unique_ptr<TailSampler>> Create(const wire::SamplingWire& sampling,
+                                                     std::vector<int32_t> prompt, int n_ctx,
+                                                     int n_vocab);
 
   // Samples the token that takes position `pos` from `logits` and returns the TOKEN body the
   // ring carries to the head.
@@ -30,6 +36,8 @@ class TailSampler {
   int n_generated() const { return n_generated_; }
 
  private:
+  TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt);
+
   wire::SamplingWire sampling_;
   Sampler sampler_;
   std::vector<int32_t> history_;

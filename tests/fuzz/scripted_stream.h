@@ -24,6 +24,7 @@ class ScriptedStream final : public net::Stream {
   }
   void Shutdown() override {}
   std::string peer() const override { return "fuzz"; }
+  size_t consumed() const { return at_; }  // bytes handed out so far
 
  private:
   std::span<const uint8_t> input_;

@@ -2,12 +2,20 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
@@ -168,6 +176,23 @@ wire::Hello FakeStageHello(const std::string& model, int first, int last) {
 
 std::unique_ptr<FakeNeighbours> FakeNeighbours::Start(ring::StageOptions options,
                                                       const wire::Hello& me) {
+  return Start(std::move(options), me, me);
+}
+
+bool FakeNeighbours::WaitForwarding(int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (!pred_->Send(ring::StatsMsg{}).ok()) return false;
+    for (auto m = inbox_->Next(100); m; m = inbox_->Next(0)) {
+      if (std::holds_alternative<ring::StatsMsg>(*m)) return true;
+    }
+  }
+  return false;
+}
+
+std::unique_ptr<FakeNeighbours> FakeNeighbours::Start(ring::StageOptions options,
+                                                      const wire::Hello& as_pred,
+                                                      const wire::Hello& as_succ) {
   auto fake = std::unique_ptr<FakeNeighbours>(new FakeNeighbours());
   fake->key_ = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
   auto listener = net::Listener::Bind("127.0.0.1", 0);
@@ -199,7 +224,7 @@ std::unique_ptr<FakeNeighbours> FakeNeighbours::Start(ring::StageOptions options
           "fake successor");
       KV_ASSIGN_OR_RETURN(auto hello, fake->succ_->Receive());
       if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO");
-      return fake->succ_->Send(ring::HelloMsg{me});
+      return fake->succ_->Send(ring::HelloMsg{as_succ});
     }();
   });
   Status pred_status = [&]() -> Status {
@@ -208,7 +233,7 @@ std::unique_ptr<FakeNeighbours> FakeNeighbours::Start(ring::StageOptions options
     fake->pred_ = std::make_unique<ring::Link>(
         std::make_unique<ring::SecureStream>(std::move(raw), hs.tx, hs.rx, 80 << 20),
         "fake predecessor");
-    KV_RETURN_IF_ERROR(fake->pred_->Send(ring::HelloMsg{me}));
+    KV_RETURN_IF_ERROR(fake->pred_->Send(ring::HelloMsg{as_pred}));
     KV_ASSIGN_OR_RETURN(auto hello, fake->pred_->Receive());
     if (!std::holds_alternative<ring::HelloMsg>(hello)) return Error("expected HELLO back");
     return Status::Ok();
@@ -284,6 +309,171 @@ Generation GenerateOnRing(const std::string& head, const std::string& prompt,
   });
   EXPECT_TRUE(r.ok()) << r.status().message();
   return g;
+}
+
+Result<int> DialFrom(uint16_t port, const std::string& source, int timeout_ms) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error("socket: {}", std::strerror(errno));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Error(StatusCode::kUnavailable, "connect from {} to port {}: {}", source, port,
+                 std::strerror(err));
+  }
+  timeval none{0, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
+  return fd;
+}
+
+FdStream::~FdStream() { ::close(fd_); }
+
+Status FdStream::WriteAll(std::span<const uint8_t> bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(StatusCode::kUnavailable, "send: {}", std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Result<size_t> FdStream::ReadSome(std::span<uint8_t> buffer) {
+  while (true) {
+    const ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Error(StatusCode::kTimeout, "no answer");
+    return Error(StatusCode::kUnavailable, "recv: {}", std::strerror(errno));
+  }
+}
+
+void FdStream::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+void FdStream::SetReadTimeout(int ms) {
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+namespace {
+
+// A net::Stream that forwards to one it does not own; while *batching, writes go to *batch.
+class Borrowed final : public net::Stream {
+ public:
+  Borrowed(net::Stream* s, bool* batching, std::vector<uint8_t>* batch)
+      : s_(s), batching_(batching), batch_(batch) {}
+  Status WriteAll(std::span<const uint8_t> b) override {
+    if (*batching_) {
+      batch_->insert(batch_->end(), b.begin(), b.end());
+      return Status::Ok();
+    }
+    return s_->WriteAll(b);
+  }
+  Result<size_t> ReadSome(std::span<uint8_t> b) override { return s_->ReadSome(b); }
+  void Shutdown() override { s_->Shutdown(); }
+  std::string peer() const override { return s_->peer(); }
+
+ private:
+  net::Stream* s_;
+  bool* batching_;
+  std::vector<uint8_t>* batch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RawClient>> RawClient::Connect(uint16_t port, const std::string& source) {
+  KV_ASSIGN_OR_RETURN(int fd, DialFrom(port, source));
+  auto c = std::unique_ptr<RawClient>(new RawClient());
+  c->tcp_ = std::make_unique<FdStream>(fd);
+  c->tcp_->SetReadTimeout(10000);
+  // A write the head never takes fails after a while instead of hanging the test.
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  ring::LinkAuth auth;
+  auth.ring_secret = kTestRingSecret;
+  KV_ASSIGN_OR_RETURN(auto hs, ring::HandshakeInitiate(*c->tcp_, wire::Role::kClient, auth));
+  auto borrowed = std::make_unique<Borrowed>(c->tcp_.get(), &c->batching_, &c->batch_);
+  c->secure_ = std::make_unique<ring::SecureStream>(std::move(borrowed), hs.tx, hs.rx, 80 << 20);
+  wire::Hello h{};
+  h.protocol_version = wire::kProtocolVersion;
+  h.role = static_cast<uint32_t>(wire::Role::kClient);
+  KV_RETURN_IF_ERROR(c->Send(ring::HelloMsg{h}));
+  KV_ASSIGN_OR_RETURN(ring::Message reply, c->Receive(10000));
+  if (!std::holds_alternative<ring::HelloMsg>(reply)) {
+    return Error("the head answered HELLO with {}", ring::MessageName(reply));
+  }
+  return c;
+}
+
+Status RawClient::Send(const ring::Message& m) {
+  return secure_->WriteAll(ring::EncodeMessage(m));
+}
+
+Status RawClient::SendBatch(const ring::Message& m, int n) {
+  const std::vector<uint8_t> frame = ring::EncodeMessage(m);
+  batch_.clear();
+  batching_ = true;
+  Status s;
+  for (int i = 0; i < n && s.ok(); ++i) s = secure_->WriteAll(frame);
+  batching_ = false;
+  KV_RETURN_IF_ERROR(s);
+  return tcp_->WriteAll(batch_);
+}
+
+Status RawClient::SendRaw(std::span<const uint8_t> bytes) { return tcp_->WriteAll(bytes); }
+
+Result<ring::Message> RawClient::Receive(int ms) {
+  tcp_->SetReadTimeout(ms);
+  uint8_t buf[16 * 1024];
+  while (true) {
+    KV_ASSIGN_OR_RETURN(auto next, decoder_.Next());
+    if (next.has_value()) {
+      KV_ASSIGN_OR_RETURN(ring::Message m, ring::DecodeMessage(*next));
+      if (std::holds_alternative<ring::KeepaliveMsg>(m)) continue;
+      return m;
+    }
+    KV_ASSIGN_OR_RETURN(size_t n, secure_->ReadSome(buf));
+    if (n == 0) return Error(StatusCode::kEndOfStream, "the head closed the link");
+    decoder_.Feed(std::span<const uint8_t>(buf, n));
+  }
+}
+
+uint16_t RawClient::local_port() const {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  getsockname(tcp_->fd(), reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+bool ServerHasRead(uint16_t server_port, uint16_t client_port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    // "  12: 0100007F:1F90 0100007F:D431 01 00000000:00000000 ..."
+    unsigned local_port = 0, remote_port = 0, tx = 0, rx = 0;
+    char local_ip[16], remote_ip[16];
+    if (std::sscanf(line.c_str(), " %*d: %8[0-9A-F]:%X %8[0-9A-F]:%X %*X %X:%X", local_ip,
+                    &local_port, remote_ip, &remote_port, &tx, &rx) != 6) {
+      continue;
+    }
+    if (local_port == server_port && remote_port == client_port) return rx == 0;
+  }
+  return true;  // the server closed it: nothing waits there either
 }
 
 }  // namespace kvasir::testing

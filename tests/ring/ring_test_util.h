@@ -15,7 +15,9 @@
 #include "model/sampler.h"
 #include "net/stream.h"
 #include "ring/client.h"
+#include "ring/frame.h"
 #include "ring/link.h"
+#include "ring/secure_stream.h"
 #include "ring/stage.h"
 
 namespace kvasir::testing {
@@ -101,6 +103,14 @@ class FakeNeighbours {
   // Starts a stage with `options` (listen and next are set here; key and ring_secret when
   // unset) and links to it both ways. nullptr, with a failed expectation, when that fails.
   static std::unique_ptr<FakeNeighbours> Start(ring::StageOptions options, const wire::Hello& me);
+  // The same, saying `as_pred` to the stage as its predecessor and `as_succ` as its successor
+  // (for a stage in the middle, whose neighbours hold different windows).
+  static std::unique_ptr<FakeNeighbours> Start(ring::StageOptions options,
+                                               const wire::Hello& as_pred,
+                                               const wire::Hello& as_succ);
+  // Sends STATS until one comes through to the successor side: from then on, what the stage
+  // sends on arrives in inbox(). False if none did within `ms`.
+  bool WaitForwarding(int ms = 10000);
   ~FakeNeighbours();  // closes both links, then stops the stage
 
   ring::Stage& stage() { return *stage_; }
@@ -115,6 +125,61 @@ class FakeNeighbours {
   std::thread runner_;
   std::unique_ptr<ring::Link> pred_, succ_;
   std::unique_ptr<Inbox> inbox_;
+};
+
+// A TCP connection to 127.0.0.1:`port` from the loopback address `source` (127.0.0.2, ...: each
+// is another address to the stage's per-address limits). The file descriptor, or an error.
+Result<int> DialFrom(uint16_t port, const std::string& source, int timeout_ms = 2000);
+
+// Whether the loopback connection from `client_port` to `server_port` has nothing waiting in the
+// server's receive queue (/proc/net/tcp): the server has read every byte the client sent, or has
+// closed the connection.
+bool ServerHasRead(uint16_t server_port, uint16_t client_port);
+
+// A net::Stream over a connected socket it owns; reads wait at most `read_timeout_ms` (then
+// fail with kTimeout), 0 for no limit.
+class FdStream final : public net::Stream {
+ public:
+  explicit FdStream(int fd) : fd_(fd) {}
+  ~FdStream() override;
+  Status WriteAll(std::span<const uint8_t> bytes) override;
+  Result<size_t> ReadSome(std::span<uint8_t> buffer) override;
+  void Shutdown() override;
+  std::string peer() const override { return "test peer"; }
+  void SetReadTimeout(int ms);
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A client of a head under the test's control, byte by byte: it dials from a loopback address of
+// its choice, authenticates the head by kTestRingSecret, and sends HELLO; then it sends whole
+// messages or raw bytes on the encrypted stream's socket (a record that never completes, a
+// length that lies), and reads what the head answers with a deadline.
+class RawClient {
+ public:
+  static Result<std::unique_ptr<RawClient>> Connect(uint16_t port,
+                                                    const std::string& source = "127.0.0.1");
+  // One message as one encrypted record.
+  Status Send(const ring::Message& m);
+  // `n` copies of `m`, one record each, in one write (a client that pipelines requests).
+  Status SendBatch(const ring::Message& m, int n);
+  // Bytes as they are, after the encrypted records sent so far.
+  Status SendRaw(std::span<const uint8_t> bytes);
+  // The next message within `ms`; an error when the head closed the link or nothing came.
+  Result<ring::Message> Receive(int ms);
+  void Close() { tcp_->Shutdown(); }
+  // This end's port (the stage sees the connection come from it).
+  uint16_t local_port() const;
+
+ private:
+  RawClient() = default;
+  std::unique_ptr<FdStream> tcp_;
+  std::vector<uint8_t> batch_;                  // what SendBatch seals before writing it
+  bool batching_ = false;
+  std::unique_ptr<ring::SecureStream> secure_;  // over tcp_ (or batch_), not owning it
+  ring::FrameDecoder decoder_;
 };
 
 // Greedy sampling (temperature 0): the sampling every exactness test compares under.

@@ -2,6 +2,8 @@
 // prompt checks and stop strings, and the tail's finish decisions.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include <set>
@@ -218,7 +220,9 @@ TEST(TailSamplerTest, GreedyTokenCarriesItsLogit) {
   SamplingParams p;
   p.temperature = 0;
   const wire::SamplingWire w = SamplingToWire(p, 2, false);
-  TailSampler t(w, {1, 2});
+  auto made = TailSampler::Create(w, {1, 2}, 8, 4);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  TailSampler& t = **made;
   const std::vector<float> logits = {0.5f, -1.0f, 3.25f, 0.0f};
   wire::TokenBody b = t.Sample(9, logits, 2, 8, [](int32_t id) { return id == 3; });
   EXPECT_EQ(b.session, 9u);
@@ -230,6 +234,23 @@ TEST(TailSamplerTest, GreedyTokenCarriesItsLogit) {
   EXPECT_EQ(b.finished, 1);
   EXPECT_EQ(b.reason, static_cast<uint8_t>(wire::FinishReason::kMaxTokens));
   EXPECT_EQ(t.n_generated(), 2);
+}
+
+// The last stage never samples with values it could not honour: they are refused, by name.
+TEST(TailSamplerTest, RefusesWhatItCannotSampleWith) {
+  wire::SamplingWire w = SamplingToWire(SamplingParams{}, 2, false);
+  w.temperature = std::numeric_limits<float>::quiet_NaN();
+  auto nan = TailSampler::Create(w, {1, 2}, 8, 4);
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.status().message().find("temperature"), std::string::npos);
+  w = SamplingToWire(SamplingParams{}, 2, false);
+  w.top_k = std::numeric_limits<int32_t>::min();
+  EXPECT_FALSE(TailSampler::Create(w, {1, 2}, 8, 4).ok());
+  w = SamplingToWire(SamplingParams{}, 2, false);
+  auto id = TailSampler::Create(w, {1, 4}, 8, 4);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("outside the vocabulary"), std::string::npos);
+  EXPECT_FALSE(TailSampler::Create(w, std::vector<int32_t>(8, 1), 8, 4).ok()) << "no room";
 }
 
 class FrontEndTest : public ::testing::Test {
