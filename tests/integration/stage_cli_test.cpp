@@ -91,7 +91,9 @@ bool LogHas(const std::string& log, const std::string& text) {
   return testing::ReadFileToString(log).find(text) != std::string::npos;
 }
 
-// Asks a stage for its statistics (SIGUSR1) and returns the "links refused N" it logs.
+// Asks a stage for its statistics (SIGUSR1) and returns the "links refused N" it logs. `log` must
+// be this process's alone (a restarted stage's log would say "listening" before it can take
+// SIGUSR1).
 int LinksRefused(ChildProcess& stage, const std::string& log) {
   static const std::regex kLine("links refused ([0-9]+)");
   auto count_lines = [&] {
