@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Kvasir builds and tests with. Idempotent: re-running is cheap.
+# Installs the Debian packages Kvasir needs. Idempotent: re-running is cheap.
+#   install-deps.sh           what building the `kvasir` binary needs (the README's first command)
+#   install-deps.sh --tests   that, and what the test suites, fuzzers and benchmarks need
+#                             (scripts/test.sh)
 set -euo pipefail
 
-packages=(
-  cmake ninja-build ccache pkg-config g++ clang-14 libclang-rt-14-dev
+build=(
+  cmake ninja-build ccache pkg-config g++
   libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev openssl python3 nginx iproute2 nftables tcpdump procps chromium
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev
 )
+# GoogleTest/Benchmark; clang-14 and its runtime for the fuzzers; openssl (test certificates),
+# nginx (fetch tests), iproute2/nftables/tcpdump (network-namespace tests), procps, curl and
+# chromium (the market end to end), python3 (the independent checks and the test summary).
+tests=(
+  libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
+  openssl nginx iproute2 nftables tcpdump procps curl chromium python3
+)
+
+packages=("${build[@]}")
+case "${1:-}" in
+  "") ;;
+  --tests) packages+=("${tests[@]}") ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -158,6 +158,9 @@ TensorType MatrixType(const SynthOptions& o, FileMix mix, const std::string& nam
                       uint64_t row_len) {
   const TensorType base = GetFileMixInfo(mix).base;
   MixTensor t{name, row_len, 2, o.n_layer, o.n_head / o.n_head_kv, o.tied};
+  // llama.cpp's "70B" class: 80 layers of a llama with grouped KV heads, or of a qwen2.
+  t.class_70b =
+      o.n_layer == 80 && (o.arch == "qwen2" || (o.arch == "llama" && o.n_head_kv < o.n_head));
   TensorType chosen = o.pure ? base : ChooseTensorType(mix, t);
   t.row_len = 0;  // fits every block size: the choice before any fallback
   const TensorType ideal = o.pure ? base : ChooseTensorType(mix, t);

@@ -131,6 +131,8 @@ TensorType ChooseTensorType(FileMix mix, const MixTensor& t) {
     } else if (mix == M::kQ4_K_S && layer < 4) {
       type = T::kQ5_K;
     }
+    // Its attn_v is 8x smaller than attn_q (8 query heads per KV head): more bits cost little.
+    if (t.class_70b && (type == T::kQ3_K || type == T::kQ4_K)) type = T::kQ5_K;
   } else if (role == Role::kFfnDown && layer >= 0) {
     if (mix == M::kQ2_K) {
       type = T::kQ3_K;

@@ -38,6 +38,7 @@ struct MixTensor {
   int n_layer = 0;        // layers of the model
   int n_gqa = 1;          // head_count / head_count_kv
   bool tied = false;      // token_embd.weight doubles as the output matrix
+  bool class_70b = false;  // llama.cpp's "70B" model class: attn_v gets q5_k over q3_k/q4_k
 };
 
 // The type `tensor` gets in a file of `mix`. Rows that are not a whole number of the chosen type's

@@ -4,10 +4,13 @@
 # the relay's own framing is visible and the operator's view is what is captured) and the client;
 # host "b" runs the middle stage, whose predecessor link goes through the relay and whose
 # successor link is direct TCP across the veth. tcpdump captures every interface of host "a"
-# while a generation runs. The capture must hold the traffic (the WebSocket upgrade is visible in
-# it) but neither the prompt nor any word of the generated text.
-# Usage: capture_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) without root or namespaces, and,
-# unless KVASIR_REQUIRE_ASSETS=1 (CI), without the model, ip or tcpdump.
+# while a generation runs. The capture must hold the traffic (the WebSocket upgrade and every
+# link's HANDSHAKE frames are visible in it) but neither the prompt nor any word of the generated
+# text, and no frame header but HANDSHAKE: stage links carry floats and ids, which no text search
+# would notice, so every frame after the handshake must be sealed (frame_scan.py). The scan is
+# first shown to find a frame sent in the clear, in a synthetic one.
+# Usage: capture_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) without root, namespaces, the
+# model, ip, tcpdump or python3, unless KVASIR_REQUIRE_ASSETS=1 (CI), where each of those fails.
 set -uo pipefail
 bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
 assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
@@ -16,6 +19,8 @@ pids=()
 # shellcheck source=netns_lib.sh
 source "$(dirname "$0")/netns_lib.sh"
 require_netns tcpdump "tcpdump"
+command -v python3 >/dev/null || missing "python3 is not installed"
+scan="$(dirname "$0")/frame_scan.py"
 
 tag=$$
 na=kv-a-$tag
@@ -56,12 +61,15 @@ if [ $status -ne 0 ] || [ "$got" != "$want" ]; then
   for f in client relay stage0 stage1 stage2; do echo "--- $f.log"; tail -n 20 "$work/$f.log"; done
   fail "the ring did not reproduce the single-process text (exit $status): '$got'"
 fi
-# Let tcpdump write out what the kernel still holds for it before stopping it.
-for _ in $(seq 50); do
-  [ "$(stat -c %s "$work/capture.pcap")" -gt 20000 ] && break
+# Everything the ring sent is in the file once a marker sent after it is: tcpdump writes packets in
+# the order it sees them (-U), so wait for a UDP datagram sent now to show up, then stop it.
+marker="kvasir-capture-end-$tag"
+ip netns exec "$na" bash -c "echo $marker >/dev/udp/10.78.0.1/9" || fail "cannot send the end marker"
+for _ in $(seq 100); do
+  grep -aqF "$marker" "$work/capture.pcap" && break
   sleep 0.1
 done
-sleep 0.5
+grep -aqF "$marker" "$work/capture.pcap" || fail "tcpdump did not write the end marker within 10 s"
 kill -INT "$tcpdump_pid"
 wait "$tcpdump_pid" 2>/dev/null
 size=$(stat -c %s "$work/capture.pcap")
@@ -78,5 +86,19 @@ for word in $(echo "$got" | tr -cs 'A-Za-z' '\n' | awk 'length($0) >= 5' | sort 
   if grep -aqF "$word" "$work/capture.pcap"; then echo "LEAK: generated word '$word'"; leaks=1; fi
 done
 [ $leaks -eq 0 ] || fail "prompt or generated text appears in the captured traffic"
-echo "captured $size bytes on host a (veth, loopback, relay): no prompt text, no token text"
+
+# Frame headers in the clear. The scan finds one that a link would send unsealed...
+python3 "$scan" --synthetic "$work/plain-frame.bin" || fail "frame_scan.py cannot write its synthetic frame"
+cat "$work/capture.pcap" "$work/plain-frame.bin" >"$work/capture-plus-plain.pcap"
+python3 "$scan" "$work/capture-plus-plain.pcap" | grep -q "^5 HIDDEN 1$" ||
+  fail "frame_scan.py misses a HIDDEN frame in the clear: $(python3 "$scan" "$work/capture-plus-plain.pcap")"
+# ...and in the capture sees every link's handshake (4 frames each: 3 stage links, 1 client at
+# least) but no other frame.
+frames=$(python3 "$scan" "$work/capture.pcap") || fail "frame_scan.py failed"
+echo "frame headers in the clear:" $frames
+handshakes=$(echo "$frames" | awk '$2 == "HANDSHAKE" {print $3}')
+[ "${handshakes:-0}" -ge 16 ] || fail "only ${handshakes:-0} HANDSHAKE frames in the capture (want >= 16): it did not see every link"
+others=$(echo "$frames" | awk '$2 != "HANDSHAKE" && NF == 3')
+[ -z "$others" ] || fail "frames other than HANDSHAKE travel in the clear: $others"
+echo "captured $size bytes on host a (veth, loopback, relay): no prompt text, no token text, no frame but HANDSHAKE in the clear"
 echo "PASS"

@@ -95,8 +95,9 @@ TEST(CliHybridTest, SynthQwen35MoeGeneratesSlicesAndRunsAsARing) {
   EXPECT_NE(sf->FindTensor("blk.4.ssm_a"), nullptr);
 }
 
-// `kvasir eval` on the shared fixture: teacher-forced logits within 1e-3 of llama.cpp's, and
-// `kvasir generate` prints llama.cpp's greedy text.
+// `kvasir eval` on the shared fixture: teacher-forced logits within 4e-5 of llama.cpp's (twice the
+// 2.0e-5 measured, as in model_test's Qwen35MoeReferenceTest), and `kvasir generate` prints
+// llama.cpp's greedy text.
 TEST(CliHybridTest, EvalAndGenerateMatchLlamaCppOnTheFixture) {
   KV_REQUIRE_ASSET("models/synth-qwen35moe-f32.gguf");
   KV_REQUIRE_ASSET("reference/synth-qwen35moe-f32.p2.json");
@@ -127,7 +128,8 @@ TEST(CliHybridTest, EvalAndGenerateMatchLlamaCppOnTheFixture) {
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(a) - b));
     }
   }
-  EXPECT_LE(max_abs, 1e-3);
+  std::printf("max |eval - llama.cpp| = %.3g (bound 4e-5)\n", max_abs);
+  EXPECT_LE(max_abs, 4e-5);
 
   RunResult gen = Kvasir({"generate", "-m", model, "-p", meta["prompt"].get<std::string>(), "-n",
                           std::to_string(generated.size()), "--temp", "0", "--ignore-eos"});

@@ -312,8 +312,10 @@ TEST(CliTest, EvalLogitsMatchReference) {
       max_abs = std::max(max_abs, std::fabs(double(row[v]) - exact[k * n_vocab + v]));
     }
   }
-  // llama.cpp itself is within 8.2e-6 of the float64 truth on this F32 model.
-  EXPECT_LT(max_abs, 1e-3);
+  // llama.cpp itself is within 7.4e-6 of the float64 truth on this case; `kvasir eval` was
+  // measured at 5.3e-6 (the same on every SIMD target): the bound is twice that.
+  std::printf("max |eval - exact| = %.3g (bound 1.1e-5)\n", max_abs);
+  EXPECT_LE(max_abs, 1.1e-5);
 }
 
 TEST(CliTest, EvalRejectsIdsOutsideVocab) {

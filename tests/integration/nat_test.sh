@@ -6,10 +6,9 @@
 # phone stage has both links relayed over wss (the third link is direct TCP) and checks that it
 # generates exactly the single-process tokens.
 # Usage: nat_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) where namespaces are not permitted
-# (not root, or the kernel refuses one), and, unless KVASIR_REQUIRE_ASSETS=1 (CI), where the model,
-# iproute2 (ip) or nftables (nft) is missing: under KVASIR_REQUIRE_ASSETS=1 those fail the test, so
-# a CI image that lost them cannot pass it by skipping. Namespaces and processes are removed on
-# every exit path.
+# (not root, or the kernel refuses one) or the model, iproute2 (ip) or nftables (nft) is missing,
+# unless KVASIR_REQUIRE_ASSETS=1 (CI): there each of those fails the test, so a CI machine that
+# lost one cannot pass it by skipping. Namespaces and processes are removed on every exit path.
 set -uo pipefail
 bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
 assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}

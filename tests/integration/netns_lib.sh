@@ -1,5 +1,7 @@
-# Shared by the network-namespace tests (nat_test.sh, capture_test.sh): source it after setting
-# `pids` (an array of background processes to stop on exit).
+# Shared by the network-namespace tests (nat_test.sh, capture_test.sh, market_test.sh): source it
+# after setting `pids` (an array of background processes to stop on exit). A test skips (exit 77)
+# only where something it needs is missing and KVASIR_REQUIRE_ASSETS is not 1; under
+# KVASIR_REQUIRE_ASSETS=1 (CI) every missing prerequisite, root and namespaces included, fails it.
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 # Something the test needs is missing: a skip, or a failure where everything is required.
@@ -12,7 +14,7 @@ require_netns() {  # require_netns TOOL "WHAT TOOL IS"
   [ -f "$model" ] || missing "missing asset $model"
   command -v ip >/dev/null || missing "iproute2 (ip) is not installed"
   command -v "$1" >/dev/null || missing "$2 is not installed"
-  [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (run as root, as CI does)"
+  [ "$(id -u)" -eq 0 ] || missing "network namespaces need root (run as root, as CI does)"
 }
 # Stops every process in `pids` with SIGTERM, then kills what is still there after 5 s.
 stop_pids() {
@@ -34,13 +36,14 @@ stop_pids() {
 
 # Two network namespaces NS_A and NS_B joined by a veth pair, at 10.SUBNET.0.1 and 10.SUBNET.0.2
 # (/24), loopback up. Sets `work` (a temporary directory) and an exit trap that stops `pids`,
-# removes both namespaces and the directory. Skips where the kernel refuses a namespace.
+# removes both namespaces and the directory. Where the kernel refuses a namespace: a skip, or a
+# failure under KVASIR_REQUIRE_ASSETS=1.
 two_hosts() {  # two_hosts NS_A NS_B SUBNET VETH_A VETH_B
   ns_a=$1 ns_b=$2
   work=$(mktemp -d)
   trap netns_cleanup EXIT
   trap 'exit 1' INT TERM
-  ip netns add "$ns_a" 2>"$work/err" || skip "cannot create a network namespace: $(cat "$work/err")"
+  ip netns add "$ns_a" 2>"$work/err" || missing "cannot create a network namespace: $(cat "$work/err")"
   ip netns add "$ns_b" || fail "cannot create the second namespace"
   ip link add "$4" type veth peer name "$5" || fail "cannot create a veth pair"
   ip link set "$4" netns "$ns_a"

@@ -1,10 +1,15 @@
 // Q4_1, Q5_0, Q5_1 and the K-quants: dequantization of hand-made blocks against the layouts
-// written out element by element (and against values ggml's dequantizers give for the same bytes),
-// quantize -> dequantize error bounds, and the fast paths against the reference.
+// written out element by element (and against the values scripts/kquant_values.py computes from
+// the formats' definitions), quantize -> dequantize error bounds, and the fast paths against the
+// reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -147,31 +152,44 @@ TEST(KQuantTest, DequantizeHandMadeBlocks) {
   }
 }
 
-// What ggml's dequantize_row_* returns for the pattern blocks (elements 0, 77, 130 and the last).
-TEST(KQuantTest, DequantizeMatchesGgmlValues) {
-  struct Golden {
-    TensorType type;
-    float v[4];
-  };
-  const Golden golden[] = {
-      {TensorType::kQ4_1, {6.25f, -1.25f, 3.25f, 4.75f}},
-      {TensorType::kQ5_0, {2.25f, 2.5f, 0.75f, 0.25f}},
-      {TensorType::kQ5_1, {8.25f, 0.75f, 13.25f, 1.25f}},
-      {TensorType::kQ2_K, {16.5f, 21.375f, 1.125f, 2.625f}},
-      {TensorType::kQ3_K, {20.25f, -0.0f, -0.5f, 10.5f}},
-      {TensorType::kQ4_K, {157.75f, 230.75f, 94.5f, 24.25f}},
-      {TensorType::kQ5_K, {405.75f, 558.75f, 94.5f, 54.25f}},
-      {TensorType::kQ6_K, {-178.875f, 166.25f, 17.875f, -7.5f}},
-  };
-  for (const Golden& g : golden) {
-    SCOPED_TRACE(Name(g.type));
-    const std::vector<uint8_t> block = PatternBlock(g.type);
-    const int64_t n = BlockValues(g.type);
-    std::vector<float> out(n);
-    ref::DequantizeRow(g.type, block.data(), n, out.data());
-    const int64_t at[4] = {0, 77 % n, 130 % n, n - 1};
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[at[i]], g.v[i]) << "element " << at[i];
+// The values scripts/kquant_values.py computes from the block layouts alone (the pattern block
+// above and two seeded blocks of each format, every value), which CI checks with the same script
+// (kquant_values_check): an expected value the code under test did not produce. Compared as floats,
+// so -0 and +0 are the same value (the sign of a zero follows the order of the multiplies).
+TEST(KQuantTest, DequantizeGivesTheValuesOfTheFormatDefinitions) {
+  const std::string path = std::string(KVASIR_SOURCE_DIR) + "/tests/kernels/kquant_values.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const nlohmann::json table = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(table.is_discarded()) << path << " is not JSON";
+  std::set<std::string> types;
+  for (const nlohmann::json& block : table["blocks"]) {
+    const std::string name = block["type"];
+    SCOPED_TRACE(name + " " + block["label"].get<std::string>());
+    const std::optional<TensorType> type = TensorTypeFromName(name);
+    ASSERT_TRUE(type.has_value()) << name;
+    types.insert(name);
+    const std::string hex = block["bytes"];
+    std::vector<uint8_t> bytes(hex.size() / 2);
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    }
+    const std::vector<float> want = block["values"].get<std::vector<float>>();
+    const int64_t n = BlockValues(*type);
+    ASSERT_EQ(bytes.size(), RowBytes(*type, n));
+    ASSERT_EQ(static_cast<int64_t>(want.size()), n);
+    std::vector<float> got(n);
+    ref::DequantizeRow(*type, bytes.data(), n, got.data());
+    for (int64_t v = 0; v < n; ++v) ASSERT_EQ(got[v], want[v]) << "element " << v;
+    ForEachSimdTarget([&](int64_t) {
+      std::vector<float> fast(n);
+      DequantizeRow(*type, bytes.data(), n, fast.data());
+      for (int64_t v = 0; v < n; ++v) ASSERT_EQ(fast[v], want[v]) << "element " << v;
+    });
   }
+  // Every block format the kernels read is in the table.
+  EXPECT_EQ(types.size(), std::size(kNewTypes) + 2) << "q4_0, q8_0 and the types of kNewTypes";
+  for (TensorType t : kNewTypes) EXPECT_TRUE(types.count(Name(t))) << Name(t);
 }
 
 // Relative RMS error of quantize -> dequantize on Gaussian data, at three magnitudes: the bound is

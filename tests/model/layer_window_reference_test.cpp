@@ -1,5 +1,6 @@
-// The whole model against the shared references: teacher-forced logits against the exact float64
-// forward pass (bounded by llama.cpp's own error), and greedy generation against llama.cpp's ids.
+// The whole model against the shared references: teacher-forced logits (in one batch and token by
+// token) within measured bounds of llama.cpp's and of the exact float64 pass, llama.cpp's greedy
+// picks wherever the reference's margin makes them certain, and free-running greedy decoding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "gguf/gguf_writer.h"
 #include "model/layer_window.h"
 #include "model/sampler.h"
+#include "reference_check.h"
 #include "test_assets.h"
 #include "tiny_model.h"
 
@@ -16,32 +18,71 @@ namespace kvasir {
 namespace {
 
 using testing::AssetPath;
+using testing::CompareWithReference;
+using testing::LoadReferenceCase;
+using testing::ReferenceBounds;
+using testing::ReferenceCase;
+using testing::ReferenceComparison;
 
-struct RefCase {
-  nlohmann::json meta;
-  std::vector<int32_t> prompt_ids, generated_ids;
-  std::vector<float> exact;  // [n_steps, n_vocab]
+// The bounds each case is held to: twice the largest difference measured (rounded up) over the
+// batch and the token-by-token paths and over every SIMD target (KVASIR_SIMD_TARGET=AVX3_DL, AVX2
+// and SCALAR gave the same figures), with
+//   model_test --gtest_filter='Models/ReferenceTest.*'
+// which prints the figures of each run. Measured |ours - llama.cpp| / |ours - exact|, and
+// llama.cpp's own |llama.cpp - exact| (reference/README.md):
+//   stories260K.p1/p2            7.6e-6 / 5.3e-6, 8.5e-6 / 6.7e-6   (7.4e-6, 8.2e-6)
+//   stories260K-q8_0.p1/p2       0.262 / 0.217, 0.236 / 0.257       (0.205, 0.215)
+//   stories260K-q4_0.p1/p2       0.311 / 0.233, 0.260 / 0.242       (0.226, 0.282)
+//   llama-2-tiny-random.p1/p2    8.7e-5 / 4.5e-8, 6.3e-5 / 4.5e-8   (8.7e-5, 6.4e-5)
+//   synth-qwen2-q8_0.p1/p2       4.7e-3 / 0.070, 4.8e-7 / 0.065     (0.070, 0.065)
+//   synth-llama-q4_k_m.p1/p2     0.101 / 0.060, 0.180 / 0.091       (0.090, 0.129)
+//   synth-qwen3-q4_0.p1/p2       0.054 / 0.058, 0.031 / 0.076       (0.060, 0.062)
+// `steps` is how many of the 24 steps those bounds make certain (a margin above twice a bound, of
+// llama.cpp's logits or of the exact ones): at least that many picks are checked.
+struct CaseBounds {
+  const char* stem;
+  ReferenceBounds bounds;  // {vs llama.cpp, vs exact}
+  int steps;
 };
+// clang-format off
+constexpr CaseBounds kBounds[] = {
+    {"stories260K.p1", {1.6e-5, 1.1e-5}, 24},
+    {"stories260K.p2", {1.7e-5, 1.4e-5}, 24},
+    {"stories260K-q8_0.p1", {0.53, 0.44}, 22},
+    {"stories260K-q8_0.p2", {0.48, 0.52}, 16},
+    {"stories260K-q4_0.p1", {0.63, 0.47}, 21},
+    {"stories260K-q4_0.p2", {0.52, 0.49}, 14},
+    {"llama-2-tiny-random.p1", {1.8e-4, 1e-7}, 24},
+    {"llama-2-tiny-random.p2", {1.3e-4, 1e-7}, 24},
+    {"synth-qwen2-q8_0.p1", {9.4e-3, 0.15}, 24},
+    {"synth-qwen2-q8_0.p2", {1e-6, 0.14}, 24},
+    {"synth-llama-q4_k_m.p1", {0.21, 0.12}, 13},
+    {"synth-llama-q4_k_m.p2", {0.36, 0.19}, 4},
+    {"synth-qwen3-q4_0.p1", {0.11, 0.12}, 15},
+    {"synth-qwen3-q4_0.p2", {0.063, 0.16}, 18},
+};
+// clang-format on
 
-RefCase LoadCase(const std::string& stem) {
-  RefCase c;
-  std::ifstream in(AssetPath("reference/" + stem + ".json"));
-  c.meta = nlohmann::json::parse(in);
-  c.prompt_ids = c.meta["prompt_ids"].get<std::vector<int32_t>>();
-  c.generated_ids = c.meta["generated_ids"].get<std::vector<int32_t>>();
-  const std::string raw =
-      testing::ReadFileToString(AssetPath("reference/" + c.meta["exact_f64_logits_file"].get<std::string>()));
-  c.exact.resize(raw.size() / 4);
-  std::memcpy(c.exact.data(), raw.data(), c.exact.size() * 4);
-  return c;
+const CaseBounds* FindBounds(const std::string& stem) {
+  for (const CaseBounds& b : kBounds) {
+    if (stem == b.stem) return &b;
+  }
+  ADD_FAILURE() << "no bounds for " << stem;
+  return nullptr;
+}
+
+ReferenceBounds BoundsOf(const std::string& stem) {
+  const CaseBounds* b = FindBounds(stem);
+  return b != nullptr ? b->bounds : ReferenceBounds{};
 }
 
 std::unique_ptr<LayerWindow> LoadFull(const std::string& model, int n_threads = 2) {
   auto file = GgufFile::Open(AssetPath("models/" + model));
   EXPECT_TRUE(file.ok()) << file.status().message();
+  if (!file.ok()) return nullptr;
   auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-  const int n_layer = static_cast<int>(*shared->GetUint(*shared->GetString("general.architecture") +
-                                                        ".block_count"));
+  const int n_layer = static_cast<int>(
+      *shared->GetUint(*shared->GetString("general.architecture") + ".block_count"));
   WindowOptions opt;
   opt.n_ctx = 256;
   opt.n_threads = n_threads;
@@ -50,41 +91,109 @@ std::unique_ptr<LayerWindow> LoadFull(const std::string& model, int n_threads = 
   return w.ok() ? std::move(w).value() : nullptr;
 }
 
-class ReferenceTest : public ::testing::TestWithParam<std::string> {};
+// Holds a comparison to the case's bounds and reports it.
+void ExpectWithinBounds(const ReferenceCase& c, const ReferenceComparison& r, const char* path) {
+  const ReferenceBounds b = BoundsOf(c.stem);
+  std::printf(
+      "%s (%s): max |ours - llama.cpp| = %.3g (bound %.3g), max |ours - exact| = %.3g "
+      "(bound %.3g); picks checked: %d of %zu against llama.cpp's, %d against the exact "
+      "argmax (%d steps)\n",
+      c.stem.c_str(), path, r.vs_llamacpp, b.vs_llamacpp, r.vs_exact, b.vs_exact, r.picks_checked,
+      c.steps(), r.exact_picks_checked, r.steps_checked);
+  EXPECT_LE(r.vs_llamacpp, b.vs_llamacpp) << c.stem;
+  EXPECT_LE(r.vs_exact, b.vs_exact) << c.stem;
+  if (const CaseBounds* cb = FindBounds(c.stem)) {
+    EXPECT_GE(r.steps_checked, cb->steps) << c.stem << ": fewer steps checked than recorded";
+  }
+  for (const std::string& w : r.wrong_picks) ADD_FAILURE() << c.stem << ": " << w;
+}
 
-// Teacher forcing along llama.cpp's greedy path: our logits must be at least as close to the exact
-// float64 logits as llama.cpp's are, within a factor of 2.
-TEST_P(ReferenceTest, LogitsMatchExactWithinLlamaCppError) {
-  const std::string stem = GetParam();
-  KV_REQUIRE_ASSET("reference/" + stem + ".json");
-  RefCase c = LoadCase(stem);
-  auto w = LoadFull(c.meta["model"].get<std::string>());
-  ASSERT_NE(w, nullptr);
-  std::vector<int32_t> ids = c.prompt_ids;
-  ids.insert(ids.end(), c.generated_ids.begin(), c.generated_ids.end() - 1);
-  ASSERT_TRUE(w->OpenSequence(0).ok());
+class ReferenceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    KV_REQUIRE_ASSET("reference/" + GetParam() + ".json");
+    case_ = LoadReferenceCase(GetParam());
+    KV_REQUIRE_ASSET("models/" + case_.meta["model"].get<std::string>());
+    ASSERT_EQ(case_.llamacpp.size(), case_.steps() * case_.n_vocab);
+    ASSERT_EQ(case_.exact.size(), case_.steps() * case_.n_vocab);
+    window_ = LoadFull(case_.meta["model"].get<std::string>());
+    ASSERT_NE(window_, nullptr);
+  }
+  ReferenceCase case_;
+  std::unique_ptr<LayerWindow> window_;
+};
+
+// Teacher forcing along llama.cpp's greedy path, the whole sequence in one batch: every logit
+// within the case's bounds of llama.cpp's and of the exact ones, and llama.cpp's pick wherever its
+// margin makes it certain.
+TEST_P(ReferenceTest, BatchLogitsStayWithinTheMeasuredBounds) {
+  ASSERT_TRUE(window_->OpenSequence(0).ok());
   ForwardInput in;
-  in.chunks = {{0, 0, static_cast<int>(ids.size())}};
-  in.tokens = ids;
+  in.chunks = {{0, 0, static_cast<int>(case_.forced.size())}};
+  in.tokens = case_.forced;
   in.all_logits = true;
   ForwardOutput out;
-  ASSERT_TRUE(w->Forward(in, &out).ok());
-  const int n_vocab = c.meta["n_vocab"].get<int>();
-  const size_t n_steps = c.generated_ids.size();
-  ASSERT_EQ(out.logits.size(), ids.size() * n_vocab);
-  ASSERT_EQ(c.exact.size(), n_steps * n_vocab);
-  double max_abs = 0;
-  for (size_t s = 0; s < n_steps; ++s) {
-    const float* ours = out.logits.data() + (c.prompt_ids.size() - 1 + s) * n_vocab;
-    for (int v = 0; v < n_vocab; ++v) {
-      max_abs = std::max(max_abs, std::fabs(static_cast<double>(ours[v]) - c.exact[s * n_vocab + v]));
-    }
+  ASSERT_TRUE(window_->Forward(in, &out).ok());
+  ASSERT_EQ(out.logits.size(), case_.forced.size() * case_.n_vocab);
+  const size_t first = case_.prompt.size() - 1;
+  const auto row = [&](size_t s) {
+    return std::span<const float>(out.logits.data() + (first + s) * case_.n_vocab, case_.n_vocab);
+  };
+  ExpectWithinBounds(case_, CompareWithReference(case_, row, BoundsOf(case_.stem)), "batch");
+}
+
+// The same along the decode path: the prompt in one batch, then llama.cpp's picks fed one token
+// at a time (the KV cache grows by one row per step).
+TEST_P(ReferenceTest, StepwiseLogitsStayWithinTheMeasuredBounds) {
+  ASSERT_TRUE(window_->OpenSequence(7).ok());
+  ForwardInput in;
+  in.chunks = {{7, 0, static_cast<int>(case_.prompt.size())}};
+  in.tokens = case_.prompt;
+  ForwardOutput out;
+  std::vector<float> rows;  // [n_steps, n_vocab]
+  for (size_t step = 0; step < case_.steps(); ++step) {
+    ASSERT_TRUE(window_->Forward(in, &out).ok());
+    ASSERT_EQ(out.logits.size(), static_cast<size_t>(case_.n_vocab));
+    rows.insert(rows.end(), out.logits.begin(), out.logits.end());
+    in.chunks = {{7, window_->SequenceLength(7), 1}};
+    in.tokens = std::span<const int32_t>(&case_.generated[step], 1);
   }
-  const double llama_err = c.meta["llama_cpp_vs_f64_max_abs"].get<double>();
-  RecordProperty("max_abs_vs_exact", std::to_string(max_abs));
-  std::printf("%s: max |ours - exact| = %.3g, llama.cpp's = %.3g\n", stem.c_str(), max_abs,
-              llama_err);
-  EXPECT_LE(max_abs, 2 * llama_err) << stem;
+  const auto row = [&](size_t s) {
+    return std::span<const float>(rows.data() + s * case_.n_vocab, case_.n_vocab);
+  };
+  ExpectWithinBounds(case_, CompareWithReference(case_, row, BoundsOf(case_.stem)), "stepwise");
+}
+
+// Free-running greedy decoding (our own picks fed back) follows llama.cpp's ids; it may part from
+// them only at a step whose margin is within the bound, after which the paths are not comparable.
+// On stories260K (F32, Q8_0) no step is that close: the whole text is llama.cpp's.
+TEST_P(ReferenceTest, GreedyIdsFollowLlamaCppUntilAnUncertainStep) {
+  const double bound = BoundsOf(case_.stem).vs_llamacpp;
+  ASSERT_TRUE(window_->OpenSequence(3).ok());
+  ForwardInput in;
+  in.chunks = {{3, 0, static_cast<int>(case_.prompt.size())}};
+  in.tokens = case_.prompt;
+  ForwardOutput out;
+  std::vector<int32_t> got;
+  size_t agreed = 0;
+  for (size_t step = 0; step < case_.steps(); ++step) {
+    ASSERT_TRUE(window_->Forward(in, &out).ok());
+    got.push_back(ArgMax(out.logits));
+    if (got.back() != case_.generated[step]) {
+      const double margin = testing::Margin(case_.LlamaRow(step));
+      EXPECT_LE(margin, 2 * bound) << case_.stem << ": step " << step << " picked " << got.back()
+                                   << ", llama.cpp " << case_.generated[step];
+      break;
+    }
+    ++agreed;
+    in.chunks = {{3, window_->SequenceLength(3), 1}};
+    in.tokens = std::span<const int32_t>(&got.back(), 1);
+  }
+  std::printf("%s: free-running greedy agrees with llama.cpp for %zu of %zu steps (%d certain)\n",
+              case_.stem.c_str(), agreed, case_.steps(), testing::CertainSteps(case_, bound));
+  if (case_.stem.rfind("stories260K.", 0) == 0 || case_.stem.rfind("stories260K-q8_0.", 0) == 0) {
+    EXPECT_EQ(got, case_.generated);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceTest,
@@ -95,43 +204,6 @@ INSTANTIATE_TEST_SUITE_P(Models, ReferenceTest,
                                            "synth-qwen2-q8_0.p1", "synth-qwen2-q8_0.p2",
                                            "synth-llama-q4_k_m.p1", "synth-llama-q4_k_m.p2",
                                            "synth-qwen3-q4_0.p1", "synth-qwen3-q4_0.p2"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return s;
-                         });
-
-// Greedy decoding token by token (prefill, then one token per step) reproduces llama.cpp's ids on
-// the models whose top-1 margins are far above the numeric error.
-class GreedyTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GreedyTest, GreedyIdsMatchReference) {
-  const std::string stem = GetParam();
-  KV_REQUIRE_ASSET("reference/" + stem + ".json");
-  RefCase c = LoadCase(stem);
-  auto w = LoadFull(c.meta["model"].get<std::string>());
-  ASSERT_NE(w, nullptr);
-  ASSERT_TRUE(w->OpenSequence(7).ok());
-  ForwardInput in;
-  in.chunks = {{7, 0, static_cast<int>(c.prompt_ids.size())}};
-  in.tokens = c.prompt_ids;
-  ForwardOutput out;
-  std::vector<int32_t> got;
-  for (size_t step = 0; step < c.generated_ids.size(); ++step) {
-    ASSERT_TRUE(w->Forward(in, &out).ok());
-    const int32_t next = ArgMax(out.logits);
-    got.push_back(next);
-    in.chunks = {{7, w->SequenceLength(7), 1}};
-    in.tokens = std::span<const int32_t>(&got.back(), 1);
-  }
-  EXPECT_EQ(got, c.generated_ids);
-}
-
-INSTANTIATE_TEST_SUITE_P(Models, GreedyTest,
-                         ::testing::Values("stories260K.p1", "stories260K.p2",
-                                           "stories260K-q8_0.p1", "stories260K-q8_0.p2"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s) {
@@ -162,7 +234,8 @@ TEST(ReferenceErrors, UnsupportedTensorTypeIsNamed) {
       std::vector<uint8_t> bytes(t.n_elements() / info->block_elems * info->block_bytes);
       ASSERT_TRUE(w.AddTensor(t.name, TensorType::kIQ2_XXS, ne, bytes).ok());
     } else {
-      ASSERT_TRUE(w.AddTensor(t.name, static_cast<TensorType>(t.type), ne, f32->TensorData(t)).ok());
+      ASSERT_TRUE(
+          w.AddTensor(t.name, static_cast<TensorType>(t.type), ne, f32->TensorData(t)).ok());
     }
   }
   const std::string path = dir.File("tiny-iq2_xxs.gguf");

@@ -1,17 +1,18 @@
 // The per-tensor types of each file mix, as llama.cpp's quantizer chooses them for a dense model.
+// scripts/quant_mix.py (CTest quant_mix_check) checks `kvasir synth` against those rules, written
+// out independently and checked on files llama-quantize made.
 #include "model/quant_mix.h"
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 namespace kvasir {
 namespace {
 
 using T = TensorType;
 
-MixTensor Tensor(const std::string& name, int n_layer = 8, uint64_t row_len = 2048, bool tied = false,
-                 int n_gqa = 1) {
+MixTensor Tensor(const std::string& name, int n_layer = 8, uint64_t row_len = 2048,
+                 bool tied = false, int n_gqa = 1) {
   static thread_local std::string storage;
   storage = name;
   return MixTensor{storage, row_len, 2, n_layer, n_gqa, tied};
@@ -39,13 +40,16 @@ TEST(QuantMixTest, Q4KMOnEightLayers) {
     const bool more = il == 0 || il == 3 || il == 6 || il == 7;
     const auto name = [il](const char* t) { return fmt::format("blk.{}.{}", il, t); };
     EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor(name("attn_v.weight"))),
-              more ? T::kQ6_K : T::kQ4_K) << il;
+              more ? T::kQ6_K : T::kQ4_K)
+        << il;
     EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor(name("ffn_down.weight"))),
-              more ? T::kQ6_K : T::kQ4_K) << il;
+              more ? T::kQ6_K : T::kQ4_K)
+        << il;
     EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor(name("attn_q.weight"))), T::kQ4_K);
     EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor(name("ffn_gate.weight"))), T::kQ4_K);
     EXPECT_EQ(ChooseTensorType(FileMix::kQ5_K_M, Tensor(name("ffn_down.weight"))),
-              more ? T::kQ6_K : T::kQ5_K) << il;
+              more ? T::kQ6_K : T::kQ5_K)
+        << il;
   }
   EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor("output.weight")), T::kQ6_K);
   EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, Tensor("token_embd.weight")), T::kQ4_K);
@@ -77,6 +81,21 @@ TEST(QuantMixTest, OtherMixes) {
   EXPECT_EQ(ChooseTensorType(FileMix::kQ3_K_M, Tensor("blk.1.attn_v.weight")), T::kQ5_K);
   EXPECT_EQ(ChooseTensorType(FileMix::kQ3_K_M, Tensor("blk.2.attn_v.weight")), T::kQ4_K);
   EXPECT_EQ(ChooseTensorType(FileMix::kQ3_K_M, Tensor("blk.2.attn_output.weight")), T::kQ4_K);
+}
+
+// llama.cpp's "70B" class (an 80-layer llama with grouped KV heads): attn_v gets q5_k where the
+// mix would give q3_k or q4_k; q6_k stays.
+TEST(QuantMixTest, SeventyBClassAttnVGetsQ5K) {
+  MixTensor v = Tensor("blk.11.attn_v.weight", 80, 8192, false, 8);
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, v), T::kQ4_K);
+  v.class_70b = true;
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, v), T::kQ5_K);
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ2_K, v), T::kQ5_K);
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ3_K_S, v), T::kQ5_K);
+  v.name = "blk.0.attn_v.weight";  // one of the layers that get more bits
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, v), T::kQ6_K);
+  v.name = "blk.11.attn_q.weight";
+  EXPECT_EQ(ChooseTensorType(FileMix::kQ4_K_M, v), T::kQ4_K);
 }
 
 // Rows that are not whole 256-value superblocks fall back: q4_k -> q5_0, q5_k -> q5_1,

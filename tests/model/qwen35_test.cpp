@@ -81,8 +81,11 @@ Reference LoadReference(const std::string& stem) {
 
 class Qwen35MoeReferenceTest : public ::testing::TestWithParam<std::string> {};
 
-// Teacher-forced logits within 1e-3 of llama.cpp's (its own batch-versus-stepwise difference on
-// these cases is 1.7e-5 / 2.3e-5), and the greedy ids equal at every step.
+// Teacher-forced logits within 4e-5 of llama.cpp's: twice the 2.0e-5 measured on both cases (the
+// same on every SIMD target, AVX3_DL to SCALAR); llama.cpp's own batch-versus-stepwise difference
+// is 1.7e-5 / 2.3e-5 and an independent float64 pass lands 2.1e-5 away. Every step's margin
+// (0.04 at least) is far above twice that, so every greedy id must be llama.cpp's.
+constexpr double kMaxAbsVsLlamaCpp = 4e-5;
 TEST_P(Qwen35MoeReferenceTest, MatchesLlamaCppLogits) {
   const std::string stem = GetParam();
   KV_REQUIRE_ASSET("reference/" + stem + ".json");
@@ -103,8 +106,9 @@ TEST_P(Qwen35MoeReferenceTest, MatchesLlamaCppLogits) {
                          std::fabs(static_cast<double>(row[v]) - ref.logits[s * ref.n_vocab + v]));
     }
   }
-  std::printf("%s: max |ours - llama.cpp| = %.3g\n", stem.c_str(), max_abs);
-  EXPECT_LE(max_abs, 1e-3) << stem;
+  std::printf("%s: max |ours - llama.cpp| = %.3g (bound %.3g)\n", stem.c_str(), max_abs,
+              kMaxAbsVsLlamaCpp);
+  EXPECT_LE(max_abs, kMaxAbsVsLlamaCpp) << stem;
 }
 
 // Greedy decoding one token at a time after the prompt batch gives llama.cpp's ids, and the same

@@ -248,8 +248,12 @@ TEST(RopeModelTest, FreqFactorsOfTwoEqualLinearScalingByTwo) {
 }
 
 // ../shared/models/synth-llama31-f32.gguf carries Llama 3.1 scaling only as rope_freqs.weight;
-// llama.cpp's logits (f32 weights) are matched within 1e-3 and its greedy ids exactly, by the whole
-// model and by two windows split between the layers (the tail window must bind the factors too).
+// llama.cpp's logits (f32 weights) are matched within twice what was measured (5.3e-6 on p1,
+// 2.5e-5 on p6, the same on every SIMD target; llama.cpp's own batch-versus-stepwise difference
+// is 4.3e-6 / 4.9e-6, an independent float64 pass 4.2e-6 / 2.6e-5) and its greedy ids exactly
+// (every margin is above 0.026), by the whole model and by two windows split between the layers
+// (the tail window must bind the factors too). Ignoring rope_freqs would be 0.068 / 0.742 away.
+double MaxAbsVsLlamaCpp(const std::string& stem) { return stem.ends_with(".p6") ? 5e-5 : 1.1e-5; }
 class Llama31Test : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Llama31Test, MatchesLlamaCppLogits) {
@@ -279,8 +283,9 @@ TEST_P(Llama31Test, MatchesLlamaCppLogits) {
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(row[v]) - ref[s * n_vocab + v]));
     }
   }
-  std::printf("%s: max |ours - llama.cpp| = %.3g\n", stem.c_str(), max_abs);
-  EXPECT_LE(max_abs, 1e-3) << stem;
+  std::printf("%s: max |ours - llama.cpp| = %.3g (bound %.3g)\n", stem.c_str(), max_abs,
+              MaxAbsVsLlamaCpp(stem));
+  EXPECT_LE(max_abs, MaxAbsVsLlamaCpp(stem)) << stem;
 
   // Two windows: [0, 1) with the embeddings, [1, 2) with the head.
   auto shared = std::make_shared<const GgufFile>(std::move(GgufFile::Open(model).value()));

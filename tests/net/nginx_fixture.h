@@ -18,7 +18,7 @@ namespace kvasir::testing {
 class Nginx {
  public:
   struct Options {
-    std::string root;               // directory served
+    std::string root;                // directory served
     std::string slow_rate = "512k";  // limit_rate of /slow/
     bool tls = true;
   };
@@ -31,7 +31,8 @@ class Nginx {
   std::string TlsUrl(const std::string& path) const;
   const std::string& tls_why() const { return tls_why_; }
   const std::string& ca_file() const { return cert_; }
-  // Kills nginx at once (SIGKILL: open transfers are cut) / starts it again on the same ports.
+  // Kills nginx at once (SIGKILL: open transfers are cut; new connections wait in the backlog of
+  // the sockets the fixture holds) / starts it again on the same sockets.
   void Kill();
   bool Restart(std::string* why);
   const std::string& error_log() const { return error_log_; }
@@ -41,6 +42,7 @@ class Nginx {
   bool Launch(std::string* why);
   std::string dir_, conf_, cert_, error_log_, tls_why_;
   uint16_t port_ = 0, tls_port_ = 0;
+  int fd_ = -1, tls_fd_ = -1;  // the listening sockets, bound once and held; nginx inherits them
   pid_t pid_ = -1;
 };
 
@@ -51,15 +53,15 @@ std::string FindNginx();
 
 // Starts nginx into `var` (a std::unique_ptr<Nginx>), or skips the test (fails it under
 // KVASIR_REQUIRE_ASSETS=1, as CI installs nginx) when nginx is unavailable.
-#define KV_START_NGINX(var, options)                                                     \
-  std::unique_ptr<::kvasir::testing::Nginx> var;                                         \
-  do {                                                                                   \
-    std::string kv_why_;                                                                 \
-    var = ::kvasir::testing::Nginx::Start(options, &kv_why_);                            \
-    if (var == nullptr) {                                                                \
-      if (::kvasir::testing::AssetsRequired()) {                                         \
-        FAIL() << "nginx is required (KVASIR_REQUIRE_ASSETS=1): " << kv_why_;             \
-      }                                                                                  \
-      GTEST_SKIP() << "nginx unavailable: " << kv_why_;                                   \
-    }                                                                                    \
+#define KV_START_NGINX(var, options)                                          \
+  std::unique_ptr<::kvasir::testing::Nginx> var;                              \
+  do {                                                                        \
+    std::string kv_why_;                                                      \
+    var = ::kvasir::testing::Nginx::Start(options, &kv_why_);                 \
+    if (var == nullptr) {                                                     \
+      if (::kvasir::testing::AssetsRequired()) {                              \
+        FAIL() << "nginx is required (KVASIR_REQUIRE_ASSETS=1): " << kv_why_; \
+      }                                                                       \
+      GTEST_SKIP() << "nginx unavailable: " << kv_why_;                       \
+    }                                                                         \
   } while (0)

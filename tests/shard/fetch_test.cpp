@@ -290,14 +290,11 @@ TEST_F(FetchTest, AFileReplacedOnNginxMidDownloadIsRefused) {
   std::ofstream(swap, std::ios::binary) << original;
   FetchOptions o = Options(nginx->Url("/slow/swap.gguf"), 0, 3, out_.File("stage.gguf"));
   o.max_request_bytes = 512 << 10;
-  std::atomic<uint64_t> done{0};
-  o.progress = [&](const FetchProgress& p) { done = p.done_bytes; };
+  ProgressWaiter progress;
+  progress.Attach(o);
   Status s;
   std::thread fetch([&] { s = FetchSlice(o, nullptr); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (done.load() < (1u << 20) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(progress.WaitFor(1u << 20)) << "1 MiB did not arrive within 20 s";
   // The same size, other bytes, a later modification time (so nginx's ETag changes too).
   std::string tampered = original;
   for (size_t i = 64 << 10; i < tampered.size(); i += 4096) tampered[i] ^= 0x5a;
@@ -473,17 +470,15 @@ TEST_F(FetchTest, SurvivesTheServerBeingKilledAndRestarted) {
   o.retry.retries = 7;
   o.retry.delay_ms = 100;
   o.max_request_bytes = 512 << 10;
-  std::atomic<uint64_t> done{0};
-  o.progress = [&](const FetchProgress& p) { done = p.done_bytes; };
+  ProgressWaiter progress;
+  progress.Attach(o);
   FetchSummary sum;
   Status s;
   std::thread fetch([&] { s = FetchSlice(o, &sum); });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (done.load() < (2u << 20) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(progress.WaitFor(2u << 20)) << "2 MiB did not arrive within 20 s";
+  // SIGKILL cuts the transfers in flight; the test holds the listening sockets, so the retries
+  // wait in their backlog until the new nginx accepts them.
   nginx->Kill();
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   std::string why;
   ASSERT_TRUE(nginx->Restart(&why)) << why;
   fetch.join();

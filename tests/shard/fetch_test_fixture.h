@@ -2,8 +2,6 @@
 // served by nginx from a private directory, and helpers to compare fetched and local slices.
 #pragma once
 
-#include "shard/fetch.h"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -14,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -27,6 +26,7 @@
 #include "model/model_id.h"
 #include "nginx_fixture.h"
 #include "ring_test_util.h"
+#include "shard/fetch.h"
 #include "shard/slice.h"
 #include "test_assets.h"
 #include "tiny_model.h"
@@ -55,7 +55,8 @@ constexpr const char* kStories = "models/stories260K.gguf";
   return names;
 }
 
-[[maybe_unused]] std::string SliceBytes(const std::string& model, int first, int last, const TempDir& dir) {
+[[maybe_unused]] std::string SliceBytes(const std::string& model, int first, int last,
+                                        const TempDir& dir) {
   auto parent = GgufFile::Open(model);
   EXPECT_TRUE(parent.ok()) << parent.status().message();
   const std::string path = dir.File(fmt::format("ref-{}-{}.gguf", first, last));
@@ -66,7 +67,32 @@ constexpr const char* kStories = "models/stories260K.gguf";
   return bytes;
 }
 
-[[maybe_unused]] FetchOptions Options(const std::string& url, int first, int last, const std::string& out) {
+// Bytes done as FetchOptions::progress reports them, for a test to wait on (the fetch runs on
+// another thread).
+class ProgressWaiter {
+ public:
+  // Installs itself as `o`'s progress callback; `o` must not outlive the waiter.
+  void Attach(FetchOptions& o) {
+    o.progress = [this](const FetchProgress& p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = p.done_bytes;
+      cv_.notify_all();
+    };
+  }
+  // Waits until at least `bytes` are done, for at most `seconds`; whether they were.
+  bool WaitFor(uint64_t bytes, int seconds = 20) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(seconds), [&] { return done_ >= bytes; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t done_ = 0;
+};
+
+[[maybe_unused]] FetchOptions Options(const std::string& url, int first, int last,
+                                      const std::string& out) {
   FetchOptions o;
   o.url = url;
   o.first = first;
