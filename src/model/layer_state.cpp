@@ -110,4 +110,13 @@ Status LayerScratch::Reserve(Backend& be, const ModelConfig& cfg, bool has_atten
   return Status::Ok();
 }
 
+void LayerScratch::Release() {
+  for (Scratch* s :
+       {&cur,      &q_full, &q,       &k,      &v,         &gate,          &attn,
+        &proj,     &qkv,    &conv,    &z,      &alpha,     &beta,          &dn_out,
+        &ffn_gate, &ffn_up, &ffn_sum, &router, &route_ids, &route_weights, &shared_scale}) {
+    s->Release();
+  }
+}
+
 }  // namespace kvasir

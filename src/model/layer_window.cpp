@@ -289,7 +289,13 @@ void LayerStackWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
 Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
   int n_rows = 0;
   KV_RETURN_IF_ERROR(Validate(in, &n_rows));
-  KV_RETURN_IF_ERROR(Reserve(in, n_rows));
+  if (Status s = Reserve(in, n_rows); !s.ok()) {
+    // A batch the device cannot hold: the scratch goes back, so that smaller batches (the ring
+    // retries a refused batch item by item) still fit.
+    for (Scratch* b : {&x_, &ids_, &cos_sin_, &head_in_, &logits_}) b->Release();
+    scratch_.Release();
+    return s;
+  }
   Backend& be = *backend_;
   const int64_t rows = n_rows, e = cfg_.n_embd;
 

@@ -104,6 +104,7 @@ class Scratch {
   Status Reserve(Backend& be, int64_t n, std::string_view what);
   DevPtr operator+(int64_t n) const { return DevPtr{buf_.get(), 0} + n; }
   operator DevPtr() const { return DevPtr{buf_.get(), 0}; }  // NOLINT: reads like a pointer
+  void Release() { buf_.reset(); }
 
  private:
   std::unique_ptr<DeviceBuffer> buf_;
@@ -119,6 +120,8 @@ struct LayerScratch {
   // Room for n_rows rows in every buffer the window's layers use.
   Status Reserve(Backend& be, const ModelConfig& cfg, bool has_attention, bool has_delta_net,
                  int n_rows);
+  // Gives every buffer back to the backend.
+  void Release();
 };
 
 // x: [n_rows, n_embd] residual stream, updated in place. cos_sin: [n_rows, n_rot / 2, 2].
