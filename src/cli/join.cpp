@@ -71,8 +71,8 @@ int JoinMain(int argc, char** argv) {
       const uint64_t free = device->free_bytes > 0 ? device->free_bytes : device->memory_bytes;
       o.memory_bytes = static_cast<uint64_t>(static_cast<double>(free) * 0.8);
       if (o.memory_bytes == 0) {
-        return UsageError(kCmd, fmt::format("cannot read the free memory of {}; give --memory",
-                                            device->address));
+        return UsageError(
+            kCmd, fmt::format("cannot read the free memory of {}; give --memory", device->address));
       }
       KV_LOG_INFO("join: offering {} of {} ({}: {} free)", HumanBytes(o.memory_bytes),
                   device->address, device->name, HumanBytes(free));

@@ -2,9 +2,8 @@
 // head, stream the text to stdout, and summarise the run (and each stage) for stderr and --stats.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

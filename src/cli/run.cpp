@@ -351,12 +351,11 @@ int RunRing(RunOptions o) {
     // The listener goes to the stage; this process keeps no copy.
     net::Listener listener = std::move((*listeners)[i]);
     const int listen_fd = listener.Release();
-    args.insert(args.end(), {
-        "--listen-fd", std::to_string(listen_fd),
-        "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--backend", plan[i].backend,
-        "--boundary", o.boundary,
-        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
-        "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
+    args.insert(args.end(),
+                {"--listen-fd", std::to_string(listen_fd), "--name", c.name, "-t",
+                 std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
+                 o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
+                 "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
     auto pid = Spawn(args, -1, listen_fd);
     ::close(listen_fd);
     if (!pid.ok()) {
@@ -436,7 +435,8 @@ int RunMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--backends", o.backends,
                    "where each stage runs, in ring order, e.g. cpu,opencl,cpu (one value: every "
-                   "stage; default: the manifest's ranks, else cpu): " + BackendSyntax())
+                   "stage; default: the manifest's ranks, else cpu): " +
+                       BackendSyntax())
         ->delimiter(',');
     app.add_option("-c,--ctx-size", o.n_ctx, "context per session; 0 = model's, max 4096")
         ->capture_default_str();

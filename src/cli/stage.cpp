@@ -218,10 +218,11 @@ int StageMain(int argc, char** argv) {
       }
     }
     // Before any download: a backend this machine cannot run makes the window useless.
-    if (auto code = CheckBackendFlag(
-            kCmd, backend_opt->count() == 0 && !manifest_path.empty() ? "the manifest's rank"
-                                                                       : "--backend",
-            opt.backend)) {
+    if (auto code = CheckBackendFlag(kCmd,
+                                     backend_opt->count() == 0 && !manifest_path.empty()
+                                         ? "the manifest's rank"
+                                         : "--backend",
+                                     opt.backend)) {
       return *code;
     }
     if (!fetch_url.empty()) {
