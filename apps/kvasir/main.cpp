@@ -22,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
     {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
     {"profile", kvasir::cli::ProfileMain, "time this device on a model and print a devices.json entry"},
+    {"devices", kvasir::cli::DevicesMain, "list this machine's devices by backend (cpu, opencl, cuda)"},
     {"plan", kvasir::cli::PlanMain, "choose devices and layer windows; write a rank manifest"},
     {"inspect", kvasir::cli::InspectMain, "show a GGUF file's metadata, tensors and layer sizes"},
     {"tokenize", kvasir::cli::TokenizeMain, "print the token ids a model's tokenizer gives a text"},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/ring_bench.h"
@@ -24,6 +25,7 @@ constexpr const char* kCmd = "bench";
 struct BenchOptions {
   std::string model_path;
   int n_threads = 1;
+  std::string backend = "cpu";
   int n_prompt = 128;
   int n_gen = 64;
   int repetitions = 5;
@@ -110,7 +112,8 @@ int RunBench(const BenchOptions& o) {
   if (o.repetitions < 1) {
     return UsageError(kCmd, fmt::format("-r must be >= 1 (got {})", o.repetitions));
   }
-  auto model = LoadModel(o.model_path, o.n_prompt + o.n_gen, o.n_threads, false);
+  if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
+  auto model = LoadModel(o.model_path, o.n_prompt + o.n_gen, o.n_threads, false, o.backend);
   if (!model.ok()) return Fail(kCmd, model.status());
   LayerWindow& window = *model->window;
   const std::vector<int32_t> prompt = BenchTokens(o.n_prompt, window.config().n_vocab);
@@ -141,6 +144,8 @@ int RunBench(const BenchOptions& o) {
                         {"params", params},
                         {"bytes_per_type", types},
                         {"threads", o.n_threads},
+                        {"backend", window.device().address},
+                        {"device", window.device().name},
                         {"simd_target", simd},
                         {"n_prompt", o.n_prompt},
                         {"n_gen", o.n_gen},
@@ -162,8 +167,10 @@ int RunBench(const BenchOptions& o) {
                   std::to_string(o.n_threads), fmt::format("tg{}", o.n_gen), Rate(decode)});
   }
   std::string text = table.Render(/*markdown=*/true);
-  text += fmt::format("\nsimd: {}   types: {}   peak RSS: {}   repetitions: {} (+1 warm-up)\n",
-                      simd, TypesText(file), HumanBytes(PeakRssBytes()), o.repetitions);
+  text += fmt::format(
+      "\nbackend: {} ({})   simd: {}   types: {}   peak RSS: {}   repetitions: {} (+1 warm-up)\n",
+      window.device().address, window.device().name, simd, TypesText(file),
+      HumanBytes(PeakRssBytes()), o.repetitions);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
@@ -182,6 +189,7 @@ int BenchMain(int argc, char** argv) {
         ->delimiter(',')
         ->capture_default_str();
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    AddBackendFlag(app, &o.backend);
     app.add_option("-p,--n-prompt", o.n_prompt, "prompt tokens per prefill")->capture_default_str();
     app.add_option("-n,--n-gen", o.n_gen, "decode steps")->capture_default_str();
     app.add_option("-r,--repetitions", o.repetitions, "counted repetitions")->capture_default_str();

@@ -282,13 +282,14 @@ std::vector<std::pair<std::string, uint64_t>> BytesPerType(const GgufFile& file)
 // ---- Model loading --------------------------------------------------------------------------
 
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
-                              bool with_tokenizer) {
+                              bool with_tokenizer, const std::string& backend) {
   LoadedModel model;
   KV_ASSIGN_OR_RETURN(model.file, OpenGguf(path));
   WindowOptions options;
   options.n_ctx = n_ctx;
   options.n_threads = n_threads;
   options.max_sequences = 1;
+  options.backend = backend;
 
   auto config = LoadModelConfig(*model.file);
   if (!config.ok()) return WithPath(config.status(), path);

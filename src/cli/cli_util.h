@@ -140,9 +140,9 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;  // null unless requested
 };
 
-// Opens `path` and loads layers [0, n_layer) with embeddings and head. `n_ctx` 0 = the window's
-// default. Errors name the file.
+// Opens `path` and loads layers [0, n_layer) with embeddings and head on `backend` (--backend
+// text). `n_ctx` 0 = the window's default. Errors name the file.
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
-                              bool with_tokenizer);
+                              bool with_tokenizer, const std::string& backend = "cpu");
 
 }  // namespace kvasir::cli

@@ -21,5 +21,6 @@ int IdMain(int argc, char** argv);
 int MarketMain(int argc, char** argv);
 int JoinMain(int argc, char** argv);
 int TokenizeMain(int argc, char** argv);
+int DevicesMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "cli/backend_flag.h"
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/progress.h"
@@ -34,6 +35,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::optional<uint64_t> seed;
   int n_threads = 1;
+  std::string backend = "cpu";
   int n_ctx = 0;
   std::string stats_path;
   bool ignore_eos = false;
@@ -140,6 +142,7 @@ nlohmann::json StatsJson(const GenerateOptions& o, const GenerateStats& s) {
           {"total_ms", s.total_ms},
           {"load_ms", s.load_ms},
           {"threads", o.n_threads},
+          {"backend", o.backend},
           {"simd_target", SimdTargetName()},
           {"peak_rss_bytes", PeakRssBytes()},
           {"seed", o.sampling.seed},
@@ -242,6 +245,7 @@ int RunGenerate(GenerateOptions o) {
     return RunOnRing(o);
   }
   if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL (or --ring HOST:PORT)");
+  if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
   if (!o.stats_path.empty()) {
     if (Status st = CheckWritable(o.stats_path); !st.ok()) return Fail(kCmd, st);
   }
@@ -257,7 +261,7 @@ int RunGenerate(GenerateOptions o) {
   }
 
   Stopwatch load_clock;
-  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true);
+  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend);
   if (!model.ok()) return Fail(kCmd, model.status());
   GenerateStats stats;
   stats.load_ms = load_clock.Millis();
@@ -289,10 +293,11 @@ int RunGenerate(GenerateOptions o) {
   }
   std::fprintf(stderr,
                "prompt:    %d tokens, %.1f ms, %.2f tok/s; time to first token %.1f ms\n"
-               "generated: %d tokens, %.2f tok/s (%d threads, %s); stop: %s\n",
+               "generated: %d tokens, %.2f tok/s (%s, %d threads, %s); stop: %s\n",
                stats.n_prompt, stats.prefill_ms, PerSecond(stats.n_prompt, stats.prefill_ms),
                stats.ttft_ms, stats.n_generated, PerSecond(stats.n_decode_steps, stats.decode_ms),
-               o.n_threads, SimdTargetName().c_str(), stats.stop_reason.c_str());
+               model->window->device().address.c_str(), o.n_threads, SimdTargetName().c_str(),
+               stats.stop_reason.c_str());
   if (!o.stats_path.empty()) {
     if (Status st = WriteJsonFile(o.stats_path, StatsJson(o, stats)); !st.ok()) {
       return Fail(kCmd, st);
@@ -329,6 +334,7 @@ int GenerateMain(int argc, char** argv) {
     app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
     AddSamplingOptions(app, &o.sampling, &o.seed);
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    AddBackendFlag(app, &o.backend);
     app.add_option("-c,--ctx-size", o.n_ctx, "context size; 0 = the model's, at most 4096")
         ->capture_default_str();
     app.add_option("--stats", o.stats_path, "write timing statistics as JSON to this file");

@@ -8,6 +8,7 @@
 
 #include "base/human.h"
 #include "base/log.h"
+#include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/fetch_cli.h"
@@ -34,7 +35,7 @@ int JoinMain(int argc, char** argv) {
                                           ring::DefaultKeyPath() + ")");
     app.add_option("--memory", memory,
                    "memory this node gives (weights + KV + runtime), e.g. 2GiB (default: 80% of "
-                   "the available memory)");
+                   "what the --backend device has free)");
     app.add_flag("--behind-nat", o.behind_nat,
                  "this machine accepts no inbound connections: both ring links go through the "
                  "market's relay");
@@ -48,6 +49,7 @@ int JoinMain(int argc, char** argv) {
                    "sees it, and the listen port)");
     app.add_option("--model", o.model, "claim only windows of this model");
     app.add_option("-t,--threads", o.n_threads, "compute threads")->capture_default_str();
+    AddBackendFlag(app, &o.backend);
     app.add_option("--ca", o.ca_file, "PEM certificates to trust for https:// and wss://")
         ->check(CLI::ExistingFile);
     app.add_option("--poll", o.poll_s, "seconds between map polls while waiting")
@@ -59,10 +61,21 @@ int JoinMain(int argc, char** argv) {
       return UsageError(kCmd, "--market: " + u.status().message());
     }
     if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
     if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
     if (memory.empty()) {
-      o.memory_bytes = static_cast<uint64_t>(static_cast<double>(AvailableMemory()) * 0.8);
-      if (o.memory_bytes == 0) return UsageError(kCmd, "cannot read the available memory; give --memory");
+      // The market is told what the backend's device can hold: host memory for the CPU, the
+      // card's for a GPU.
+      auto device = FindDevice(o.backend);
+      if (!device.ok()) return Fail(kCmd, device.status());
+      const uint64_t free = device->free_bytes > 0 ? device->free_bytes : device->memory_bytes;
+      o.memory_bytes = static_cast<uint64_t>(static_cast<double>(free) * 0.8);
+      if (o.memory_bytes == 0) {
+        return UsageError(
+            kCmd, fmt::format("cannot read the free memory of {}; give --memory", device->address));
+      }
+      KV_LOG_INFO("join: offering {} of {} ({}: {} free)", HumanBytes(o.memory_bytes),
+                  device->address, device->name, HumanBytes(free));
     } else {
       auto m = ParseByteSize(memory);
       if (!m.ok()) return UsageError(kCmd, "--memory: " + m.status().message());

@@ -28,14 +28,15 @@ namespace {
 constexpr const char *kCmd = "plan";
 
 std::string RenderPlan(const Plan &plan, const std::string &model) {
-  Table table({"rank", "device", "layers", "weights", "KV", "memory / budget", "ms/token"},
-              {Table::Align::kRight, Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight,
-               Table::Align::kRight, Table::Align::kRight, Table::Align::kRight});
+  Table table(
+      {"rank", "device", "backend", "layers", "weights", "KV", "memory / budget", "ms/token"},
+      {Table::Align::kRight, Table::Align::kLeft, Table::Align::kLeft, Table::Align::kLeft,
+       Table::Align::kRight, Table::Align::kRight, Table::Align::kRight, Table::Align::kRight});
   for (size_t i = 0; i < plan.ranks.size(); ++i) {
     const PlannedRank &r = plan.ranks[i];
     std::string layers = fmt::format("[{}, {}){}{}", r.first, r.last, r.has_embed ? " +embd" : "",
                                      r.has_head ? " +head" : "");
-    table.AddRow({std::to_string(i), r.device, layers, PlannerBytes(r.weight_bytes),
+    table.AddRow({std::to_string(i), r.device, r.backend, layers, PlannerBytes(r.weight_bytes),
                   PlannerBytes(r.kv_bytes),
                   PlannerBytes(r.memory_bytes) + " / " + PlannerBytes(r.budget_bytes),
                   fmt::format("{:.3f}", r.ms_per_token())});

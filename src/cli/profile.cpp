@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "model/arch/registry.h"
@@ -33,6 +34,7 @@ struct ProfileOptions {
   std::string model_path;
   std::string name;
   int n_threads = 1;
+  std::string backend = "cpu";
   int n_steps = 32;
   double memory_fraction = 0.8;
   // Link measurement (empty: none).
@@ -109,6 +111,7 @@ int RunProfile(const ProfileOptions& o) {
   WindowOptions wopt;
   wopt.n_threads = o.n_threads;
   wopt.n_ctx = o.n_steps + 2;
+  wopt.backend = o.backend;
   auto window = LayerWindow::Load(*file, {0, cfg->n_layer, false, false}, wopt);
   if (!window.ok()) return Fail(kCmd, window.status());
   LayerWindow& w = **window;
@@ -130,9 +133,12 @@ int RunProfile(const ProfileOptions& o) {
   const double ms_per_gib = median_ms / gib;
   char host[64] = "this-device";
   gethostname(host, sizeof(host) - 1);
-  const uint64_t memory = static_cast<uint64_t>(AvailableMemory() * o.memory_fraction);
+  // The budget is a share of what the device has free now (host memory for the CPU).
+  const DeviceInfo& device = w.device();
+  const uint64_t available = device.free_bytes > 0 ? device.free_bytes : device.memory_bytes;
+  const uint64_t memory = static_cast<uint64_t>(static_cast<double>(available) * o.memory_fraction);
   nlohmann::json entry = {{"name", o.name.empty() ? std::string(host) : o.name},
-                          {"backend", "cpu"},
+                          {"backend", device.address},
                           {"memory_bytes", memory},
                           {"ms_per_gib", ms_per_gib}};
   if (link) {
@@ -140,10 +146,11 @@ int RunProfile(const ProfileOptions& o) {
                      {"bandwidth_mbps", RoundKeep(link->bandwidth_mbps, 1)}};
   }
   std::fprintf(stderr,
-               "profile: %d layers, %s of weights, %.3f ms per token (median of %d, %d threads): "
-               "%.2f ms per GiB; memory budget %s (%.0f%% of available)\n",
-               cfg->n_layer, HumanBytes(w.weight_bytes()).c_str(), median_ms, o.n_steps,
-               o.n_threads, ms_per_gib, HumanBytes(memory).c_str(), o.memory_fraction * 100);
+               "profile: %s (%s): %d layers, %s of weights, %.3f ms per token (median of %d, %d "
+               "threads): %.2f ms per GiB; memory budget %s (%.0f%% of available)\n",
+               device.address.c_str(), device.name.c_str(), cfg->n_layer,
+               HumanBytes(w.weight_bytes()).c_str(), median_ms, o.n_steps, o.n_threads, ms_per_gib,
+               HumanBytes(memory).c_str(), o.memory_fraction * 100);
   std::printf("%s\n", entry.dump(2).c_str());
   return kExitOk;
 }
@@ -188,6 +195,7 @@ int ProfileMain(int argc, char** argv) {
                    "GGUF model file to time (required unless --link-serve)");
     app.add_option("--name", o.name, "device name in the entry (default: host name)");
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    AddBackendFlag(app, &o.backend);
     app.add_option("-n,--steps", o.n_steps, "decode steps to time")->capture_default_str();
     app.add_option("--memory-fraction", o.memory_fraction,
                    "share of available memory offered to the ring")
@@ -233,6 +241,7 @@ int ProfileMain(int argc, char** argv) {
       }
     }
     if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
     if (o.n_steps < 1 || o.n_steps > 4096) return UsageError(kCmd, "-n must be in 1..4096");
     if (!(o.memory_fraction > 0 && o.memory_fraction <= 1)) {
       return UsageError(kCmd, "--memory-fraction must be in (0, 1]");

@@ -73,17 +73,33 @@ void PrintRingSummary(const RingRun& run, int n_threads) {
                wire::FinishReasonName(static_cast<uint8_t>(r.reason)));
 }
 
-void PrintStageTable(const std::vector<wire::StageStats>& stages) {
-  Table t({"stage", "layers", "weights", "RSS", "in B/token", "out B/token", "ms/token"},
-          {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight, Table::Align::kRight,
-           Table::Align::kRight, Table::Align::kRight, Table::Align::kRight});
+void PrintStageTable(const std::vector<wire::StageStats>& stages,
+                     const std::map<int, std::string>& devices) {
+  using A = Table::Align;
+  std::vector<std::string> header = {"stage",      "layers",      "weights", "RSS",
+                                     "in B/token", "out B/token", "ms/token"};
+  std::vector<A> align = {A::kLeft,  A::kLeft,  A::kRight, A::kRight,
+                          A::kRight, A::kRight, A::kRight};
+  if (!devices.empty()) {
+    header.insert(header.begin() + 2, "backend (device)");
+    align.insert(align.begin() + 2, A::kLeft);
+  }
+  Table t(header, align);
   for (const auto& s : stages) {
     const double rows = s.rows > 0 ? static_cast<double>(s.rows) : 1.0;
     const double ms_tok = s.decode_rows > 0 ? s.decode_busy_ns / 1e6 / s.decode_rows : 0.0;
-    t.AddRow({StageName(s), fmt::format("{}:{}", s.window_first, s.window_last),
-              HumanBytes(s.weight_bytes), HumanBytes(s.rss_bytes),
-              fmt::format("{:.0f}", s.bytes_in / rows), fmt::format("{:.0f}", s.bytes_out / rows),
-              fmt::format("{:.2f}", ms_tok)});
+    std::vector<std::string> row = {StageName(s),
+                                    fmt::format("{}:{}", s.window_first, s.window_last),
+                                    HumanBytes(s.weight_bytes),
+                                    HumanBytes(s.rss_bytes),
+                                    fmt::format("{:.0f}", s.bytes_in / rows),
+                                    fmt::format("{:.0f}", s.bytes_out / rows),
+                                    fmt::format("{:.2f}", ms_tok)};
+    if (!devices.empty()) {
+      auto it = devices.find(static_cast<int>(s.window_first));
+      row.insert(row.begin() + 2, it == devices.end() ? "?" : it->second);
+    }
+    t.AddRow(std::move(row));
   }
   std::fputs(t.Render().c_str(), stderr);
 }

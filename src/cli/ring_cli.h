@@ -2,8 +2,8 @@
 // head, stream the text to stdout, and summarise the run (and each stage) for stderr and --stats.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -34,7 +34,10 @@ Result<RingRun> RunRingRequest(const RingRequest& request, bool with_stage_stats
 // The summary lines `generate` prints to stderr.
 void PrintRingSummary(const RingRun& run, int n_threads);
 // Per-stage table (layers, weights, RSS, bytes in/out per token, ms per decode token) to stderr.
-void PrintStageTable(const std::vector<wire::StageStats>& stages);
+// `devices`, when given, names each stage's backend and device by the first layer of its window
+// (the stages of `kvasir run` are local, so their devices are known here).
+void PrintStageTable(const std::vector<wire::StageStats>& stages,
+                     const std::map<int, std::string>& devices = {});
 // The same as JSON: generate's stats fields plus "stages".
 nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads);
 

@@ -13,11 +13,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "base/log.h"
 #include "base/secret_file.h"
+#include "cli/backend_flag.h"
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -39,6 +42,9 @@ struct RunOptions {
   int n_stages = 2;
   std::string manifest_path;  // windows and stage names from a rank manifest
   int threads_per_stage = 1;
+  // --backends: one for every stage, or one per stage in ring order (default: the manifest's
+  // ranks, else cpu).
+  std::vector<std::string> backends;
   std::string boundary = "f32";
   int n_ctx = 0;
   std::string stats_path;
@@ -216,11 +222,33 @@ Result<std::shared_ptr<const GgufFile>> OpenModelHeader(const std::string& path,
       GgufFile::HeaderOnly(std::move(header), path, rh.file_size));
 }
 
-// One stage to spawn: its name and window.
+// One stage to spawn: its name, window and backend.
 struct StagePlan {
   std::string name;
   int first = 0, last = 0;
+  std::string backend = "cpu";
 };
+
+// Gives each stage its backend from --backends (one for all, or one each) and checks that every
+// one can run here, before anything starts. Returns the exit code on a refusal.
+std::optional<int> AssignBackends(const std::vector<std::string>& backends,
+                                  std::vector<StagePlan>* plan) {
+  const size_t n = plan->size();
+  if (!backends.empty() && backends.size() != 1 && backends.size() != n) {
+    return UsageError(kCmd, fmt::format("--backends lists {} backends for {} stages (give one for "
+                                        "all, or one per stage)",
+                                        backends.size(), n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    std::string flag = fmt::format("manifest rank {}", i);
+    if (!backends.empty()) {
+      (*plan)[i].backend = backends.size() == 1 ? backends[0] : backends[i];
+      flag = fmt::format("--backends (stage {})", i);
+    }
+    if (auto code = CheckBackendFlag(kCmd, flag, (*plan)[i].backend)) return code;
+  }
+  return std::nullopt;
+}
 
 int RunRing(RunOptions o) {
   std::vector<StagePlan> plan;
@@ -238,7 +266,7 @@ int RunRing(RunOptions o) {
         return Fail(kCmd, checked.status());
       }
     }
-    for (const ManifestRank& r : m->ranks) plan.push_back({r.device, r.first, r.last});
+    for (const ManifestRank& r : m->ranks) plan.push_back({r.device, r.first, r.last, r.backend});
     if (o.n_ctx == 0) o.n_ctx = m->ctx;
   } else {
     if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
@@ -256,6 +284,7 @@ int RunRing(RunOptions o) {
                       (i + 1) * n_layer / o.n_stages});
     }
   }
+  if (auto code = AssignBackends(o.backends, &plan)) return *code;
   if (o.chat.enabled()) {
     // The head tokenizes the text (BOS as the vocabulary asks, special tokens parsed), as
     // `generate` does locally.
@@ -322,11 +351,11 @@ int RunRing(RunOptions o) {
     // The listener goes to the stage; this process keeps no copy.
     net::Listener listener = std::move((*listeners)[i]);
     const int listen_fd = listener.Release();
-    args.insert(args.end(), {
-        "--listen-fd", std::to_string(listen_fd),
-        "--name", c.name, "-t", std::to_string(o.threads_per_stage), "--boundary", o.boundary,
-        "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
-        "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
+    args.insert(args.end(),
+                {"--listen-fd", std::to_string(listen_fd), "--name", c.name, "-t",
+                 std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
+                 o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
+                 "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
     auto pid = Spawn(args, -1, listen_fd);
     ::close(listen_fd);
     if (!pid.ok()) {
@@ -368,7 +397,9 @@ int RunRing(RunOptions o) {
   if (!died.empty()) return Fail(kCmd, "the ring broke: " + died);
   if (!run.ok()) return Fail(kCmd, run.status());
   PrintRingSummary(*run, o.threads_per_stage);
-  PrintStageTable(run->stages);
+  std::map<int, std::string> devices;
+  for (const StagePlan& p : plan) devices[p.first] = DeviceLabel(p.backend);
+  PrintStageTable(run->stages, devices);
   if (!o.stats_path.empty()) {
     if (Status s = WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run,
                                                              o.threads_per_stage));
@@ -402,6 +433,11 @@ int RunMain(int argc, char** argv) {
     o.threads_per_stage = std::max(1, DefaultThreads() / 2);
     app.add_option("-t,--threads", o.threads_per_stage, "threads per stage")
         ->capture_default_str();
+    app.add_option("--backends", o.backends,
+                   "where each stage runs, in ring order, e.g. cpu,opencl,cpu (one value: every "
+                   "stage; default: the manifest's ranks, else cpu): " +
+                       BackendSyntax())
+        ->delimiter(',');
     app.add_option("-c,--ctx-size", o.n_ctx, "context per session; 0 = model's, max 4096")
         ->capture_default_str();
     app.add_option("--boundary", o.boundary, "hidden-state dtype between stages: f32, f16, bf16")

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/fetch_cli.h"
@@ -134,6 +135,9 @@ int StageMain(int argc, char** argv) {
         ->check(CLI::ExistingFile);
     app.add_option("--name", opt.name, "name in logs and stats (default stage-A-B)");
     app.add_option("-t,--threads", opt.n_threads, "compute threads")->capture_default_str();
+    CLI::Option* backend_opt = AddBackendFlag(app, &opt.backend);
+    backend_opt->description(backend_opt->get_description() +
+                             "; with --manifest, the rank's backend unless given");
     app.add_option("-c,--ctx-size", opt.n_ctx, "KV capacity per session; 0 = model's, max 4096")
         ->capture_default_str();
     app.add_option("--boundary", boundary, "dtype of hidden states sent on: f32, f16, bf16")
@@ -199,6 +203,7 @@ int StageMain(int argc, char** argv) {
         if (!checked.ok()) return Fail(kCmd, checked.status());
       }
       ApplyManifestRank(m, *r, &fetch);
+      if (backend_opt->count() == 0) opt.backend = r->backend;
       opt.first = r->first;
       opt.last = r->last;
       if (opt.name.empty()) opt.name = r->device;
@@ -211,6 +216,14 @@ int StageMain(int argc, char** argv) {
       if (Status s = ParseLayers(layers, &opt.first, &opt.last); !s.ok()) {
         return UsageError(kCmd, s.message());
       }
+    }
+    // Before any download: a backend this machine cannot run makes the window useless.
+    if (auto code = CheckBackendFlag(kCmd,
+                                     backend_opt->count() == 0 && !manifest_path.empty()
+                                         ? "the manifest's rank"
+                                         : "--backend",
+                                     opt.backend)) {
+      return *code;
     }
     if (!fetch_url.empty()) {
       fetch.url = fetch_url;

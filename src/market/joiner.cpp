@@ -313,6 +313,7 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
   s.last = g.last;
   s.name = fmt::format("{}-r{}-w{}", g.model, g.ring, g.window);
   s.n_threads = o.n_threads;
+  s.backend = o.backend;
   s.n_ctx = g.ctx;
   s.key = o.key;
   KV_ASSIGN_OR_RETURN(s.pred_key, ring::ParsePublicKey(pred.at("node").get<std::string>()));

@@ -29,6 +29,7 @@ struct JoinOptions {
   std::string advertise;
   std::string model;  // claim only windows of this model (empty: any)
   int n_threads = 1;
+  std::string backend = "cpu";  // where claimed windows run (--backend)
   std::string ca_file;  // for https:// markets, models and wss:// relays
   double poll_s = 2;    // map polls while waiting, and the longest gap between heartbeats
   // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "backend/registry.h"
 #include "base/check.h"
 #include "base/log.h"
 #include "model/arch/registry.h"
-#include "model/backend.h"
 #include "model/rope.h"
 #include "model/tensor_binder.h"
 #include "model/window_layers.h"
@@ -25,52 +25,26 @@ struct Sequence {
 class LayerStackWindow final : public LayerWindow {
  public:
   LayerStackWindow(std::shared_ptr<const GgufFile> file, ModelConfig cfg, WindowSpec spec,
-                    WindowOptions options)
-      : file_(std::move(file)),
+                   WindowOptions options, std::unique_ptr<Backend> backend)
+      : backend_(std::move(backend)),
+        file_(std::move(file)),
         cfg_(std::move(cfg)),
         spec_(spec),
-        options_(options),
-        backend_(MakeCpuBackend(options.n_threads)) {}
-
-  Status Bind() {
-    TensorBinder b(*file_, &weight_bytes_);
-    const int64_t e = cfg_.n_embd;
-    if (spec_.has_embed) {
-      KV_ASSIGN_OR_RETURN(tok_embd_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
-    }
-    if (cfg_.rope_freq_factors && spec_.last > spec_.first) {
-      KV_ASSIGN_OR_RETURN(rope_freqs_, b.Vector("rope_freqs.weight", cfg_.n_rot / 2));
-      for (int i = 0; i < cfg_.n_rot / 2; ++i) {
-        if (!(rope_freqs_[i] > 0 && std::isfinite(rope_freqs_[i]))) {
-          return Error("{}: tensor rope_freqs.weight: factor {} is {}, not a positive number",
-                       file_->path(), i, rope_freqs_[i]);
-        }
-      }
-    }
+        options_(std::move(options)) {
     for (int il = spec_.first; il < spec_.last; ++il) {
-      LayerWeights w;
-      KV_RETURN_IF_ERROR(BindLayer(b, cfg_, il, &w));
-      layers_.push_back(std::move(w));
+      (cfg_.layer_kind(il) == LayerKind::kAttention ? has_attention_ : has_delta_net_) = true;
     }
-    if (spec_.has_head) {
-      KV_ASSIGN_OR_RETURN(out_norm_, b.Vector("output_norm.weight", e));
-      const bool has_output = file_->FindTensor("output.weight") != nullptr;
-      if (has_output) {
-        KV_ASSIGN_OR_RETURN(output_, b.Matrix("output.weight", e, cfg_.n_vocab));
-      } else if (spec_.has_embed) {
-        output_ = tok_embd_;  // tied: already counted
-      } else {
-        KV_ASSIGN_OR_RETURN(output_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
-      }
-    }
-    owned_ = b.TakeOwned();
-    return Status::Ok();
   }
+
+  Status CheckOps() const;
+  Status Bind();
 
   const ModelConfig& config() const override { return cfg_; }
   const WindowSpec& spec() const override { return spec_; }
   int n_ctx() const override { return options_.n_ctx; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  const DeviceInfo& device() const override { return backend_->device(); }
+  uint64_t device_weight_bytes() const override { return weights_.device_bytes; }
   uint64_t kv_bytes_per_sequence() const override {
     uint64_t bytes = 0;
     for (const LayerWeights& w : layers_) {
@@ -81,88 +55,156 @@ class LayerStackWindow final : public LayerWindow {
     return bytes;
   }
 
-  Status OpenSequence(int seq_id) override {
-    if (seqs_.count(seq_id) != 0) return Error("sequence {} is already open", seq_id);
-    if (static_cast<int>(seqs_.size()) >= options_.max_sequences) {
-      return Error("sequence {}: {} sequences are open, the limit is {}", seq_id, seqs_.size(),
-                   options_.max_sequences);
-    }
-    Sequence s;
-    s.layers.reserve(layers_.size());
-    for (const LayerWeights& w : layers_) s.layers.push_back(NewLayerState(cfg_, w.kind));
-    seqs_.emplace(seq_id, std::move(s));
-    return Status::Ok();
-  }
-
+  Status OpenSequence(int seq_id) override;
   void CloseSequence(int seq_id) override { seqs_.erase(seq_id); }
-
   int SequenceLength(int seq_id) const override {
     auto it = seqs_.find(seq_id);
     return it == seqs_.end() ? -1 : it->second.length;
   }
-
-  Status TruncateSequence(int seq_id, int n_keep) override {
-    auto it = seqs_.find(seq_id);
-    if (it == seqs_.end()) return Error("sequence {} is not open", seq_id);
-    if (n_keep < 0 || n_keep > it->second.length) {
-      return Error("sequence {}: cannot keep {} of {} positions", seq_id, n_keep,
-                   it->second.length);
-    }
-    Sequence& s = it->second;
-    if (n_keep == s.length) return Status::Ok();
-    // A recurrent state holds every position folded together: it can only start over.
-    if (n_keep != 0) {
-      for (size_t l = 0; l < layers_.size(); ++l) {
-        if (layers_[l].kind == LayerKind::kDeltaNet) {
-          return Error(
-              "sequence {}: cannot keep {} of {} positions: layer {} keeps a recurrent state, "
-              "which can only be cleared",
-              seq_id, n_keep, s.length, spec_.first + static_cast<int>(l));
-        }
-      }
-    }
-    s.length = n_keep;
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      if (layers_[l].kind == LayerKind::kDeltaNet) {
-        s.layers[l] = NewLayerState(cfg_, LayerKind::kDeltaNet);
-      } else {
-        s.layers[l].k.resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
-        s.layers[l].v.resize(static_cast<size_t>(n_keep) * cfg_.kv_dim());
-      }
-    }
-    return Status::Ok();
-  }
-
+  Status TruncateSequence(int seq_id, int n_keep) override;
   Status Forward(const ForwardInput& in, ForwardOutput* out) override;
 
  private:
   Status Validate(const ForwardInput& in, int* n_rows) const;
-  void ComputeRope(const ForwardInput& in, int n_rows);
+  Status Reserve(const ForwardInput& in, int n_rows);
   void RunLayer(size_t l, const ForwardInput& in, int n_rows);
+  Status Head(const ForwardInput& in, ForwardOutput* out);
 
+  // First, so that it is destroyed last: everything below may hold its memory.
+  std::unique_ptr<Backend> backend_;
   std::shared_ptr<const GgufFile> file_;
   ModelConfig cfg_;
   WindowSpec spec_;
   WindowOptions options_;
-  std::unique_ptr<Backend> backend_;
+  bool has_attention_ = false, has_delta_net_ = false;
   uint64_t weight_bytes_ = 0;
 
-  MatrixView tok_embd_;           // [n_vocab, n_embd]
+  WindowWeights weights_;                   // owns every upload below
+  const DeviceMatrix* tok_embd_ = nullptr;  // [n_vocab, n_embd]
   std::vector<LayerWeights> layers_;
-  const float* rope_freqs_ = nullptr;  // [n_rot / 2] angle divisors, or null
-  const float* out_norm_ = nullptr;  // [n_embd]
-  MatrixView output_;             // [n_vocab, n_embd]
-  std::vector<std::vector<float>> owned_;
+  std::span<const float> rope_freqs_;  // [n_rot / 2] angle divisors (host), or empty
+  RopeAngleParams rope_;
+  DevPtr out_norm_;                       // [n_embd]
+  const DeviceMatrix* output_ = nullptr;  // [n_vocab, n_embd]
 
   std::unordered_map<int, Sequence> seqs_;
 
-  // Scratch, reused across calls.
-  std::vector<float> x_;        // [n_rows, n_embd] residual stream
-  std::vector<float> cur_;      // [n_out_rows, n_embd] normed rows for the head
-  std::vector<float> cos_sin_;  // [n_rows, n_rot / 2, 2]
+  // The batch, in the backend; grown as needed and reused across calls.
+  Scratch x_;                             // [n_rows, n_embd] residual stream
+  Scratch ids_;                           // [n_rows] int32 token ids
+  Scratch cos_sin_;                       // [n_rows, n_rot / 2, 2]
+  Scratch head_in_;                       // [n_out_rows, n_embd] normed rows for the head
+  Scratch logits_;                        // [n_out_rows, n_vocab]
+  std::vector<int32_t> positions_;        // [n_rows], host
   std::vector<ChunkState> chunk_states_;  // one per chunk, for the layer being run
   LayerScratch scratch_;
 };
+
+Status LayerStackWindow::CheckOps() const {
+  const std::string& be = backend_->device().address;
+  auto need = [&](Op op, const std::string& what) -> Status {
+    if (backend_->SupportsOp(op)) return Status::Ok();
+    return Error("{}: {} needs op {}, which backend {} does not run", file_->path(), what,
+                 OpName(op), be);
+  };
+  if (spec_.has_embed) KV_RETURN_IF_ERROR(need(Op::kGetRows, "the token embeddings"));
+  if (spec_.has_head) {
+    KV_RETURN_IF_ERROR(need(Op::kRmsNorm, "the output head"));
+    KV_RETURN_IF_ERROR(need(Op::kMatMul, "the output head"));
+  }
+  const AttentionParams attn = AttentionOptions(cfg_);
+  for (int il = spec_.first; il < spec_.last; ++il) {
+    const LayerKind kind = cfg_.layer_kind(il);
+    for (Op op : LayerOps(cfg_, kind)) KV_RETURN_IF_ERROR(need(op, fmt::format("layer {}", il)));
+    if (kind == LayerKind::kAttention && !backend_->SupportsAttention(attn)) {
+      return Error(
+          "{}: layer {}: backend {} does not run attention with {} heads, {} KV heads of "
+          "{}, soft-cap {} and window {}",
+          file_->path(), il, be, attn.n_head, attn.n_head_kv, attn.head_dim, attn.softcap,
+          attn.window);
+    }
+  }
+  return Status::Ok();
+}
+
+Status LayerStackWindow::Bind() {
+  TensorBinder b(*file_, *backend_, &weight_bytes_, &weights_);
+  const int64_t e = cfg_.n_embd;
+  if (spec_.has_embed) {
+    KV_ASSIGN_OR_RETURN(tok_embd_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
+  }
+  if (cfg_.rope_freq_factors && spec_.last > spec_.first) {
+    KV_ASSIGN_OR_RETURN(const float* f, b.HostVector("rope_freqs.weight", cfg_.n_rot / 2));
+    for (int i = 0; i < cfg_.n_rot / 2; ++i) {
+      if (!(f[i] > 0 && std::isfinite(f[i]))) {
+        return Error("{}: tensor rope_freqs.weight: factor {} is {}, not a positive number",
+                     file_->path(), i, f[i]);
+      }
+    }
+    rope_freqs_ = std::span<const float>(f, cfg_.n_rot / 2);
+  }
+  rope_ = MakeRopeParams(cfg_, rope_freqs_);
+  for (int il = spec_.first; il < spec_.last; ++il) {
+    LayerWeights w;
+    KV_RETURN_IF_ERROR(BindLayer(b, cfg_, il, &w));
+    layers_.push_back(std::move(w));
+  }
+  if (spec_.has_head) {
+    KV_ASSIGN_OR_RETURN(out_norm_, b.Vector("output_norm.weight", e));
+    const bool has_output = file_->FindTensor("output.weight") != nullptr;
+    if (has_output) {
+      KV_ASSIGN_OR_RETURN(output_, b.Matrix("output.weight", e, cfg_.n_vocab));
+    } else if (spec_.has_embed) {
+      output_ = tok_embd_;  // tied: already uploaded and counted
+    } else {
+      KV_ASSIGN_OR_RETURN(output_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
+    }
+  }
+  return backend_->Finish().WithContext(file_->path());
+}
+
+Status LayerStackWindow::OpenSequence(int seq_id) {
+  if (seqs_.count(seq_id) != 0) return Error("sequence {} is already open", seq_id);
+  if (static_cast<int>(seqs_.size()) >= options_.max_sequences) {
+    return Error("sequence {}: {} sequences are open, the limit is {}", seq_id, seqs_.size(),
+                 options_.max_sequences);
+  }
+  Sequence s;
+  s.layers.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    KV_RETURN_IF_ERROR(NewLayerState(cfg_, layers_[l].kind, *backend_, &s.layers[l])
+                           .WithContext(fmt::format("sequence {}", seq_id)));
+  }
+  seqs_.emplace(seq_id, std::move(s));
+  return Status::Ok();
+}
+
+Status LayerStackWindow::TruncateSequence(int seq_id, int n_keep) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return Error("sequence {} is not open", seq_id);
+  Sequence& s = it->second;
+  if (n_keep < 0 || n_keep > s.length) {
+    return Error("sequence {}: cannot keep {} of {} positions", seq_id, n_keep, s.length);
+  }
+  if (n_keep == s.length) return Status::Ok();
+  // A recurrent state holds every position folded together: it can only start over.
+  if (n_keep != 0) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (layers_[l].kind == LayerKind::kDeltaNet) {
+        return Error(
+            "sequence {}: cannot keep {} of {} positions: layer {} keeps a recurrent state, "
+            "which can only be cleared",
+            seq_id, n_keep, s.length, spec_.first + static_cast<int>(l));
+      }
+    }
+  }
+  // A KV cache keeps its rows: positions past the length are overwritten as they come again.
+  s.length = n_keep;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l].kind == LayerKind::kDeltaNet) ClearLayerState(cfg_, *backend_, &s.layers[l]);
+  }
+  return Status::Ok();
+}
 
 Status LayerStackWindow::Validate(const ForwardInput& in, int* n_rows) const {
   int64_t rows = 0;
@@ -205,17 +247,27 @@ Status LayerStackWindow::Validate(const ForwardInput& in, int* n_rows) const {
   return Status::Ok();
 }
 
-void LayerStackWindow::ComputeRope(const ForwardInput& in, int n_rows) {
-  const int half = cfg_.n_rot / 2;
-  cos_sin_.resize(static_cast<size_t>(n_rows) * half * 2);
-  const std::span<const float> factors =
-      rope_freqs_ != nullptr ? std::span<const float>(rope_freqs_, half) : std::span<const float>();
-  int r = 0;
+// Room in the backend for the batch: its buffers, the layers' scratch, and every attention cache
+// its chunks grow into. Changes no sequence's contents.
+Status LayerStackWindow::Reserve(const ForwardInput& in, int n_rows) {
+  Backend& be = *backend_;
+  const int64_t rows = n_rows;
+  KV_RETURN_IF_ERROR(x_.Reserve(be, rows * cfg_.n_embd, "the residual stream"));
+  if (spec_.has_embed) KV_RETURN_IF_ERROR(ids_.Reserve(be, rows, "the token ids"));
+  if (has_attention_) {
+    KV_RETURN_IF_ERROR(cos_sin_.Reserve(be, rows * (cfg_.n_rot / 2) * 2, "the rope angles"));
+  }
+  KV_RETURN_IF_ERROR(scratch_.Reserve(be, cfg_, has_attention_, has_delta_net_, n_rows));
   for (const SeqChunk& ch : in.chunks) {
-    for (int t = 0; t < ch.n_tokens; ++t, ++r) {
-      RopeCosSin(cfg_, factors, ch.pos0 + t, cos_sin_.data() + static_cast<size_t>(r) * half * 2);
+    Sequence& s = seqs_.at(ch.seq_id);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (layers_[l].kind != LayerKind::kAttention) continue;
+      KV_RETURN_IF_ERROR(
+          GrowKv(cfg_, options_.n_ctx, ch.pos0 + ch.n_tokens, s.length, be, &s.layers[l])
+              .WithContext(fmt::format("sequence {}", ch.seq_id)));
     }
   }
+  return Status::Ok();
 }
 
 void LayerStackWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
@@ -227,38 +279,55 @@ void LayerStackWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
     row += ch.n_tokens;
   }
   if (w.kind == LayerKind::kAttention) {
-    RunAttention(cfg_, w, options_.n_ctx, chunk_states_, n_rows, cos_sin_.data(), x_.data(),
-                 *backend_, scratch_);
+    RunAttention(cfg_, w, chunk_states_, n_rows, cos_sin_, x_, *backend_, scratch_);
   } else {
-    RunDeltaNet(cfg_, w, chunk_states_, n_rows, x_.data(), *backend_, scratch_);
+    RunDeltaNet(cfg_, w, chunk_states_, n_rows, x_, *backend_, scratch_);
   }
-  RunFfn(cfg_, w, n_rows, x_.data(), *backend_, scratch_);
+  RunFfn(cfg_, w, n_rows, x_, *backend_, scratch_);
 }
 
 Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
   int n_rows = 0;
   KV_RETURN_IF_ERROR(Validate(in, &n_rows));
-  const size_t rows = static_cast<size_t>(n_rows);
-  const int e = cfg_.n_embd;
-  x_.resize(rows * e);
-  cur_.resize(rows * e);
+  if (Status s = Reserve(in, n_rows); !s.ok()) {
+    // A batch the device cannot hold: the scratch goes back, so that smaller batches (the ring
+    // retries a refused batch item by item) still fit.
+    for (Scratch* b : {&x_, &ids_, &cos_sin_, &head_in_, &logits_}) b->Release();
+    scratch_.Release();
+    return s;
+  }
+  Backend& be = *backend_;
+  const int64_t rows = n_rows, e = cfg_.n_embd;
 
   if (spec_.has_embed) {
-    backend_->GetRows(tok_embd_, in.tokens.data(), n_rows, x_.data());
+    be.Upload(ids_, in.tokens.data(), rows);
+    be.GetRows(*tok_embd_, ids_, n_rows, x_);
   } else {
-    std::copy(in.hidden.begin(), in.hidden.end(), x_.begin());
+    be.Upload(x_, in.hidden.data(), rows * e);
   }
-  ComputeRope(in, n_rows);
+  if (has_attention_) {
+    positions_.clear();
+    for (const SeqChunk& ch : in.chunks) {
+      for (int t = 0; t < ch.n_tokens; ++t) positions_.push_back(ch.pos0 + t);
+    }
+    be.RopeAngles(rope_, positions_, cos_sin_);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) RunLayer(l, in, n_rows);
   for (const SeqChunk& ch : in.chunks) seqs_.at(ch.seq_id).length += ch.n_tokens;
 
   out->hidden.clear();
   out->logits.clear();
   if (!spec_.has_head) {
-    out->hidden.assign(x_.begin(), x_.end());
-    return Status::Ok();
+    out->hidden.resize(rows * e);
+    return be.Download(out->hidden.data(), x_, rows * e);
   }
-  // Rows that need logits: all of them, or each chunk's last.
+  return Head(in, out);
+}
+
+// The logits of the rows that need them: all of them, or each chunk's last.
+Status LayerStackWindow::Head(const ForwardInput& in, ForwardOutput* out) {
+  Backend& be = *backend_;
+  const int64_t e = cfg_.n_embd;
   std::vector<int> pick;
   int row = 0;
   for (const SeqChunk& ch : in.chunks) {
@@ -267,14 +336,19 @@ Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
     }
   }
   const int n_out = static_cast<int>(pick.size());
-  if (n_out == 0) return Status::Ok();
-  for (int i = 0; i < n_out; ++i) {
-    backend_->RmsNorm(x_.data() + static_cast<size_t>(pick[i]) * e, out_norm_, 1, e, cfg_.rms_eps,
-                      cur_.data() + static_cast<size_t>(i) * e);
+  if (n_out == 0) return be.Finish();
+  KV_RETURN_IF_ERROR(head_in_.Reserve(be, n_out * e, "the head's rows"));
+  KV_RETURN_IF_ERROR(logits_.Reserve(be, int64_t{n_out} * cfg_.n_vocab, "the logits"));
+  // Normed rows, one op per run of consecutive rows.
+  for (int i = 0; i < n_out;) {
+    int j = i + 1;
+    while (j < n_out && pick[j] == pick[j - 1] + 1) ++j;
+    be.RmsNorm(x_ + pick[i] * e, out_norm_, j - i, e, cfg_.rms_eps, head_in_ + i * e);
+    i = j;
   }
+  be.MatMul(*output_, head_in_, n_out, logits_);
   out->logits.resize(static_cast<size_t>(n_out) * cfg_.n_vocab);
-  backend_->MatMul(output_, cur_.data(), n_out, out->logits.data());
-  return Status::Ok();
+  return be.Download(out->logits.data(), logits_, int64_t{n_out} * cfg_.n_vocab);
 }
 
 }  // namespace
@@ -283,6 +357,18 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
                                                        const WindowSpec& spec,
                                                        const WindowOptions& options) {
   KV_CHECK(file != nullptr);
+  BackendOptions bo;
+  bo.n_threads = options.n_threads;
+  if (options.n_threads < 1) return Error("thread count {} must be at least 1", options.n_threads);
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, OpenBackend(options.backend, bo));
+  return Load(std::move(file), spec, options, std::move(backend));
+}
+
+Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const GgufFile> file,
+                                                       const WindowSpec& spec,
+                                                       const WindowOptions& options,
+                                                       std::unique_ptr<Backend> backend) {
+  KV_CHECK(file != nullptr && backend != nullptr);
   KV_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(*file));
   if (spec.first < 0 || spec.last > cfg.n_layer || spec.first > spec.last) {
     return Error("{}: layers {}:{} are not a window of the model's {} layers", file->path(),
@@ -302,6 +388,7 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
     return Error("{}: empty window {}:{} holds nothing", file->path(), spec.first, spec.last);
   }
   WindowOptions opt = options;
+  opt.backend = backend->device().address;
   if (opt.n_ctx <= 0) opt.n_ctx = std::min(cfg.n_ctx_train, 4096);
   if (opt.n_ctx > cfg.n_ctx_train) {
     KV_LOG_WARN("{}: context {} exceeds the trained context {}", file->path(), opt.n_ctx,
@@ -309,7 +396,9 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
   }
   if (opt.n_ctx > (1 << 22)) return Error("context {} is too large", opt.n_ctx);
   if (opt.n_threads < 1) return Error("thread count {} must be at least 1", opt.n_threads);
-  auto w = std::make_unique<LayerStackWindow>(std::move(file), std::move(cfg), spec, opt);
+  auto w = std::make_unique<LayerStackWindow>(std::move(file), std::move(cfg), spec, opt,
+                                              std::move(backend));
+  KV_RETURN_IF_ERROR(w->CheckOps());
   KV_RETURN_IF_ERROR(w->Bind());
   return std::unique_ptr<LayerWindow>(std::move(w));
 }

@@ -1,6 +1,8 @@
 // LayerWindow: runs layers [first, last) of a GGUF model, optionally with the token embeddings
 // (input side) and the output norm + head (output side). The whole model is the window
-// [0, n_layer) with both ends. Only the window's tensors are ever read from the file.
+// [0, n_layer) with both ends. Only the window's tensors are ever read from the file. The window
+// runs on one compute backend (backend/backend.h), which holds its weights, its sequences' state
+// and its activations; the host sees only the input rows, the boundary rows and the logits.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
@@ -26,6 +29,7 @@ struct WindowOptions {
   int n_ctx = 0;           // KV capacity per sequence; 0 = min(n_ctx_train, 4096)
   int n_threads = 1;
   int max_sequences = 64;  // refuse to open more KV caches than this
+  std::string backend = "cpu";  // where it runs: cpu, opencl[:PLATFORM:DEVICE], cuda[:N]
 };
 
 // One contiguous run of positions of one sequence inside a batch.
@@ -54,9 +58,18 @@ class LayerWindow {
   // Maps the window's tensors of `file` (which may be a full model or a stage slice holding at
   // least this window). Refuses a bad window ("layers 3:9 past n_layer 8"), unsupported architecture
   // or tensor type, or missing/misshapen tensors, naming the file and the tensor.
+  // The backend is options.backend, opened with options.n_threads; one it cannot use (not built,
+  // no such device) is refused, and so is a tensor type or an op it cannot run, naming the tensor
+  // or layer, the type or op, and the backend. A device without room for the weights is refused
+  // naming the sizes.
   static Result<std::unique_ptr<LayerWindow>> Load(std::shared_ptr<const GgufFile> file,
                                                    const WindowSpec& spec,
                                                    const WindowOptions& options);
+  // The same on a backend opened by the caller (options.backend is then ignored).
+  static Result<std::unique_ptr<LayerWindow>> Load(std::shared_ptr<const GgufFile> file,
+                                                   const WindowSpec& spec,
+                                                   const WindowOptions& options,
+                                                   std::unique_ptr<Backend> backend);
   virtual ~LayerWindow() = default;
 
   virtual const ModelConfig& config() const = 0;
@@ -64,6 +77,10 @@ class LayerWindow {
   virtual int n_ctx() const = 0;
   // Bytes of tensor data this window reads (weights only).
   virtual uint64_t weight_bytes() const = 0;
+  // The device the window runs on (its address is what --backend took).
+  virtual const DeviceInfo& device() const = 0;
+  // Bytes of the backend's own memory the weights take (0 when it reads the mapped file in place).
+  virtual uint64_t device_weight_bytes() const = 0;
   // Bytes of KV cache one full-context sequence takes in this window.
   virtual uint64_t kv_bytes_per_sequence() const = 0;
 

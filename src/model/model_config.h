@@ -9,13 +9,9 @@
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
+#include "kernels/rope_angles.h"  // RopeType
 
 namespace kvasir {
-
-enum class RopeType {
-  kNormal,  // rotate interleaved pairs (x[2i], x[2i+1]) — llama
-  kNeox,    // rotate (x[i], x[i + n_rot/2]) — qwen2, qwen3, qwen35 (IMROPE on text positions)
-};
 
 // What a layer's token mixer is.
 enum class LayerKind : uint8_t {
@@ -56,6 +52,11 @@ struct ModelConfig {
   bool qkv_bias = false;   // q/k/v projections carry biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (qwen3)
   bool tied_output = false;  // no output.weight: the head reuses token_embd.weight
+  // Attention options (Backend::Attention). No architecture here sets them yet; Gemma-style
+  // models will (query scale, logit soft-capping, sliding-window layers).
+  float attn_scale = 0.0f;    // multiplies q·k; 0 = 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;  // > 0: scores become softcap * tanh(score / softcap)
+  int attn_window = 0;        // > 0: a query sees only the last attn_window positions
   // IMROPE (qwen35): rope.dimension_sections. A rotated pair whose section is the fourth one takes
   // the fourth position component, which is 0 for text, so it is not rotated.
   bool rope_imrope = false;

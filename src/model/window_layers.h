@@ -1,83 +1,94 @@
 // The layer bodies a LayerWindow runs: weights of one layer, the per-sequence state a layer keeps,
-// and one function per block (attention, gated DeltaNet, dense FFN, mixture of experts). Internal
-// to src/model; LayerWindow owns the buffers and calls these in layer order.
+// and one function per block (attention, gated DeltaNet, dense FFN, mixture of experts). Every
+// tensor lives in the window's backend and every computation is one of its ops; these functions
+// only decide which op runs on which rows. Internal to src/model; LayerWindow owns the buffers and
+// calls these in layer order.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "base/status.h"
-#include "kernels/kernels.h"
-#include "model/backend.h"
 #include "model/model_config.h"
 #include "model/tensor_binder.h"
 
 namespace kvasir {
 
 struct AttentionWeights {
-  MatrixView wq;                 // [q_dim (x2 with attn_output_gate), n_embd]
-  MatrixView wk, wv;             // [kv_dim, n_embd]
-  MatrixView wo;                 // [n_embd, q_dim]
-  const float* bq = nullptr;     // [q_dim] (qkv_bias)
-  const float* bk = nullptr;     // [kv_dim]
-  const float* bv = nullptr;     // [kv_dim]
-  const float* q_norm = nullptr; // [head_dim] (qk_norm)
-  const float* k_norm = nullptr; // [head_dim]
+  const DeviceMatrix* wq = nullptr;  // [q_dim (x2 with attn_output_gate), n_embd]
+  const DeviceMatrix* wk = nullptr;  // [kv_dim, n_embd]
+  const DeviceMatrix* wv = nullptr;  // [kv_dim, n_embd]
+  const DeviceMatrix* wo = nullptr;  // [n_embd, q_dim]
+  DevPtr bq, bk, bv;                 // [q_dim], [kv_dim], [kv_dim] (qkv_bias)
+  DevPtr q_norm, k_norm;             // [head_dim] (qk_norm)
 };
 
 struct DeltaNetWeights {
-  MatrixView qkv;                 // [conv_dim, n_embd]: q | k | v before the convolution
-  MatrixView z;                   // [inner, n_embd]: the output gate (attn_gate)
-  MatrixView beta, alpha;         // [n_v_heads, n_embd]
-  MatrixView out;                 // [n_embd, inner]
-  const float* conv = nullptr;    // [conv_dim, conv_kernel] taps, last = current token
-  const float* dt_bias = nullptr; // [n_v_heads]
-  const float* a = nullptr;       // [n_v_heads] = -exp(A_log)
-  const float* norm = nullptr;    // [state] RMSNorm of each head's output
+  const DeviceMatrix* qkv = nullptr;    // [conv_dim, n_embd]: q | k | v before the convolution
+  const DeviceMatrix* z = nullptr;      // [inner, n_embd]: the output gate (attn_gate)
+  const DeviceMatrix* beta = nullptr;   // [n_v_heads, n_embd]
+  const DeviceMatrix* alpha = nullptr;  // [n_v_heads, n_embd]
+  const DeviceMatrix* out = nullptr;    // [n_embd, inner]
+  DevPtr conv;                          // [conv_dim, conv_kernel] taps, last = current token
+  DevPtr dt_bias;                       // [n_v_heads]
+  DevPtr a;                             // [n_v_heads] = -exp(A_log)
+  DevPtr norm;                          // [state] RMSNorm of each head's output
 };
 
 struct FfnWeights {
-  MatrixView gate, up;  // [n_ff, n_embd]
-  MatrixView down;      // [n_embd, n_ff]
+  const DeviceMatrix* gate = nullptr;  // [n_ff, n_embd]
+  const DeviceMatrix* up = nullptr;    // [n_ff, n_embd]
+  const DeviceMatrix* down = nullptr;  // [n_embd, n_ff]
 };
 
 struct MoeWeights {
-  MatrixView router;                        // [n_expert, n_embd]
-  std::vector<MatrixView> gate, up;         // n_expert x [n_ff_exp, n_embd]
-  std::vector<MatrixView> down;             // n_expert x [n_embd, n_ff_exp]
+  const DeviceMatrix* router = nullptr;  // [n_expert, n_embd]
+  const DeviceMatrix* gate = nullptr;    // n_expert x [n_ff_exp, n_embd]
+  const DeviceMatrix* up = nullptr;      // n_expert x [n_ff_exp, n_embd]
+  const DeviceMatrix* down = nullptr;    // n_expert x [n_embd, n_ff_exp]
   bool has_shared = false;
-  MatrixView shared_gate;                   // [1, n_embd]: sigmoid scale of the shared expert
-  FfnWeights shared;                        // n_ff = n_ff_shexp
+  const DeviceMatrix* shared_gate = nullptr;  // [1, n_embd]: sigmoid scale of the shared expert
+  FfnWeights shared;                          // n_ff = n_ff_shexp
 };
 
 struct LayerWeights {
   LayerKind kind = LayerKind::kAttention;
-  const float* attn_norm = nullptr;  // [n_embd]
-  const float* ffn_norm = nullptr;   // [n_embd]
+  DevPtr attn_norm;  // [n_embd]
+  DevPtr ffn_norm;   // [n_embd]
   AttentionWeights attn;
   DeltaNetWeights delta;
-  FfnWeights ffn;                    // when cfg.n_expert == 0
-  MoeWeights moe;                    // when cfg.n_expert > 0
+  FfnWeights ffn;  // when cfg.n_expert == 0
+  MoeWeights moe;  // when cfg.n_expert > 0
 };
 
-// Grows a scratch buffer to at least n values (never shrinks it).
-inline void GrowScratch(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-// Binds layer `il`'s tensors for its kind.
+// Binds (and uploads) layer `il`'s tensors for its kind.
 Status BindLayer(TensorBinder& b, const ModelConfig& cfg, int il, LayerWeights* w);
 
-// What one layer keeps for one sequence.
+// The ops a layer of this kind needs under `cfg`, for the check at load.
+std::vector<Op> LayerOps(const ModelConfig& cfg, LayerKind kind);
+// The attention options of `cfg`: its scale (1 / sqrt(head_dim) unless set), soft-cap, window.
+AttentionParams AttentionOptions(const ModelConfig& cfg);
+
+// What one layer keeps for one sequence, in the backend.
 struct LayerState {
-  std::vector<float> k, v;  // attention: [length, kv_dim] each
-  std::vector<float> conv;  // DeltaNet: [conv_kernel - 1, conv_dim] last inputs, oldest first
-  std::vector<float> ssm;   // DeltaNet: [n_v_heads, state, state]
+  std::unique_ptr<DeviceBuffer> k, v;  // attention: [capacity, kv_dim] each (null until used)
+  int capacity = 0;                    // positions k and v hold
+  std::unique_ptr<DeviceBuffer> conv;  // DeltaNet: [conv_kernel - 1, conv_dim], oldest first
+  std::unique_ptr<DeviceBuffer> ssm;   // DeltaNet: [n_v_heads, state, state]
 };
 
-// A new sequence's state for a layer of `kind` (zeros for DeltaNet).
-LayerState NewLayerState(const ModelConfig& cfg, LayerKind kind);
+// A new sequence's state for a layer of `kind`: DeltaNet state allocated and zeroed; an attention
+// cache is allocated when the first rows arrive (GrowKv).
+Status NewLayerState(const ModelConfig& cfg, LayerKind kind, Backend& be, LayerState* s);
+// Zeroes a DeltaNet layer's state (a sequence cleared).
+void ClearLayerState(const ModelConfig& cfg, Backend& be, LayerState* s);
+// Makes an attention layer's cache hold at least `need` positions, keeping its first `length`:
+// grown geometrically up to n_ctx, so a long generation does not copy at every step.
+Status GrowKv(const ModelConfig& cfg, int n_ctx, int need, int length, Backend& be, LayerState* s);
 
 // One chunk of the batch resolved to its state: rows [row0, row0 + n) at positions pos0...
 struct ChunkState {
@@ -87,35 +98,45 @@ struct ChunkState {
   int pos0 = 0;
 };
 
-// Scratch buffers, grown as needed and reused across calls.
+// A buffer in the backend that grows (never shrinks) and does not keep its contents when it grows.
+class Scratch {
+ public:
+  Status Reserve(Backend& be, int64_t n, std::string_view what);
+  DevPtr operator+(int64_t n) const { return DevPtr{buf_.get(), 0} + n; }
+  operator DevPtr() const { return DevPtr{buf_.get(), 0}; }  // NOLINT: reads like a pointer
+  void Release() { buf_.reset(); }
+
+ private:
+  std::unique_ptr<DeviceBuffer> buf_;
+};
+
+// The layers' scratch buffers, reserved for a batch before its layers run.
 struct LayerScratch {
-  std::vector<float> cur, q_full, q, k, v, gate, attn, proj;
-  std::vector<float> qkv, conv, z, alpha, beta, dn_out;
-  std::vector<float> ffn_gate, ffn_up, ffn_sum;
-  std::vector<float> router, expert_in, expert_gate, expert_up, expert_out, shared_scale;
-  std::vector<float> route_weight;  // [n_rows, n_expert_used]
-  std::vector<int> route_expert;    // [n_rows, n_expert_used]
-  std::vector<int> route_slot;      // [n_rows * n_expert_used]: row-slots grouped by expert
-  std::vector<int> route_pos;       // [n_rows * n_expert_used]: each row-slot's place in that order
-  std::vector<int> route_ids;       // [n_expert]: expert ids, sorted per row by probability
-  std::vector<int> route_start;     // [n_expert + 1]: first grouped row-slot of each expert
-  std::vector<int> route_fill;      // [n_expert]: next free grouped row-slot of each expert
+  Scratch cur, q_full, q, k, v, gate, attn, proj;          // attention
+  Scratch qkv, conv, z, alpha, beta, dn_out;               // DeltaNet
+  Scratch ffn_gate, ffn_up, ffn_sum;                       // dense FFN, shared expert
+  Scratch router, route_ids, route_weights, shared_scale;  // experts
+
+  // Room for n_rows rows in every buffer the window's layers use.
+  Status Reserve(Backend& be, const ModelConfig& cfg, bool has_attention, bool has_delta_net,
+                 int n_rows);
+  // Gives every buffer back to the backend.
+  void Release();
 };
 
 // x: [n_rows, n_embd] residual stream, updated in place. cos_sin: [n_rows, n_rot / 2, 2].
-void RunAttention(const ModelConfig& cfg, const LayerWeights& w, int n_ctx,
-                  std::span<ChunkState> chunks, int n_rows, const float* cos_sin, float* x,
-                  Backend& be, LayerScratch& s);
+void RunAttention(const ModelConfig& cfg, const LayerWeights& w, std::span<ChunkState> chunks,
+                  int n_rows, DevPtr cos_sin, DevPtr x, Backend& be, LayerScratch& s);
 void RunDeltaNet(const ModelConfig& cfg, const LayerWeights& w, std::span<ChunkState> chunks,
-                 int n_rows, float* x, Backend& be, LayerScratch& s);
+                 int n_rows, DevPtr x, Backend& be, LayerScratch& s);
 // A dense SwiGLU FFN: out [n_rows, n_embd] = down(silu(gate(in)) * up(in)).
-void RunDenseFfn(const FfnWeights& w, int n_ff, const float* in, int n_rows, float* out,
-                 Backend& be, LayerScratch& s);
+void RunDenseFfn(const FfnWeights& w, int n_ff, DevPtr in, int n_rows, DevPtr out, Backend& be,
+                 LayerScratch& s);
 // Routed experts plus the gated shared expert: in, out [n_rows, n_embd] (moe_ffn.cpp).
-void RunMoe(const ModelConfig& cfg, const MoeWeights& w, const float* in, int n_rows, float* out,
+void RunMoe(const ModelConfig& cfg, const MoeWeights& w, DevPtr in, int n_rows, DevPtr out,
             Backend& be, LayerScratch& s);
 // The FFN half of a layer (dense or experts), residual included.
-void RunFfn(const ModelConfig& cfg, const LayerWeights& w, int n_rows, float* x, Backend& be,
+void RunFfn(const ModelConfig& cfg, const LayerWeights& w, int n_rows, DevPtr x, Backend& be,
             LayerScratch& s);
 
 }  // namespace kvasir

@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "backend/registry.h"
+
 namespace kvasir {
 namespace {
 
@@ -43,10 +45,20 @@ Status ParseDevice(const json &j, DeviceProfile *d) {
       continue;
     } else if (key == "backend") {
       if (!value.is_string()) return Error("backend must be a string");
-      d->backend = value.get<std::string>();
-      if (d->backend != "cpu" && d->backend != "gpu" && d->backend != "npu" &&
-          d->backend != "phone") {
-        return Error("backend '{}' is not one of cpu, gpu, npu, phone", d->backend);
+      // The planning machine need not have this backend built: only the syntax is checked.
+      auto spec = ParseBackendSpec(value.get<std::string>());
+      if (!spec.ok()) {
+        const std::string v = value.get<std::string>();
+        const bool kind = v == "gpu" || v == "npu" || v == "phone";
+        return Error("{}{}", spec.status().message(),
+                     kind ? " (the device's kind, gpu, npu or phone, goes in \"kind\")" : "");
+      }
+      d->backend = spec->ToString();
+    } else if (key == "kind") {
+      if (!value.is_string()) return Error("kind must be a string");
+      d->kind = value.get<std::string>();
+      if (d->kind != "cpu" && d->kind != "gpu" && d->kind != "npu" && d->kind != "phone") {
+        return Error("kind '{}' is not one of cpu, gpu, npu, phone", d->kind);
       }
     } else if (key == "memory_bytes") {
       if (!value.is_number_unsigned() || value.get<uint64_t>() == 0) {
@@ -66,7 +78,7 @@ Status ParseDevice(const json &j, DeviceProfile *d) {
       KV_RETURN_IF_ERROR(ParseLink(value, d));
     } else {
       return Error(
-          "unknown field '{}' (known: name, backend, memory_bytes, "
+          "unknown field '{}' (known: name, backend, kind, memory_bytes, "
           "memory_gib, ms_per_gib, link)",
           key);
     }

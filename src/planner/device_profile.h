@@ -13,7 +13,10 @@ namespace kvasir {
 
 struct DeviceProfile {
   std::string name;
-  std::string backend = "cpu";  // "cpu", "gpu", "npu" or "phone"
+  // The compute backend its stage runs on, as --backend takes it ("cpu", "opencl:0:0", "cuda:1");
+  // written to the device's rank in the manifest.
+  std::string backend = "cpu";
+  std::string kind;             // informational: "cpu", "gpu", "npu", "phone", or empty
   uint64_t memory_bytes = 0;    // budget for weights + KV + process overhead
   // Measured decode time per GiB of weights read, in milliseconds (smaller = more bandwidth).
   double ms_per_gib = 0;

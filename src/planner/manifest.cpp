@@ -8,6 +8,8 @@
 #include <cmath>
 #include <set>
 
+#include "backend/registry.h"
+
 namespace kvasir {
 namespace {
 
@@ -51,6 +53,7 @@ Status Get(const json &j, const char *field, T *out) {
 Status RankFromJson(const json &j, ManifestRank *r) {
   KV_RETURN_IF_ERROR(Get(j, "rank", &r->rank));
   KV_RETURN_IF_ERROR(Get(j, "device", &r->device));
+  if (j.contains("backend")) KV_RETURN_IF_ERROR(Get(j, "backend", &r->backend));
   if (!j.contains("layers") || !j["layers"].is_array() || j["layers"].size() != 2 ||
       !j["layers"][0].is_number_integer() || !j["layers"][1].is_number_integer()) {
     return Error("field 'layers' must be [first, last]");
@@ -103,6 +106,7 @@ Manifest BuildManifest(const ModelCost &cost, const Plan &plan, std::string mode
     ManifestRank r;
     r.rank = int(i);
     r.device = p.device;
+    if (!p.backend.empty()) r.backend = p.backend;
     r.first = p.first;
     r.last = p.last;
     r.has_embed = p.has_embed;
@@ -142,6 +146,7 @@ Status ValidateManifest(const Manifest &m) {
     if (m.ring[i] != r.device) {
       return fail(Error("device '{}' but ring[{}] is '{}'", r.device, i, m.ring[i]));
     }
+    if (auto spec = ParseBackendSpec(r.backend); !spec.ok()) return fail(spec.status());
     if (r.first >= r.last) return fail(Error("layers [{}, {}) is empty", r.first, r.last));
     if (r.first < next) {
       return fail(Error("layers [{}, {}) overlap the previous rank's, which end at {}", r.first,
@@ -211,6 +216,7 @@ json ManifestToJson(const Manifest &m) {
     }
     ranks.push_back({{"rank", r.rank},
                      {"device", r.device},
+                     {"backend", r.backend},
                      {"layers", {r.first, r.last}},
                      {"has_embed", r.has_embed},
                      {"has_head", r.has_head},

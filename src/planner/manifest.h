@@ -29,6 +29,8 @@ struct ManifestTensor {
 struct ManifestRank {
   int rank = 0;
   std::string device;
+  // Where the rank's stage runs, as --backend takes it (absent in a manifest: "cpu").
+  std::string backend = "cpu";
   int first = 0, last = 0;  // layers [first, last)
   bool has_embed = false, has_head = false;
   uint64_t weight_bytes = 0;
@@ -58,8 +60,8 @@ Manifest BuildManifest(const ModelCost &cost, const Plan &plan, std::string mode
 // Checks every constraint a ring relies on: version, 32-hex model id, n_layer and ctx positive,
 // ranks numbered 0..n-1 in order, windows non-empty, contiguous and covering [0, n_layer),
 // has_embed exactly on the rank with layer 0 and has_head on the one ending at n_layer, ring
-// matching the ranks' devices, device names unique, sha256 and node_key (when present) 64 hex
-// digits.
+// matching the ranks' devices, device names unique, backends in --backend syntax, sha256 and
+// node_key (when present) 64 hex digits.
 Status ValidateManifest(const Manifest &m);
 
 // Sets node_key of each rank whose device `keys` (device name -> 64 hex digits) names; devices

@@ -123,6 +123,7 @@ struct ExactSearch {
       const DeviceProfile &dev = devices[d];
       PlannedRank r;
       r.device = dev.name;
+      r.backend = dev.backend;
       r.first = a;
       r.last = b;
       r.has_embed = a == 0;

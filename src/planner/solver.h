@@ -30,6 +30,7 @@ struct PlanOptions {
 
 struct PlannedRank {
   std::string device;       // DeviceProfile::name
+  std::string backend;      // DeviceProfile::backend
   int first = 0, last = 0;  // layers [first, last)
   bool has_embed = false, has_head = false;
   uint64_t weight_bytes = 0;  // held in memory

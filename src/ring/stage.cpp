@@ -99,6 +99,7 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   wopt.n_ctx = opt.n_ctx;
   wopt.n_threads = opt.n_threads;
   wopt.max_sequences = opt.max_sessions;
+  wopt.backend = opt.backend;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> window, LayerWindow::Load(shared, spec, wopt));
   std::unique_ptr<Tokenizer> tokenizer;
   if (spec.has_embed || spec.has_head) {
@@ -146,10 +147,13 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   client_auth_.client_secret = options_.client_secret;
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
-  KV_LOG_INFO("{}: layers {}:{} of {} ({}{}), {:.1f} MiB of weights, listening on port {}",
-              options_.name, options_.first, options_.last, window_->config().n_layer,
-              is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
-              window_->weight_bytes() / 1048576.0, listener_.port());
+  KV_LOG_INFO(
+      "{}: layers {}:{} of {} ({}{}), {:.1f} MiB of weights, on {} ({}), listening on "
+      "port {}",
+      options_.name, options_.first, options_.last, window_->config().n_layer,
+      is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
+      window_->weight_bytes() / 1048576.0, window_->device().address, window_->device().name,
+      listener_.port());
 }
 
 StageImpl::~StageImpl() { Stop(); }

@@ -255,12 +255,18 @@ TEST(Solver, RefusesImpossibleInputNamingTheNumbers) {
 
 TEST(Devices, ParsesAndNamesBrokenFields) {
   auto ok = ParseDevices(R"({"devices": [
-      {"name": "gpu-box", "backend": "gpu", "memory_gib": 24, "ms_per_gib": 1.5,
+      {"name": "gpu-box", "backend": "cuda:1", "kind": "gpu", "memory_gib": 24, "ms_per_gib": 1.5,
        "link": {"rtt_ms": 0.4, "bandwidth_mbps": 1000}},
-      {"name": "phone-1", "backend": "phone", "memory_bytes": 3000000000, "ms_per_gib": 90}]})",
+      {"name": "phone-1", "backend": "opencl", "kind": "phone", "memory_bytes": 3000000000,
+       "ms_per_gib": 90},
+      {"name": "laptop", "memory_gib": 4, "ms_per_gib": 30}]})",
                          "devices.json");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
-  ASSERT_EQ(ok->size(), 2u);
+  ASSERT_EQ(ok->size(), 3u);
+  EXPECT_EQ((*ok)[0].backend, "cuda:1");
+  EXPECT_EQ((*ok)[0].kind, "gpu");
+  EXPECT_EQ((*ok)[1].backend, "opencl:0:0");  // the first device, spelled out
+  EXPECT_EQ((*ok)[2].backend, "cpu");
   EXPECT_EQ((*ok)[0].memory_bytes, uint64_t{24} << 30);
   EXPECT_EQ((*ok)[0].bandwidth_mbps, 1000);
   EXPECT_EQ((*ok)[1].rtt_ms, 0);
@@ -277,7 +283,19 @@ TEST(Devices, ParsesAndNamesBrokenFields) {
             std::string::npos);
   EXPECT_NE(msg(R"({"devices": [{"name": "p", "backend": "tpu", "memory_gib": 2,
                   "ms_per_gib": 3}]})")
-                .find("backend 'tpu' is not one of"),
+                .find("backend 'tpu' is not one of cpu, opencl[:PLATFORM:DEVICE], cuda[:N]"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"devices": [{"name": "p", "backend": "gpu", "memory_gib": 2,
+                  "ms_per_gib": 3}]})")
+                .find("the device's kind, gpu, npu or phone, goes in \"kind\""),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"devices": [{"name": "p", "backend": "cuda:x", "memory_gib": 2,
+                  "ms_per_gib": 3}]})")
+                .find("device 'p': backend 'cuda:x' is not cuda[:N]"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"devices": [{"name": "p", "kind": "toaster", "memory_gib": 2,
+                  "ms_per_gib": 3}]})")
+                .find("kind 'toaster' is not one of cpu, gpu, npu, phone"),
             std::string::npos);
   EXPECT_NE(msg(R"({"devices": [{"name": "p", "memory_gib": 2, "ms_per_gib": 3},
                                 {"name": "p", "memory_gib": 2, "ms_per_gib": 3}]})")
@@ -296,6 +314,7 @@ Manifest SampleManifest() {
   ModelCost c = SyntheticCost(std::vector<uint64_t>(8, 40 * kMiB));
   std::vector<DeviceProfile> devs = {Dev("a", 220, 50, 1, 100), Dev("b", 220, 60, 1, 100),
                                      Dev("c", 220, 70, 1, 100)};
+  devs[1].backend = "opencl:0:1";
   auto plan = SolvePlan(c, devs, {.ctx = 512});
   KV_CHECK(plan.ok(), "{}", plan.status().message());
   return BuildManifest(c, *plan, std::string(32, 'a'), "/models/tl8.gguf");
@@ -311,6 +330,10 @@ TEST(Manifest, JsonRoundTrip) {
   EXPECT_EQ(back->ring, m.ring);
   EXPECT_EQ(back->ranks[0].tensors[0].sha256, std::string(64, '0'));
   EXPECT_FALSE(back->ranks[0].tensors[1].sha256.has_value());
+  // Each rank carries its device's backend.
+  for (const ManifestRank &r : back->ranks) {
+    EXPECT_EQ(r.backend, r.device == "b" ? "opencl:0:1" : "cpu") << r.device;
+  }
   // Rank 0 carries the embedding, the last rank the head.
   auto has = [](const ManifestRank &r, const std::string &n) {
     return std::any_of(r.tensors.begin(), r.tensors.end(), [&](auto &t) { return t.name == n; });
@@ -366,11 +389,22 @@ TEST(Manifest, ValidationNamesTheBrokenConstraint) {
   id.model_id = "12";
   EXPECT_NE(ErrorOf(id).find("model_id '12' is not 32 hex digits"), std::string::npos);
 
+  Manifest backend = base;
+  backend.ranks[2].backend = "gpu";
+  EXPECT_NE(ErrorOf(backend).find("rank 2: backend 'gpu' is not one of"), std::string::npos)
+      << ErrorOf(backend);
+
   EXPECT_EQ(ParseManifest("[1]", "m.json").status().message(), "m.json: expected a JSON object");
   nlohmann::json j = ManifestToJson(base);
   j["ranks"][1].erase("layers");
   EXPECT_EQ(ManifestFromJson(j, "m.json").status().message(),
             "m.json: rank 1: field 'layers' must be [first, last]");
+  // A manifest without backends (written before they existed) runs every rank on the CPU.
+  j = ManifestToJson(base);
+  for (auto &r : j["ranks"]) r.erase("backend");
+  auto old = ManifestFromJson(j, "m.json");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->ranks[1].backend, "cpu");
   j = ManifestToJson(base);
   j["ctx"] = "big";
   EXPECT_EQ(ManifestFromJson(j, "m.json").status().message(),

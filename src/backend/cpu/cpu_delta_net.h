@@ -8,16 +8,15 @@
 
 #include "base/thread_pool.h"
 
-namespace kvasir {
+namespace kvasir::cpu {
 
-// Channels are split across the pool. Shapes as Backend::CausalConvSilu.
+// Channels are split across the pool. Shapes as Backend::CausalConvSilu (backend/backend.h).
 void CpuCausalConvSilu(const float* x, int n, int channels, int kernel, const float* w,
                        float* state, float* out, ThreadPool& pool);
 
 // Value heads are split across the pool. Shapes as Backend::GatedDeltaRule.
-void CpuGatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha,
-                       const float* beta, const float* dt_bias, const float* a, int n,
-                       int n_k_heads, int n_v_heads, int dim, float eps, float* state, float* out,
-                       ThreadPool& pool);
+void CpuGatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha, const float* beta,
+                       const float* dt_bias, const float* a, int n, int n_k_heads, int n_v_heads,
+                       int dim, float eps, float* state, float* out, ThreadPool& pool);
 
-}  // namespace kvasir
+}  // namespace kvasir::cpu

@@ -1,11 +1,11 @@
-#include "model/cpu_delta_net.h"
+#include "backend/cpu/cpu_delta_net.h"
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/kernels.h"
 
-namespace kvasir {
+namespace kvasir::cpu {
 namespace {
 
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -17,8 +17,7 @@ float Softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 void L2Normalize(const float* x, int n, float eps, float extra_scale, float* out) {
   double sum = 0;
   for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
-  const float scale =
-      1.0f / std::max(std::sqrt(static_cast<float>(sum)), eps) * extra_scale;
+  const float scale = 1.0f / std::max(std::sqrt(static_cast<float>(sum)), eps) * extra_scale;
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale;
 }
 
@@ -45,10 +44,9 @@ void CpuCausalConvSilu(const float* x, int n, int channels, int kernel, const fl
   });
 }
 
-void CpuGatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha,
-                       const float* beta, const float* dt_bias, const float* a, int n,
-                       int n_k_heads, int n_v_heads, int dim, float eps, float* state, float* out,
-                       ThreadPool& pool) {
+void CpuGatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha, const float* beta,
+                       const float* dt_bias, const float* a, int n, int n_k_heads, int n_v_heads,
+                       int dim, float eps, float* state, float* out, ThreadPool& pool) {
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const int64_t k_off = static_cast<int64_t>(n_k_heads) * dim;
   const int64_t v_off = 2 * k_off;
@@ -81,4 +79,4 @@ void CpuGatedDeltaRule(const float* qkv, int64_t row_stride, const float* alpha,
   });
 }
 
-}  // namespace kvasir
+}  // namespace kvasir::cpu
