@@ -138,13 +138,18 @@ TEST(StageCliTest, AStageWithNoWayToAuthenticateItsNeighboursRefusesToStart) {
   ExpectRuntimeError(r, "stage", "nothing to authenticate the predecessor");
   EXPECT_THAT(r.err, HasSubstr("--ring-secret-file"));
 
-  // A manifest whose ranks carry no node keys is no help either.
+  // A manifest whose ranks carry no node keys is no help either (CPU ranks, so that no backend
+  // this build lacks is refused first).
+  const std::string devices = dir.File("devices.json");
+  {
+    std::ofstream out(devices);
+    out << R"({"devices": [
+      {"name": "a", "backend": "cpu", "memory_gib": 0.2, "ms_per_gib": 25},
+      {"name": "b", "backend": "cpu", "memory_gib": 0.2, "ms_per_gib": 25}]})";
+  }
   const std::string manifest = dir.File("manifest.json");
-  ASSERT_EQ(
-      RunKvasir({"plan", "-m", AssetPath(kStories), "--devices",
-                 std::string(KVASIR_SOURCE_DIR) + "/docs/examples/devices.json", "-o", manifest})
-          .code,
-      0);
+  ASSERT_EQ(RunKvasir({"plan", "-m", AssetPath(kStories), "--devices", devices, "-o", manifest}).code,
+            0);
   r = RunKvasir({"stage", "--manifest", manifest, "--rank", "0", "--listen", "127.0.0.1:0",
                  "--next", "127.0.0.1:1", "--key", dir.File("k")});
   ExpectRuntimeError(r, "stage", "nothing to authenticate");
