@@ -434,9 +434,12 @@ Status HttpClient::RequestOnce(const RangeRequest& rq, Clock::time_point deadlin
       },
       backstop, [&] { im.lowest().cancel(); });
   if (ec) {
-    // A reply that is not valid HTTP will not become valid on a second try.
+    // A reply that is not valid HTTP will not become valid on a second try. A connection closed
+    // before or inside the header (end_of_stream, partial_message: Beast's HTTP category too) is
+    // the network's doing, as when a server restarts: that one is retried.
+    const bool closed = ec == http::error::end_of_stream || ec == http::error::partial_message;
     const bool garbage =
-        ec.category() == http::make_error_code(http::error::bad_version).category();
+        !closed && ec.category() == http::make_error_code(http::error::bad_version).category();
     return net_fail(
         garbage ? HttpFailure::kRefused : HttpFailure::kNetwork, ec,
         fmt::format("{}: reading the response header failed: {}", where, DescribeIoError(ec)),

@@ -132,6 +132,20 @@ TEST(HttpClientTest, RefusesMissingContentRangeAndGarbage) {
   EXPECT_EQ(g.failure, HttpFailure::kRefused);
 }
 
+TEST(HttpClientTest, AConnectionClosedBeforeOrInsideTheHeaderIsRetryable) {
+  // What a restarted server does to a request in flight: the connection ends with no reply, or in
+  // the middle of its header. Neither is garbage that a second try would see again.
+  FakeHttpServer silent([&](const FakeRequest&) { return std::string(); });
+  Got g = Get(silent.Url("/m"), 0, 3);
+  EXPECT_THAT(g.status.message(), HasSubstr("reading the response header failed"));
+  EXPECT_EQ(g.failure, HttpFailure::kNetwork);
+
+  FakeHttpServer cut([&](const FakeRequest&) { return std::string("HTTP/1.1 206 Partial"); });
+  g = Get(cut.Url("/m"), 0, 3);
+  EXPECT_THAT(g.status.message(), HasSubstr("reading the response header failed"));
+  EXPECT_EQ(g.failure, HttpFailure::kNetwork);
+}
+
 TEST(HttpClientTest, ClassifiesStatusCodes) {
   FakeHttpServer busy([&](const FakeRequest&) {
     return std::string(
