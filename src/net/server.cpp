@@ -1,6 +1,7 @@
 #include "net/server.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -263,9 +264,32 @@ bool ServerSlot::counted() const { return core_->table.Contains(id_); }
 asio::io_context& ServerSlot::ioc() const { return core_->ioc; }
 void ServerSlot::Notify() const { core_->Notify(); }
 
+namespace {
+
+// The places of both pools, each one descriptor, and some for the process (logs, the database,
+// outgoing dials): raises the soft open-file limit to that, up to the hard limit, so that a flood
+// meets the admission limits rather than EMFILE. A hard limit below it is named once.
+void EnsureFileLimit(const ServerOptions& o) {
+  constexpr rlim_t kSpare = 128;
+  const rlim_t want = static_cast<rlim_t>(o.admission.open.max_total) +
+                      static_cast<rlim_t>(o.admission.proven.max_total) + kSpare;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= want) return;
+  const rlim_t hard = lim.rlim_max;
+  lim.rlim_cur = (hard == RLIM_INFINITY || hard >= want) ? want : hard;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < want) {
+    KV_LOG_WARN("{}: its {} places need {} open files, and the limit is {} (ulimit -n): a flood "
+                "may be refused by the system before the server's own limits",
+                o.name, want - kSpare, want, lim.rlim_cur);
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& o, ConnectionFactory factory) {
   if (Status s = ValidatePolicy(o.admission); !s.ok()) return s.WithContext(o.name);
   if (o.sweep_ms < 1) return Error("{}: sweep_ms must be at least 1 (got {})", o.name, o.sweep_ms);
+  EnsureFileLimit(o);
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return Error("--tls-cert and --tls-key go together (got only {})",
                  o.tls_cert.empty() ? "--tls-key" : "--tls-cert");

@@ -7,6 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -192,6 +195,29 @@ TEST(HttpServerTest, ServesHttpsWithAVerifiedCertificate) {
   plain.Send(Get("/plain"));
   EXPECT_EQ(plain.ReadResponse(), "");
   EXPECT_TRUE(HttpRequest("GET", url + "/again", {}, "", ro).ok());
+}
+
+TEST(HttpServerTest, StartRaisesTheOpenFileLimitToItsPlaces) {
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  // Places that fit under the hard limit with the server's spare 128, as many as 1,024 + 512.
+  const rlim_t cap = before.rlim_max == RLIM_INFINITY ? 4096 : before.rlim_max;
+  ASSERT_GT(cap, 256u) << "a hard open-file limit of " << cap << " leaves no room to test";
+  const int open_places = static_cast<int>(std::min<rlim_t>(1024, (cap - 128) * 2 / 3));
+  const int proven_places = static_cast<int>(std::min<rlim_t>(512, (cap - 128) / 3));
+  rlimit low = before;
+  low.rlim_cur = 64;  // below what the places need
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  TestHandler h;
+  HttpServerOptions o = Small(open_places, 64, open_places / 2);
+  o.server.admission.proven = {proven_places, 64, proven_places};
+  auto server = HttpServer::Start(o, h.handler());
+  rlimit now{};
+  ::getrlimit(RLIMIT_NOFILE, &now);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  EXPECT_GE(now.rlim_cur, static_cast<rlim_t>(open_places + proven_places));
+  (*server)->Stop();
 }
 
 TEST(HttpServerTest, StartRefusesBadOptions) {
