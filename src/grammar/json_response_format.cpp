@@ -63,7 +63,8 @@ Result<std::string> ResponseFormatGrammarText(const nlohmann::ordered_json& rf,
   const std::string type = rf["type"].get<std::string>();
   auto only = [&](const nlohmann::ordered_json& j, std::initializer_list<const char*> keys,
                   const char* what) -> Status {
-    for (const auto& [k, v] : j.items()) {
+    for (const auto& item : j.items()) {
+      const std::string& k = item.key();
       if (std::find_if(keys.begin(), keys.end(), [&](const char* s) { return k == s; }) ==
           keys.end()) {
         return Error("{}: key '{}' is not supported", what, k);
