@@ -67,6 +67,10 @@ class TextParser {
     return fmt::format("{}:{}", line, col);
   }
   Status Fail(const std::string& what) const { return FailAt(pos_, what); }
+  // A limit of GrammarLimits, at a place in the text.
+  Status OverLimit(size_t at, const std::string& what) const {
+    return Error(StatusCode::kTooLarge, "grammar:{}: {}", Where(at), what);
+  }
   Status FailAt(size_t at, const std::string& what) const {
     return Error("grammar:{}: {}", Where(at), what);
   }
@@ -155,7 +159,7 @@ class TextParser {
     }
     if (c == '(') {
       if (depth >= max_nesting_) {
-        return Fail(fmt::format("parentheses nested deeper than {}", max_nesting_));
+        return OverLimit(pos_, fmt::format("parentheses nested deeper than {}", max_nesting_));
       }
       ++pos_;
       std::vector<Sequence> alts;
@@ -241,8 +245,10 @@ class TextParser {
     uint64_t v = 0;
     auto [p, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, v);
     if (ec != std::errc() || v > max_repeat_) {
-      return FailAt(start, fmt::format("repetition count {} is over the limit {}",
-                                       text_.substr(start, pos_ - start), max_repeat_));
+      const std::string_view digits = text_.substr(start, pos_ - start);
+      return OverLimit(
+          start, fmt::format("repetition count {}{} is over the limit {}", digits.substr(0, 20),
+                             digits.size() > 20 ? "..." : "", max_repeat_));
     }
     SkipInline();
     *out = static_cast<uint32_t>(v);

@@ -98,10 +98,18 @@ TEST(GrammarParse, RefusesRulesThatCanNeverEnd) {
 }
 
 TEST(GrammarParse, LimitsAreEnforced) {
+  auto code = [](std::string_view text, const GrammarLimits& limits) {
+    auto g = Grammar::Parse(text, limits);
+    return g.ok() ? StatusCode::kOk : g.status().code();
+  };
+  EXPECT_EQ(ParseError("root ::= \"a\"{" + std::string(100, '9') + "}"),
+            "grammar:1:14: repetition count 99999999999999999999... is over the limit 100000");
+  EXPECT_EQ(code("root ::= \"a\"{100001}", {}), StatusCode::kTooLarge);
   GrammarLimits small;
   small.max_elements = 100;
   EXPECT_EQ(ParseError("root ::= \"a\"{200}", small),
             "grammar: more than 100 items once repetitions are expanded (the limit)");
+  EXPECT_EQ(code("root ::= \"a\"{200}", small), StatusCode::kTooLarge);
   small = {};
   small.max_text_bytes = 10;
   EXPECT_EQ(ParseError("root ::= \"abcdef\"", small),
@@ -110,6 +118,7 @@ TEST(GrammarParse, LimitsAreEnforced) {
   small.max_nesting = 2;
   EXPECT_EQ(ParseError("root ::= (((\"a\")))", small),
             "grammar:1:12: parentheses nested deeper than 2");
+  EXPECT_EQ(code("root ::= (((\"a\")))", small), StatusCode::kTooLarge);
 }
 
 }  // namespace
