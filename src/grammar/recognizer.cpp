@@ -203,56 +203,114 @@ Recognizer::State Recognizer::Compute(State s, uint8_t byte) {
   return table[byte];
 }
 
+// Continuation bytes [lo, hi] from `at`: the one state they all lead to, or kDead. Leads of a
+// class usually reach the same intermediate states, so the answers are kept for one LearnClasses.
+Recognizer::State Recognizer::ContinuationsTo(State at, uint8_t lo, uint8_t hi) {
+  for (const SpanMemo& m : span_memo_) {
+    if (m.at == at && m.lo == lo && m.hi == hi) return m.to;
+  }
+  State to = Next(at, lo);
+  for (unsigned c = lo + 1u; c <= hi && to != kDead; ++c) {
+    if (Next(at, static_cast<uint8_t>(c)) != to) to = kDead;
+  }
+  span_memo_.push_back({at, to, lo, hi});
+  return to;
+}
+
 bool Recognizer::LeadAccepted(State s, uint8_t lead, State to) {
   const Utf8Lead shape = Utf8LeadOf(lead);
   State at = Next(s, lead);
-  if (at == kDead) return false;
-  for (int k = 1; k <= shape.continuation; ++k) {
-    const uint8_t lo = k == 1 ? shape.lo : 0x80, hi = k == 1 ? shape.hi : 0xBF;
-    const State next = Next(at, lo);
-    if (next == kDead) return false;
-    for (unsigned c = lo + 1u; c <= hi; ++c) {
-      if (Next(at, static_cast<uint8_t>(c)) != next) return false;
-    }
-    at = next;
+  for (int k = 1; k <= shape.continuation && at != kDead; ++k) {
+    at = k == 1 ? ContinuationsTo(at, shape.lo, shape.hi) : ContinuationsTo(at, 0x80, 0xBF);
   }
-  return at == to;
+  return at != kDead && at == to;
 }
 
-void Recognizer::LearnClasses(State s, uint64_t classes) {
-  if (!char_info_[s].has_next) {
-    State next = kDead;
-    for (uint8_t c : std::string_view("a0A _-")) {
-      if ((next = Next(s, c)) != kDead) break;
+void Recognizer::LearnClasses(State s) {
+  if (s < char_info_.size() && char_info_[s].has_classes) return;
+  State to = kDead;
+  for (uint8_t c : std::string_view("a0A _-")) {
+    if ((to = Next(s, c)) != kDead) break;
+  }
+  for (unsigned b = 0; b < 0x80 && to == kDead; ++b) to = Next(s, static_cast<uint8_t>(b));
+  uint64_t seen = 0, failed = 0;
+  span_memo_.clear();
+  if (to != kDead) {
+    for (unsigned b = 0; b < 256; ++b) {
+      const uint8_t c = CharClassOf(static_cast<uint8_t>(b));
+      if (c == kNoClass || ((failed >> c) & 1)) continue;
+      seen |= uint64_t{1} << c;
+      const bool ok = b < 0x80 ? Next(s, static_cast<uint8_t>(b)) == to
+                               : LeadAccepted(s, static_cast<uint8_t>(b), to);
+      if (!ok) failed |= uint64_t{1} << c;
     }
-    for (unsigned b = 0; b < 0x80 && next == kDead; ++b) next = Next(s, static_cast<uint8_t>(b));
-    char_info_[s].next = next;
-    char_info_[s].has_next = true;
   }
-  const State to = char_info_[s].next;
-  uint64_t failed = to == kDead ? classes : 0;
-  for (unsigned b = 0; b < 256; ++b) {
-    const uint8_t c = CharClassOf(static_cast<uint8_t>(b));
-    if (c == kNoClass || !((classes >> c) & 1) || ((failed >> c) & 1)) continue;
-    const bool ok = b < 0x80 ? Next(s, static_cast<uint8_t>(b)) == to
-                             : LeadAccepted(s, static_cast<uint8_t>(b), to);
-    if (!ok) failed |= uint64_t{1} << c;
-  }
-  char_info_[s].known |= classes;
-  char_info_[s].safe |= classes & ~failed;
+  // Next() may have added states: size the memo only now.
+  if (char_info_.size() < states_.size()) char_info_.resize(states_.size());
+  CharInfo& info = char_info_[s];
+  info.next = to;
+  info.safe = seen & ~failed;
+  info.has_classes = true;
 }
 
-bool Recognizer::CharsAcceptedSlow(State s, uint64_t classes, int chars) {
-  for (int t = 0; t < chars; ++t) {
-    if (s == kDead || !status_.ok()) return false;
-    if (char_info_.size() <= s) char_info_.resize(states_.size());
-    if ((classes & ~char_info_[s].known) != 0 || !char_info_[s].has_next) LearnClasses(s, classes);
-    const CharInfo& info = char_info_[s];
-    if ((classes & ~info.safe) != 0) return false;
-    if (info.next == s) return true;  // every later character starts from here again
-    s = info.next;
+// run(t) is 0 when no class is safe, unbounded on a self-loop, 1 + run(next) when the next
+// state's safe classes include t's (a string of t's classes is then one character and a string
+// of the next state's), else 1. Computed along the chain of next states, then backwards. The walk
+// stops once `want` characters are covered (the run is then a lower bound, extended when a later
+// question needs more), and after kMaxRun states (a cycle through several states: a run of 1).
+void Recognizer::Learn(State s, int want) {
+  std::vector<State>& chain = chain_;
+  chain.clear();
+  uint8_t run = 0;       // the run of the state after chain.back(), or of chain.back() if fixed
+  bool fixed = false;    // chain.back()'s run is `run` itself
+  bool complete = true;  // the runs found are exact, not lower bounds
+  for (State t = s;;) {
+    const int need = want - static_cast<int>(chain.size());  // characters wanted from t
+    if (t < char_info_.size() && char_info_[t].learnt &&
+        (char_info_[t].complete || char_info_[t].run >= need)) {
+      run = char_info_[t].run;
+      complete = char_info_[t].complete;
+      break;
+    }
+    LearnClasses(t);
+    chain.push_back(t);
+    const State next = char_info_[t].next;
+    const uint64_t safe = char_info_[t].safe;
+    fixed = true;
+    if (safe == 0) {
+      run = 0;
+      break;
+    }
+    if (next == t) {
+      run = kMaxRun;
+      break;
+    }
+    if (chain.size() >= kMaxRun) {
+      run = 1;
+      break;
+    }
+    if (need <= 1) {
+      run = 1;
+      complete = false;
+      break;
+    }
+    LearnClasses(next);
+    if ((safe & ~char_info_[next].safe) != 0) {
+      run = 1;
+      break;
+    }
+    fixed = false;
+    t = next;
   }
-  return true;
+  for (size_t k = chain.size(); k-- > 0;) {
+    if (!(fixed && k + 1 == chain.size())) {
+      run = static_cast<uint8_t>(std::min<int>(kMaxRun, run + 1));
+    }
+    CharInfo& info = char_info_[chain[k]];
+    info.run = run;
+    info.complete = complete;
+    info.learnt = true;
+  }
 }
 
 bool Matcher::AcceptBytes(std::string_view bytes) {

@@ -19,6 +19,7 @@
 // memoised on first use). Share the Grammar, not the Recognizer: one per generation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,17 +69,23 @@ class Recognizer {
   bool MustEnd(State s) const { return states_[s].accepting && states_[s].size == 0; }
   // True when from `s` every string of at most `chars` characters, each starting with a byte of
   // a class in `classes` (char_classes.h) and valid UTF-8, is accepted, prefixes cut inside a
-  // character included. A cheap sufficient test (false may also mean "not known"), memoised per
-  // state: a class counts when all of its characters lead to one same next state.
+  // character included. A cheap sufficient test (false may also mean "not known"): per state it
+  // learns once which classes are safe (all of their characters lead to one same next state) and
+  // for how many characters that lasts (a run: the next state's safe classes include them, and so
+  // on; unbounded when the next state is the state itself, as in `char*`).
   bool CharsAccepted(State s, uint64_t classes, int chars) {
-    if (s < char_info_.size()) {  // the common case: known, and the same state after a character
+    if (s < char_info_.size() && char_info_[s].learnt) {
       const CharInfo& info = char_info_[s];
-      if (info.has_next && (classes & ~info.known) == 0) {
-        if ((classes & ~info.safe) != 0) return false;
-        if (info.next == s) return true;
-      }
+      if ((classes & ~info.safe) != 0) return false;
+      if (chars <= info.run) return status_.ok();
+      if (info.complete) return false;
+      // A lower bound so far: learn further, twice as far as before at least.
+      Learn(s, std::max(chars, std::min<int>(kMaxRun, 2 * info.run)));
+    } else {
+      Learn(s, chars);
     }
-    return CharsAcceptedSlow(s, classes, chars);
+    const CharInfo& info = char_info_[s];
+    return (classes & ~info.safe) == 0 && chars <= info.run && status_.ok();
   }
   // Number of parse stacks alive in `s`.
   size_t StackCount(State s) const { return states_[s].size + (states_[s].accepting ? 1 : 0); }
@@ -113,9 +120,12 @@ class Recognizer {
   void Close();
   State InternState();
   void Fail(Status status);
-  bool CharsAcceptedSlow(State s, uint64_t classes, int chars);
-  // Which of `classes` are accepted from `s` to its usual next state (CharInfo).
-  void LearnClasses(State s, uint64_t classes);
+  // Fills char_info_[s], and that of the states its run goes through, for runs of `want`
+  // characters at least where they are that long.
+  void Learn(State s, int want);
+  State ContinuationsTo(State at, uint8_t lo, uint8_t hi);
+  // Which character classes lead from `s` to its usual next state (CharInfo next and safe).
+  void LearnClasses(State s);
   bool LeadAccepted(State s, uint8_t lead, State to);
 
   std::shared_ptr<const Grammar> grammar_;
@@ -133,13 +143,24 @@ class Recognizer {
   std::vector<uint32_t*> tables_;  // [state] -> 256 transitions, or null until needed
   std::vector<std::unique_ptr<uint32_t[]>> owned_tables_;
   // [state] what CharsAccepted has learnt: the state after an ordinary character (the first of
-  // "a0A _-" accepted, else of any ASCII byte), and which classes are known, and accepted to it.
+  // "a0A _-" accepted, else of any ASCII byte), the classes whose every character leads there, and
+  // the run: every string of up to `run` characters of those classes is accepted (kMaxRun: any).
+  static constexpr uint8_t kMaxRun = 255;
   struct CharInfo {
+    uint64_t safe = 0;
     State next = kDead;
-    bool has_next = false;
-    uint64_t known = 0, safe = 0;
+    uint8_t run = 0;
+    bool has_classes = false;  // next and safe are known
+    bool learnt = false;       // run is known: exactly when complete, else a lower bound
+    bool complete = false;
   };
   std::vector<CharInfo> char_info_;
+  struct SpanMemo {
+    State at, to;
+    uint8_t lo, hi;
+  };
+  std::vector<SpanMemo> span_memo_;  // for one LearnClasses
+  std::vector<State> chain_;         // scratch for Learn
 
   // Scratch for Compute.
   std::vector<uint32_t> work_, out_, mark_, distinct_sets_, top_set_;

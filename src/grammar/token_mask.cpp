@@ -111,8 +111,7 @@ void TokenTrie::Summarize() {
       depth_chars[i] = static_cast<uint8_t>(std::min(255, depth_chars[i] + 1));
     }
     any_bad[i] = any_bad[i] || bad[i];
-    if (nodes_[i].depth <= kSkipDepth && starts[i] && !any_bad[i] &&
-        depth_chars[i] <= kMaxSkipChars) {
+    if (starts[i] && !any_bad[i] && depth_chars[i] <= kMaxSkipChars) {
       nodes_[i].skip_chars = depth_chars[i];
       nodes_[i].classes = classes[i];
     }

@@ -1,10 +1,10 @@
 // Which tokens of a vocabulary a grammar allows next, by walking a trie of the tokens' bytes with
 // the matcher: a subtree is skipped at its first refused byte, so the cost is the number of trie
 // nodes whose prefix the grammar still accepts, one memoised transition each. Inside free text
-// (a JSON string) that would be nearly the whole trie, so each node near the root also records
-// which classes of characters its subtree holds (char_classes.h) and how many characters deep it
-// goes: when the recognizer accepts every string of that many characters of those classes, all
-// the subtree's tokens are allowed at once without visiting it.
+// (a JSON string) that would be nearly the whole trie, so each node that starts a character also
+// records which classes of characters its subtree holds (char_classes.h) and how many characters
+// deep it goes: when the recognizer accepts every string of that many characters of those
+// classes, all the subtree's tokens are allowed at once without visiting it.
 #pragma once
 
 #include <cstdint>
@@ -79,7 +79,7 @@ class TokenTrie {
   // Nodes in depth-first preorder; node 0 is the root, and a sentinel closes the array.
   struct Node {
     // Classes of the characters starting in the subtree (this node's byte on), for the test
-    // above; only filled up to kSkipDepth.
+    // above; filled where skip_chars is.
     uint64_t classes;
     uint32_t next;       // first node after this one's subtree
     uint32_t tok_begin;  // tokens_[tok_begin, next node's tok_begin) end at this node
@@ -87,13 +87,11 @@ class TokenTrie {
     uint16_t depth;      // bytes from the root
     uint8_t byte;        // the edge into this node
     // The characters on the subtree's longest path, when the subtree is valid UTF-8 starting at
-    // this node and at most kMaxSkipChars deep, and the node at most kSkipDepth deep; else 0
+    // this node (a token may end inside a character) and at most kMaxSkipChars deep; else 0
     // (never tested).
     uint8_t skip_chars;
   };
-  // Subtrees tested for acceptance as a whole: those starting at most this deep.
-  static constexpr int kSkipDepth = 4;
-  static constexpr int kMaxSkipChars = 16;
+  static constexpr int kMaxSkipChars = 254;
 
   std::vector<Node> nodes_;
   std::vector<int32_t> tokens_;  // token ids in trie order: a subtree's tokens are contiguous

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "grammar/char_classes.h"
 #include "grammar/code_points.h"
 #include "grammar_test_util.h"
 
@@ -222,6 +223,30 @@ TEST(Recognizer, DroppingTheTransitionMemoChangesNothing) {
   }
   EXPECT_TRUE(r.status().ok());
   EXPECT_LE(r.MemoryBytes(), size_t{1} << 20);
+}
+
+TEST(Recognizer, CharacterRunsEndWhereTheGrammarSays) {
+  auto g = MustParse("root ::= \"<\" [a-z\\u00e9]{0,3} \">\" | \"[\" [a-z]* \"]\"");
+  Recognizer r(g);
+  const uint64_t lower = uint64_t{1} << CharClassOf('a');
+  const uint64_t two_bytes = uint64_t{1} << CharClassOf(0xC3);
+  const uint64_t digits = uint64_t{1} << CharClassOf('0');
+  Matcher m(&r);
+  ASSERT_TRUE(m.Accept('<'));
+  // Asked for one character first, then for more: the run is learnt further when needed.
+  EXPECT_TRUE(r.CharsAccepted(m.state(), lower, 1));
+  EXPECT_TRUE(r.CharsAccepted(m.state(), lower, 3));
+  EXPECT_FALSE(r.CharsAccepted(m.state(), lower, 4));
+  EXPECT_FALSE(r.CharsAccepted(m.state(), digits, 1));
+  // [a-z\u00e9] holds only some two-byte characters: not every one of the class is accepted.
+  EXPECT_FALSE(r.CharsAccepted(m.state(), two_bytes, 1));
+  ASSERT_TRUE(m.AcceptBytes("ab"));
+  EXPECT_TRUE(r.CharsAccepted(m.state(), lower, 1));
+  EXPECT_FALSE(r.CharsAccepted(m.state(), lower, 2));
+  Matcher open(&r);
+  ASSERT_TRUE(open.Accept('['));
+  EXPECT_TRUE(r.CharsAccepted(open.state(), lower, 200));  // a loop: any number
+  EXPECT_FALSE(r.CharsAccepted(open.state(), lower | digits, 1));
 }
 
 }  // namespace

@@ -130,6 +130,24 @@ TEST(TokenMask, QwenVocabularyMaskEqualsEveryTokenCheckedAlone) {
     ASSERT_TRUE(m.AcceptBytes(prefix)) << prefix;
     ExpectMaskEqualsOneByOne(*trie, m, prefix);
   }
+  // A bounded string (runs of characters end at maxLength), with the masks asked in an order
+  // that makes the recognizer learn its runs a little at a time; a pattern; an enum.
+  auto schema = ParseJsonText(R"({"type": "object", "properties": {
+      "s": {"type": "string", "maxLength": 12}, "p": {"type": "string", "pattern": "^[a-f]{2,}$"},
+      "e": {"enum": ["alpha", "beta"]}}, "required": ["s", "p", "e"]})");
+  ASSERT_TRUE(schema.ok());
+  auto schema_text = JsonSchemaGrammarText(*schema);
+  ASSERT_TRUE(schema_text.ok()) << schema_text.status().message();
+  auto sg = MustParse(*schema_text);
+  Recognizer sr(sg);
+  for (const char* prefix :
+       {"{\"s\": \"abcdefghijk", "{\"s\": \"", "{\"s\": \"abc\xC3", "{\"s\": \"abcdefghijkl",
+        "{\"s\": \"a b", "{\"s\": \"\", \"p\": \"ab", "{\"s\": \"\", \"p\": \"abcdef",
+        "{\"s\": \"\", \"p\": \"ab\", \"e\": \"al"}) {
+    Matcher m(&sr);
+    ASSERT_TRUE(m.AcceptBytes(prefix)) << prefix;
+    ExpectMaskEqualsOneByOne(*trie, m, prefix);
+  }
   // At the end only end-of-generation tokens remain.
   Matcher done(&r);
   ASSERT_TRUE(done.AcceptBytes("{}"));
