@@ -88,6 +88,7 @@ case "$fuzzer" in
       [ -e "$f" ] && cp "$f" "$dir/"
     done
     ;;
+  grammar_fuzz) printf '\000root ::= "a" [b-d\\u00e9]* | x{1,3}\nx ::= ( "y" | . )+ # c\n\377abd\303\251' >"$dir/seed-grammar" && printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":-5},"b":{"enum":["x",1]}},"required":["a"]}\377{"a": -3}' >"$dir/seed-schema" ;;
 esac
 # Checked-in seeds, if a target has any.
 if [ -d "tests/fuzz/corpus/$fuzzer" ]; then cp -r "tests/fuzz/corpus/$fuzzer/." "$dir/"; fi
