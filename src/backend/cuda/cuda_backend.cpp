@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_queue.h"
 #include "backend/cuda/cuda_weights.h"
 #include "base/check.h"
 #include "base/human.h"
@@ -41,12 +42,6 @@ class CudaMatrix final : public DeviceMatrix {
   CudaBackend* be_;
 };
 
-// Device memory the backend keeps for its own ops, grown when a call needs more.
-struct Scratch {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-};
-
 bool Quantized(TensorType t) { return t != TensorType::kF32 && t != TensorType::kF16; }
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -62,14 +57,10 @@ std::string TypeNames() {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int index, DeviceInfo info, cudaStream_t stream)
-      : index_(index), device_(std::move(info)), stream_(stream) {}
+  CudaBackend(DeviceInfo info, std::unique_ptr<CudaQueue> queue)
+      : device_(std::move(info)), q_(std::move(queue)) {}
   ~CudaBackend() override {
-    Use();
-    cudaStreamSynchronize(stream_);
-    for (Scratch* s : {&acts_, &moe_, &host_in_}) cudaFree(s->ptr);
-    cudaStreamDestroy(stream_);
-    cudaGetLastError();
+    for (Scratch* s : {&acts_, &moe_, &positions_}) q_->Free(s->ptr);
   }
 
   const DeviceInfo& device() const override { return device_; }
@@ -87,7 +78,7 @@ class CudaBackend final : public Backend {
     if (n < 0 || n > kMaxElements) {
       return Error("backend {}: {}: {} values is not a size", device_.address, what, n);
     }
-    KV_ASSIGN_OR_RETURN(void* p, AllocBytes(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4, what));
+    KV_ASSIGN_OR_RETURN(void* p, q_->Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * 4, what));
     return std::unique_ptr<DeviceBuffer>(new CudaBuffer(this, n, static_cast<float*>(p)));
   }
 
@@ -104,23 +95,18 @@ class CudaBackend final : public Backend {
     }
     const DeviceLayout layout = LayoutOf(v.type, v.rows, v.cols);
     const uint64_t bytes = static_cast<uint64_t>(layout.bytes) * m.count;
-    KV_ASSIGN_OR_RETURN(void* p, AllocBytes(bytes, "tensor " + m.name));
-    Use();
+    KV_ASSIGN_OR_RETURN(void* p, q_->Alloc(bytes, "tensor " + m.name));
     std::vector<uint8_t> staging(static_cast<size_t>(layout.bytes));
-    cudaError_t e = cudaSuccess;
-    for (int64_t i = 0; i < m.count && e == cudaSuccess; ++i) {
+    for (int64_t i = 0; i < m.count; ++i) {
       MatrixView one = v;
       one.data = static_cast<const uint8_t*>(v.data) + i * m.stride;
       Repack(one, layout, staging.data());
-      e = cudaMemcpyAsync(static_cast<uint8_t*>(p) + i * layout.bytes, staging.data(),
-                          staging.size(), cudaMemcpyHostToDevice, stream_);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+      q_->CopyInNow(static_cast<uint8_t*>(p) + i * layout.bytes, staging.data(), staging.size(),
+                    "uploading tensor " + m.name);
     }
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      FreeBytes(p);
-      return Error("backend {}: uploading tensor {}: {}", device_.address, m.name,
-                   CudaErrorText(e));
+    if (Status s = q_->Finish(); !s.ok()) {
+      q_->Free(p);
+      return s;
     }
     DevMatrix dev;
     dev.data = static_cast<const uint8_t*>(p);
@@ -136,42 +122,35 @@ class CudaBackend final : public Backend {
   void Upload(DevPtr dst, const void* src, int64_t n) override {
     float* d = F(dst, n);
     if (n == 0 || !Begin()) return;
-    Record(cudaMemcpyAsync(d, src, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
-           "upload");
-    // src may be reused as soon as this returns.
-    Record(cudaStreamSynchronize(stream_), "upload");
+    q_->CopyIn(d, src, static_cast<size_t>(n) * 4, "upload");
   }
 
   Status Download(void* dst, DevPtr src, int64_t n) override {
     const float* s = F(src, n);
     if (n > 0 && Begin()) {
-      Record(cudaMemcpyAsync(dst, s, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream_),
-             "download");
+      q_->Record(
+          cudaMemcpyAsync(dst, s, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream()),
+          "download");
     }
-    return Finish();
+    return q_->Finish();
   }
 
   void Copy(DevPtr dst, DevPtr src, int64_t n) override {
     float* d = F(dst, n);
     const float* s = F(src, n);
     if (n == 0 || !Begin()) return;
-    Record(cudaMemcpyAsync(d, s, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream_),
-           "copy");
+    q_->Record(
+        cudaMemcpyAsync(d, s, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, stream()),
+        "copy");
   }
 
   void Fill(DevPtr dst, int64_t n, float value) override {
     float* d = F(dst, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::Fill(d, n, value, stream_), "fill");
+    q_->Record(cuda::Fill(d, n, value, stream()), "fill");
   }
 
-  Status Finish() override {
-    Use();
-    Record(cudaStreamSynchronize(stream_), "running the queued ops");
-    Status s = error_;
-    error_ = Status::Ok();
-    return s;
-  }
+  Status Finish() override { return q_->Finish(); }
 
   // ---- Ops ------------------------------------------------------------------------------------
   void GetRows(const DeviceMatrix& w, DevPtr ids, int n, DevPtr out) override {
@@ -179,7 +158,7 @@ class CudaBackend final : public Backend {
     const int32_t* id = I(ids, n);
     float* o = F(out, n * w.cols());
     if (n <= 0 || !Begin()) return;
-    Record(cuda::GetRows(m.dev, id, n, o, stream_), "get_rows");
+    Record(cuda::GetRows(m.dev, id, n, o, stream()), "get_rows");
   }
 
   void MatMul(const DeviceMatrix& w, DevPtr x, int n, DevPtr y) override;
@@ -189,7 +168,7 @@ class CudaBackend final : public Backend {
     const float *xp = F(x, n), *wp = F(w, width);
     float* yp = F(y, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::RmsNorm(xp, wp, n_rows, width, eps, yp, stream_), "rms_norm");
+    Record(cuda::RmsNorm(xp, wp, n_rows, width, eps, yp, stream()), "rms_norm");
   }
 
   void RopeAngles(const RopeAngleParams& p, std::span<const int32_t> positions,
@@ -200,7 +179,7 @@ class CudaBackend final : public Backend {
     float* xp = F(x, static_cast<int64_t>(n_rows) * n_heads * head_dim);
     const float* cs = F(cos_sin, static_cast<int64_t>(n_rows) * (n_rot / 2) * 2);
     if (n_rows == 0 || n_rot < 2 || !Begin()) return;
-    Record(cuda::Rope(xp, n_rows, n_heads, head_dim, n_rot, type == RopeType::kNeox, cs, stream_),
+    Record(cuda::Rope(xp, n_rows, n_heads, head_dim, n_rot, type == RopeType::kNeox, cs, stream()),
            "rope");
   }
 
@@ -212,10 +191,10 @@ class CudaBackend final : public Backend {
     if (heads == 0 || !Begin()) return;
     // Per head [query | gate]: two strided copies.
     const size_t row = static_cast<size_t>(head_dim) * 4;
-    Record(cudaMemcpy2DAsync(qp, row, src, 2 * row, row, heads, cudaMemcpyDeviceToDevice, stream_),
+    Record(cudaMemcpy2DAsync(qp, row, src, 2 * row, row, heads, cudaMemcpyDeviceToDevice, stream()),
            "split_q_gate");
     Record(cudaMemcpy2DAsync(gp, row, src + head_dim, 2 * row, row, heads,
-                             cudaMemcpyDeviceToDevice, stream_),
+                             cudaMemcpyDeviceToDevice, stream()),
            "split_q_gate");
   }
 
@@ -227,8 +206,8 @@ class CudaBackend final : public Backend {
     float *kc = F(k_cache + at, count), *vc = F(v_cache + at, count);
     if (count == 0 || !Begin()) return;
     const size_t bytes = static_cast<size_t>(count) * 4;
-    Record(cudaMemcpyAsync(kc, kp, bytes, cudaMemcpyDeviceToDevice, stream_), "append_kv");
-    Record(cudaMemcpyAsync(vc, vp, bytes, cudaMemcpyDeviceToDevice, stream_), "append_kv");
+    Record(cudaMemcpyAsync(kc, kp, bytes, cudaMemcpyDeviceToDevice, stream()), "append_kv");
+    Record(cudaMemcpyAsync(vc, vp, bytes, cudaMemcpyDeviceToDevice, stream()), "append_kv");
   }
 
   void Attention(DevPtr q, int n, int pos0, DevPtr k_cache, DevPtr v_cache,
@@ -240,48 +219,48 @@ class CudaBackend final : public Backend {
     float* o = F(out, q_n);
     if (n <= 0 || !Begin()) return;
     const AttentionArgs a{p.n_head, p.n_head_kv, p.head_dim, p.scale, p.softcap, p.window};
-    Record(cuda::Attention(qp, n, pos0, kc, vc, a, o, stream_), "attention");
+    Record(cuda::Attention(qp, n, pos0, kc, vc, a, o, stream()), "attention");
   }
 
   void SiluMul(DevPtr gate, DevPtr up, int64_t n, DevPtr out) override {
     const float *g = F(gate, n), *u = F(up, n);
     float* o = F(out, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::SiluMul(g, u, n, o, stream_), "silu_mul");
+    Record(cuda::SiluMul(g, u, n, o, stream()), "silu_mul");
   }
 
   void Add(DevPtr y, DevPtr x, int64_t n) override {
     float* yp = F(y, n);
     const float* xp = F(x, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::Add(yp, xp, n, stream_), "add");
+    Record(cuda::Add(yp, xp, n, stream()), "add");
   }
 
   void AddBias(DevPtr y, DevPtr b, int n_rows, int width) override {
     float* yp = F(y, static_cast<int64_t>(n_rows) * width);
     const float* bp = F(b, width);
     if (n_rows == 0 || width == 0 || !Begin()) return;
-    Record(cuda::AddBias(yp, bp, n_rows, width, stream_), "add_bias");
+    Record(cuda::AddBias(yp, bp, n_rows, width, stream()), "add_bias");
   }
 
   void SigmoidMul(DevPtr y, DevPtr gate, int64_t n) override {
     float* yp = F(y, n);
     const float* g = F(gate, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::SigmoidMul(yp, g, n, stream_), "sigmoid_mul");
+    Record(cuda::SigmoidMul(yp, g, n, stream()), "sigmoid_mul");
   }
 
   void Sigmoid(DevPtr x, int64_t n) override {
     float* xp = F(x, n);
     if (n == 0 || !Begin()) return;
-    Record(cuda::Sigmoid(xp, n, stream_), "sigmoid");
+    Record(cuda::Sigmoid(xp, n, stream()), "sigmoid");
   }
 
   void ScaleRows(DevPtr y, DevPtr s, int n_rows, int width) override {
     float* yp = F(y, static_cast<int64_t>(n_rows) * width);
     const float* sp = F(s, n_rows);
     if (n_rows == 0 || width == 0 || !Begin()) return;
-    Record(cuda::ScaleRows(yp, sp, n_rows, width, stream_), "scale_rows");
+    Record(cuda::ScaleRows(yp, sp, n_rows, width, stream()), "scale_rows");
   }
 
   void CausalConvSilu(DevPtr x, int n, int channels, int kernel, DevPtr w, DevPtr state,
@@ -290,7 +269,7 @@ class CudaBackend final : public Backend {
     const float *xp = F(x, rows), *wp = F(w, int64_t{channels} * kernel);
     float *st = F(state, int64_t{kernel - 1} * channels), *o = F(out, rows);
     if (rows == 0 || !Begin()) return;
-    Record(cuda::CausalConvSilu(xp, n, channels, kernel, wp, st, o, stream_), "causal_conv_silu");
+    Record(cuda::CausalConvSilu(xp, n, channels, kernel, wp, st, o, stream()), "causal_conv_silu");
   }
 
   void GatedDeltaRule(DevPtr qkv, int64_t row_stride, DevPtr alpha, DevPtr beta, DevPtr dt_bias,
@@ -303,7 +282,7 @@ class CudaBackend final : public Backend {
     float *st = F(state, int64_t{n_v_heads} * dim * dim), *o = F(out, gates * dim);
     if (gates == 0 || !Begin()) return;
     Record(cuda::GatedDeltaRule(q, row_stride, al, be, dt, ap, n, n_k_heads, n_v_heads, dim, eps,
-                                st, o, stream_),
+                                st, o, stream()),
            "gated_delta_rule");
   }
 
@@ -313,74 +292,30 @@ class CudaBackend final : public Backend {
     int32_t* id = I(ids, picks);
     float* w = F(weights, picks);
     if (picks == 0 || !Begin()) return;
-    Record(cuda::MoeRoute(l, n, n_expert, k, id, w, stream_), "moe_route");
+    Record(cuda::MoeRoute(l, n, n_expert, k, id, w, stream()), "moe_route");
   }
 
   void MoeFfn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down, DevPtr in,
               int n, DevPtr ids, DevPtr weights, int k, DevPtr out) override;
 
-  // ---- For buffers and matrices ----------------------------------------------------------------
-  Result<void*> AllocBytes(uint64_t bytes, std::string_view what) {
-    Use();
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e == cudaSuccess) return p;
-    cudaGetLastError();  // a failed allocation is not sticky
-    size_t free = 0, total = 0;
-    cudaMemGetInfo(&free, &total);
-    cudaGetLastError();
-    if (e == cudaErrorMemoryAllocation) {
-      return Error(StatusCode::kTooLarge, "backend {} ({}): cannot allocate {} for {} ({} free of {})",
-                   device_.address, device_.name, HumanBytes(bytes), what, HumanBytes(free),
-                   HumanBytes(total));
-    }
-    return Error("backend {} ({}): cannot allocate {} for {}: {}", device_.address, device_.name,
-                 HumanBytes(bytes), what, CudaErrorText(e));
-  }
-
-  // Frees once every queued op is done (an op may still read the memory).
+  // For buffers and matrices: frees p once the queued ops are done.
   void FreeBytes(void* p) {
-    Use();
-    acts_valid_ = false;
-    Record(cudaStreamSynchronize(stream_), "running the queued ops");
-    Record(cudaFree(p), "freeing device memory");
+    acts_valid_ = false;  // the quantized activations may have been made from p
+    q_->Free(p);
   }
 
  private:
-  void Use() const { cudaSetDevice(index_); }
+  cudaStream_t stream() const { return q_->stream(); }
 
   // Before an op: the device is current and the quantized activations are stale (unless the op
   // keeps them). False when an earlier op failed: nothing more is queued until it is reported.
   bool Begin(bool keep_acts = false) {
-    Use();
+    q_->Use();
     if (!keep_acts) acts_valid_ = false;
-    return error_.ok();
+    return !q_->failed();
   }
 
-  void Record(cudaError_t e, std::string_view what) {
-    if (e == cudaSuccess) return;
-    cudaGetLastError();
-    if (error_.ok()) {
-      error_ = Error(StatusCode::kUnavailable, "backend {} ({}): {}: {}", device_.address,
-                     device_.name, what, CudaErrorText(e));
-    }
-  }
-
-  // At least `bytes` of s, or null (the error recorded).
-  uint8_t* Grow(Scratch& s, size_t bytes, std::string_view what) {
-    if (s.bytes >= bytes) return static_cast<uint8_t*>(s.ptr);
-    const size_t want = std::max(bytes, s.bytes * 2);  // geometric, so growth is rare
-    if (s.ptr != nullptr) FreeBytes(s.ptr);
-    s = Scratch();
-    auto p = AllocBytes(want, what);
-    if (!p.ok()) {
-      if (error_.ok()) error_ = p.status();
-      return nullptr;
-    }
-    s.ptr = *p;
-    s.bytes = want;
-    return static_cast<uint8_t*>(s.ptr);
-  }
+  void Record(cudaError_t e, std::string_view what) { q_->Record(e, what); }
 
   // QuantActs of x [rows, cols] in acts_ (reused while no other op ran since they were made).
   bool QuantizeFor(const float* x, int64_t rows, int64_t cols, QuantActs* out);
@@ -401,18 +336,16 @@ class CudaBackend final : public Backend {
     return static_cast<const CudaMatrix&>(w);
   }
 
-  int index_;
   DeviceInfo device_;
-  cudaStream_t stream_;
-  Status error_;  // the first failure since the last Download or Finish
+  std::unique_ptr<CudaQueue> q_;
 
-  Scratch acts_;     // QuantActs: qs [rows, cols] int8, d and sum_d [rows, cols / 32] f32
+  Scratch acts_;  // QuantActs: qs [rows, cols] int8, d and sum_d [rows, cols / 32] f32
   bool acts_valid_ = false;
   const float* acts_x_ = nullptr;
   int64_t acts_rows_ = 0, acts_cols_ = 0;
-  Scratch moe_;      // MoeFfn: grouping, expert activations and outputs
-  Scratch host_in_;  // RopeAngles: positions and frequency factors
-  std::vector<int32_t> staging_;
+  Scratch moe_;                    // MoeFfn: grouping, expert activations and outputs
+  Scratch positions_;              // RopeAngles: positions and frequency factors
+  std::vector<int32_t> staging_;   // the same, on the host
 };
 
 CudaBuffer::CudaBuffer(CudaBackend* be, int64_t n, float* data)
@@ -426,15 +359,17 @@ CudaMatrix::~CudaMatrix() { be_->FreeBytes(const_cast<uint8_t*>(dev.data)); }
 bool CudaBackend::QuantizeFor(const float* x, int64_t rows, int64_t cols, QuantActs* out) {
   const size_t qs = Align256(static_cast<size_t>(rows * cols));
   const size_t scales = Align256(static_cast<size_t>(rows * (cols / 32)) * 4);
-  const bool cached = acts_valid_ && acts_x_ == x && acts_rows_ == rows && acts_cols_ == cols;
-  uint8_t* base = Grow(acts_, qs + 2 * scales, "the quantized activations");
+  // Growing the scratch drops what it held.
+  const bool cached = acts_valid_ && acts_x_ == x && acts_rows_ == rows && acts_cols_ == cols &&
+                      acts_.bytes >= qs + 2 * scales;
+  uint8_t* base = q_->Grow(acts_, qs + 2 * scales, "the quantized activations");
   if (base == nullptr) return false;
   out->qs = reinterpret_cast<int8_t*>(base);
   out->d = reinterpret_cast<float*>(base + qs);
   out->sum_d = reinterpret_cast<float*>(base + qs + scales);
-  if (cached && acts_valid_) return true;  // (growing would have cleared acts_valid_)
-  Record(QuantizeActs(x, rows, cols, *out, stream_), "quantizing activations");
-  acts_valid_ = error_.ok();
+  if (cached) return true;
+  Record(QuantizeActs(x, rows, cols, *out, stream()), "quantizing activations");
+  acts_valid_ = !q_->failed();
   acts_x_ = x, acts_rows_ = rows, acts_cols_ = cols;
   return acts_valid_;
 }
@@ -449,7 +384,7 @@ void CudaBackend::MatMul(const DeviceMatrix& w, DevPtr x, int n, DevPtr y) {
   if (Quantized(w.type())) {
     QuantActs acts;
     if (!QuantizeFor(xp, n, cols, &acts)) return;
-    Record(MatMulQuant(m.dev, acts, n, TokenMap{}, yp, stream_), "mat_mul");
+    Record(MatMulQuant(m.dev, acts, n, TokenMap{}, yp, stream()), "mat_mul");
     // Consecutive products of the same rows (q, k, v; gate, up) reuse the quantized rows, unless
     // this one wrote over them.
     const auto* y0 = reinterpret_cast<const char*>(yp);
@@ -457,7 +392,7 @@ void CudaBackend::MatMul(const DeviceMatrix& w, DevPtr x, int n, DevPtr y) {
     if (y0 < x0 + n * cols * 4 && x0 < y0 + n * rows * 4) acts_valid_ = false;
   } else {
     acts_valid_ = false;
-    Record(MatMulFloat(m.dev, xp, n, TokenMap{}, yp, stream_), "mat_mul");
+    Record(MatMulFloat(m.dev, xp, n, TokenMap{}, yp, stream()), "mat_mul");
   }
 }
 
@@ -476,12 +411,9 @@ void CudaBackend::RopeAngles(const RopeAngleParams& p, std::span<const int32_t> 
     std::memcpy(&bits, &f, 4);
     staging_.push_back(bits);
   }
-  uint8_t* dev = Grow(host_in_, staging_.size() * 4, "the rope positions");
+  uint8_t* dev = q_->Grow(positions_, staging_.size() * 4, "the rope positions");
   if (dev == nullptr) return;
-  Record(cudaMemcpyAsync(dev, staging_.data(), staging_.size() * 4, cudaMemcpyHostToDevice,
-                         stream_),
-         "rope_angles");
-  Record(cudaStreamSynchronize(stream_), "rope_angles");
+  q_->CopyIn(dev, staging_.data(), staging_.size() * 4, "rope_angles");
   RopeArgs a;
   a.n_rot = p.n_rot;
   a.base = p.base, a.freq_scale = p.freq_scale, a.ext_factor = p.ext_factor;
@@ -490,7 +422,7 @@ void CudaBackend::RopeAngles(const RopeAngleParams& p, std::span<const int32_t> 
   std::copy(p.sections, p.sections + 4, a.sections);
   const auto* pos = reinterpret_cast<const int32_t*>(dev);
   a.factors = p.freq_factors.empty() ? nullptr : reinterpret_cast<const float*>(pos + n);
-  Record(cuda::RopeAngles(a, pos, n, o, stream_), "rope_angles");
+  Record(cuda::RopeAngles(a, pos, n, o, stream()), "rope_angles");
 }
 
 void CudaBackend::MoeFfn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
@@ -512,7 +444,7 @@ void CudaBackend::MoeFfn(const DeviceMatrix& gate, const DeviceMatrix& up, const
   const size_t a_tiles = Align256(static_cast<size_t>(3 * max_tiles + 1) * 4);
   const size_t a_h = Align256(static_cast<size_t>(slots * ff) * 4);
   const size_t a_y = Align256(static_cast<size_t>(slots * e) * 4);
-  uint8_t* base = Grow(moe_, a_counts + 2 * a_slots + a_tiles + 2 * a_h + a_y, "the experts");
+  uint8_t* base = q_->Grow(moe_, a_counts + 2 * a_slots + a_tiles + 2 * a_h + a_y, "the experts");
   if (base == nullptr) return;
   auto* counts = reinterpret_cast<int32_t*>(base);
   auto* sorted = reinterpret_cast<int32_t*>(base + a_counts);
@@ -521,7 +453,7 @@ void CudaBackend::MoeFfn(const DeviceMatrix& gate, const DeviceMatrix& up, const
   auto* hg = reinterpret_cast<float*>(base + a_counts + 2 * a_slots + a_tiles);
   auto* hu = hg + a_h / 4;
   auto* ys = hu + a_h / 4;
-  Record(MoeGroup(id, slots, n_exp, counts, sorted, slot_pos, tiles, stream_), "moe_ffn");
+  Record(MoeGroup(id, slots, n_exp, counts, sorted, slot_pos, tiles, stream()), "moe_ffn");
   const TokenMap rows_of_in{tiles, max_tiles, sorted, k};  // position p reads row sorted[p] / k
   const TokenMap own_rows{tiles, max_tiles, nullptr, 1};   // position p reads row p
   // Each used expert's gate and up over the rows routed to it, then its down over those rows.
@@ -529,21 +461,21 @@ void CudaBackend::MoeFfn(const DeviceMatrix& gate, const DeviceMatrix& up, const
   for (const auto& [m, h] : {std::pair{&g, hg}, std::pair{&u, hu}}) {
     if (Quantized(m->type())) {
       if (!QuantizeFor(x, n, e, &acts)) return;
-      Record(MatMulQuant(m->dev, acts, slots, rows_of_in, h, stream_), "moe_ffn");
+      Record(MatMulQuant(m->dev, acts, slots, rows_of_in, h, stream()), "moe_ffn");
     } else {
-      Record(MatMulFloat(m->dev, x, slots, rows_of_in, h, stream_), "moe_ffn");
+      Record(MatMulFloat(m->dev, x, slots, rows_of_in, h, stream()), "moe_ffn");
     }
   }
   acts_valid_ = false;
-  Record(cuda::SiluMul(hg, hu, slots * ff, hg, stream_), "moe_ffn");
+  Record(cuda::SiluMul(hg, hu, slots * ff, hg, stream()), "moe_ffn");
   if (Quantized(d.type())) {
     if (!QuantizeFor(hg, slots, ff, &acts)) return;
-    Record(MatMulQuant(d.dev, acts, slots, own_rows, ys, stream_), "moe_ffn");
+    Record(MatMulQuant(d.dev, acts, slots, own_rows, ys, stream()), "moe_ffn");
   } else {
-    Record(MatMulFloat(d.dev, hg, slots, own_rows, ys, stream_), "moe_ffn");
+    Record(MatMulFloat(d.dev, hg, slots, own_rows, ys, stream()), "moe_ffn");
   }
   acts_valid_ = false;
-  Record(MoeCombine(ys, slot_pos, wt, n, k, static_cast<int>(e), o, stream_), "moe_ffn");
+  Record(MoeCombine(ys, slot_pos, wt, n, k, static_cast<int>(e), o, stream()), "moe_ffn");
 }
 
 Result<std::vector<DeviceInfo>> Devices() { return ListDevices(); }
@@ -551,14 +483,8 @@ Result<std::vector<DeviceInfo>> Devices() { return ListDevices(); }
 Result<std::unique_ptr<Backend>> Open(const BackendSpec& spec, const BackendOptions& options) {
   const int index = spec.index.empty() ? 0 : spec.index[0];
   KV_ASSIGN_OR_RETURN(DeviceInfo info, CheckDevice(index));
-  cudaStream_t stream = nullptr;
-  cudaError_t e = cudaSetDevice(index);
-  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return Error("backend {} ({}): cannot start: {}", info.address, info.name, CudaErrorText(e));
-  }
-  return std::unique_ptr<Backend>(new CudaBackend(index, std::move(info), stream));
+  KV_ASSIGN_OR_RETURN(CudaQueue * queue, CudaQueue::Open(index, info));
+  return std::unique_ptr<Backend>(new CudaBackend(std::move(info), std::unique_ptr<CudaQueue>(queue)));
 }
 
 }  // namespace
