@@ -3,13 +3,14 @@
 // compiler here), checked against the CPU kernels' integer form (kernels/quant_ints.h) for every
 // block of every type the backend multiplies. This checks the index arithmetic of the repacking
 // and the decoding; the kernels themselves run only where a device is (backend_ops_test).
+#include "backend/cuda/cuda_blocks.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "backend/cuda/cuda_blocks.h"
 #include "backend/cuda/cuda_weights.h"
 #include "kernels/kernels_ref.h"
 #include "kernels/kernels_test_util.h"
@@ -27,6 +28,12 @@ void Decode(TensorType type, const DevMatrix& m, const uint8_t* image, int64_t r
   switch (type) {
     case TensorType::kQ4_0:
       return DecodeBlock<kWQ4_0>(m, image, r, b, out);
+    case TensorType::kQ4_1:
+      return DecodeBlock<kWQ4_1>(m, image, r, b, out);
+    case TensorType::kQ5_0:
+      return DecodeBlock<kWQ5_0>(m, image, r, b, out);
+    case TensorType::kQ5_1:
+      return DecodeBlock<kWQ5_1>(m, image, r, b, out);
     case TensorType::kQ8_0:
       return DecodeBlock<kWQ8_0>(m, image, r, b, out);
     case TensorType::kQ4_K:
@@ -56,11 +63,12 @@ Repacked MakeRepacked(TensorType type, int64_t rows, int64_t cols, uint32_t seed
   r.dev.data = r.image.data();
   r.dev.type = static_cast<int>(type);
   r.dev.rows = rows, r.dev.cols = cols;
-  r.dev.row_bytes = l.row_bytes, r.dev.scales = l.scales, r.dev.stride = l.bytes;
+  r.dev.row_bytes = l.row_bytes, r.dev.heads = l.heads, r.dev.stride = l.bytes;
   return r;
 }
 
-constexpr TensorType kQuantTypes[] = {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K,
+constexpr TensorType kQuantTypes[] = {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                                      TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K,
                                       TensorType::kQ5_K, TensorType::kQ6_K};
 
 TEST(CudaBlocksTest, EveryBlockDecodesToTheCpuIntegerForm) {
@@ -134,7 +142,7 @@ TEST(CudaBlocksTest, DequantizedValuesAreTheCpuRowsBitForBit) {
 }
 
 TEST(CudaBlocksTest, FloatRowsArePaddedWithZerosToAlignedLengths) {
-  for (TensorType type : {TensorType::kF32, TensorType::kF16}) {
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
     SCOPED_TRACE(TensorTypeName(static_cast<uint32_t>(type)));
     const int64_t rows = 3, cols = 83;
     const Repacked m = MakeRepacked(type, rows, cols, 53);
@@ -159,21 +167,26 @@ TEST(CudaBlocksTest, LayoutsAlignEveryMatrixAndEveryScaleArray) {
     const DeviceLayout l = LayoutOf(type, rows, cols);
     EXPECT_EQ(l.bytes % 256, 0);
     EXPECT_GE(l.bytes, rows * l.row_bytes);
-    if (type == TensorType::kQ4_0 || type == TensorType::kQ8_0) {
-      EXPECT_EQ(l.scales % 256, 0);
-      EXPECT_GE(l.scales, rows * l.row_bytes);
-      EXPECT_GE(l.bytes, l.scales + rows * (cols / 32) * 2);
+    if (IsSplitType(static_cast<int>(type))) {
+      EXPECT_EQ(l.heads % 256, 0);
+      EXPECT_GE(l.heads, rows * l.row_bytes);
+      EXPECT_GE(l.bytes, l.heads + rows * (cols / 32) * HeadBytes(static_cast<int>(type)));
     } else {
-      EXPECT_EQ(l.scales, 0);
+      EXPECT_EQ(l.heads, 0);
     }
   }
   EXPECT_FALSE(CudaSupportsType(TensorType::kQ2_K));
-  EXPECT_FALSE(CudaSupportsType(TensorType::kBF16));
+  EXPECT_FALSE(CudaSupportsType(TensorType::kQ3_K));
 }
 
-TEST(CudaBlocksTest, HalfToFloatIsTheKernelsConversionForEveryBitPattern) {
+TEST(CudaBlocksTest, HalfAndBf16AreTheKernelsConversionsForEveryBitPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    const float got = HalfToFloat(static_cast<uint16_t>(h)), want = F16ToF32(static_cast<uint16_t>(h));
+    const float got = HalfToFloat(static_cast<uint16_t>(h)),
+                want = F16ToF32(static_cast<uint16_t>(h));
+    const float got_bf = Bf16ToFloat(h), want_bf = BF16ToF32(static_cast<uint16_t>(h));
+    if (!std::isnan(want_bf)) {
+      ASSERT_EQ(got_bf, want_bf) << "bf16 bits " << h;
+    }
     if (std::isnan(want)) {
       ASSERT_TRUE(std::isnan(got)) << "f16 bits " << h;  // payloads may differ
       continue;

@@ -25,8 +25,16 @@ const BackendRegistration* CudaRegistration() {
 TEST(CudaCliTest, GenerateOnCudaRunsOrSaysWhyNotAndExitsOne) {
   const std::string kModel = "models/stories260K.gguf";
   KV_REQUIRE_ASSET(kModel);
-  const std::vector<std::string> args = {"generate", "-m", testing::AssetPath(kModel), "-p",
-                                         "Once upon a time", "-n", "16", "--temp", "0", "-t",
+  const std::vector<std::string> args = {"generate",
+                                         "-m",
+                                         testing::AssetPath(kModel),
+                                         "-p",
+                                         "Once upon a time",
+                                         "-n",
+                                         "16",
+                                         "--temp",
+                                         "0",
+                                         "-t",
                                          "1"};
   std::vector<std::string> cuda = args;
   cuda.insert(cuda.end(), {"--backend", "cuda"});

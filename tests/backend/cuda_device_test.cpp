@@ -28,8 +28,8 @@ Result<std::unique_ptr<Backend>> Cuda() {
   return OpenBackend(*spec, BackendOptions{1});
 }
 
-#define KV_REQUIRE_CUDA(be)                                     \
-  auto be##_or = Cuda();                                        \
+#define KV_REQUIRE_CUDA(be)                                      \
+  auto be##_or = Cuda();                                         \
   if (!be##_or.ok()) GTEST_SKIP() << be##_or.status().message(); \
   Backend& be = **be##_or
 

@@ -42,7 +42,7 @@ class CudaMatrix final : public DeviceMatrix {
   CudaBackend* be_;
 };
 
-bool Quantized(TensorType t) { return t != TensorType::kF32 && t != TensorType::kF16; }
+bool Quantized(TensorType t) { return !IsFloatType(static_cast<int>(t)); }
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -78,7 +78,8 @@ class CudaBackend final : public Backend {
     if (n < 0 || n > kMaxElements) {
       return Error("backend {}: {}: {} values is not a size", device_.address, what, n);
     }
-    KV_ASSIGN_OR_RETURN(void* p, q_->Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * 4, what));
+    KV_ASSIGN_OR_RETURN(void* p,
+                        q_->Alloc(static_cast<uint64_t>(std::max<int64_t>(n, 1)) * 4, what));
     return std::unique_ptr<DeviceBuffer>(new CudaBuffer(this, n, static_cast<float*>(p)));
   }
 
@@ -86,8 +87,7 @@ class CudaBackend final : public Backend {
     const MatrixView& v = m.view;
     if (!SupportsType(v.type)) {
       return Error("tensor {} has type {}, which backend {} cannot run (it runs: {})", m.name,
-                   TensorTypeName(static_cast<uint32_t>(v.type)), device_.address,
-                   TypeNames());
+                   TensorTypeName(static_cast<uint32_t>(v.type)), device_.address, TypeNames());
     }
     if (v.rows <= 0 || v.cols <= 0 || v.cols % BlockValues(v.type) != 0 || m.count < 1) {
       return Error("tensor {}: {} x {} ({} of them) is not a matrix of {}", m.name, v.rows, v.cols,
@@ -114,7 +114,7 @@ class CudaBackend final : public Backend {
     dev.rows = v.rows;
     dev.cols = v.cols;
     dev.row_bytes = layout.row_bytes;
-    dev.scales = layout.scales;
+    dev.heads = layout.heads;
     dev.stride = layout.bytes;
     return std::unique_ptr<DeviceMatrix>(new CudaMatrix(this, m, bytes, dev));
   }
@@ -193,8 +193,8 @@ class CudaBackend final : public Backend {
     const size_t row = static_cast<size_t>(head_dim) * 4;
     Record(cudaMemcpy2DAsync(qp, row, src, 2 * row, row, heads, cudaMemcpyDeviceToDevice, stream()),
            "split_q_gate");
-    Record(cudaMemcpy2DAsync(gp, row, src + head_dim, 2 * row, row, heads,
-                             cudaMemcpyDeviceToDevice, stream()),
+    Record(cudaMemcpy2DAsync(gp, row, src + head_dim, 2 * row, row, heads, cudaMemcpyDeviceToDevice,
+                             stream()),
            "split_q_gate");
   }
 
@@ -322,8 +322,8 @@ class CudaBackend final : public Backend {
 
   // The device address of p, which must be a buffer of this backend with room for n elements.
   float* F(DevPtr p, int64_t n) const {
-    KV_CHECK(p.buf != nullptr && p.buf->owner() == this,
-             "backend {}: a buffer of another backend", device_.address);
+    KV_CHECK(p.buf != nullptr && p.buf->owner() == this, "backend {}: a buffer of another backend",
+             device_.address);
     KV_CHECK(p.offset >= 0 && n >= 0 && p.offset + n <= p.buf->size(),
              "backend {}: elements [{}, {}) outside a buffer of {}", device_.address, p.offset,
              p.offset + n, p.buf->size());
@@ -331,8 +331,8 @@ class CudaBackend final : public Backend {
   }
   int32_t* I(DevPtr p, int64_t n) const { return reinterpret_cast<int32_t*>(F(p, n)); }
   const CudaMatrix& M(const DeviceMatrix& w) const {
-    KV_CHECK(w.owner() == this, "backend {}: matrix {} belongs to another backend",
-             device_.address, w.name());
+    KV_CHECK(w.owner() == this, "backend {}: matrix {} belongs to another backend", device_.address,
+             w.name());
     return static_cast<const CudaMatrix&>(w);
   }
 
@@ -343,9 +343,9 @@ class CudaBackend final : public Backend {
   bool acts_valid_ = false;
   const float* acts_x_ = nullptr;
   int64_t acts_rows_ = 0, acts_cols_ = 0;
-  Scratch moe_;                    // MoeFfn: grouping, expert activations and outputs
-  Scratch positions_;              // RopeAngles: positions and frequency factors
-  std::vector<int32_t> staging_;   // the same, on the host
+  Scratch moe_;                   // MoeFfn: grouping, expert activations and outputs
+  Scratch positions_;             // RopeAngles: positions and frequency factors
+  std::vector<int32_t> staging_;  // the same, on the host
 };
 
 CudaBuffer::CudaBuffer(CudaBackend* be, int64_t n, float* data)
@@ -484,7 +484,8 @@ Result<std::unique_ptr<Backend>> Open(const BackendSpec& spec, const BackendOpti
   const int index = spec.index.empty() ? 0 : spec.index[0];
   KV_ASSIGN_OR_RETURN(DeviceInfo info, CheckDevice(index));
   KV_ASSIGN_OR_RETURN(CudaQueue * queue, CudaQueue::Open(index, info));
-  return std::unique_ptr<Backend>(new CudaBackend(std::move(info), std::unique_ptr<CudaQueue>(queue)));
+  return std::unique_ptr<Backend>(
+      new CudaBackend(std::move(info), std::unique_ptr<CudaQueue>(queue)));
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 // run (cuda_blocks_test.cpp compares every block of every type with DecodeIntBlock).
 //
 // Device layouts (cuda_weights.cpp writes them from the file's blocks), one matrix of a stack:
-//   F32   [rows, ld] f32, ld = cols rounded up to 4, zero padded
-//   F16   [rows, ld] f16, ld = cols rounded up to 8, zero padded
-//   Q8_0  qs [rows, nb, 32] int8, then d [rows, nb] f16 at byte `scales`   (nb = cols / 32)
-//   Q4_0  qs [rows, nb, 16] nibbles as the file's, then d [rows, nb] f16 at byte `scales`
-//   Q4_K  the file's blocks of 144 bytes, Q5_K of 176 bytes
-//   Q6_K  the file's blocks of 210 bytes, each padded to 212 (4-byte aligned words)
+//   F32        [rows, ld] f32, ld = cols rounded up to 4, zero padded
+//   F16, BF16  [rows, ld] 16-bit, ld = cols rounded up to 8, zero padded
+//   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32 values, nb = cols / 32 a row): each block split into
+//              its quants, qs [rows, nb, 32 (Q8_0) or 16] at byte 0, and its head (the bytes
+//              before the quants in the file's block: d; d, m; d, qh; d, m, qh), [rows, nb, 2 to
+//              8] at byte `heads`
+//   Q4_K, Q5_K the file's blocks of 144 and 176 bytes
+//   Q6_K       the file's blocks of 210 bytes, each padded to 212 (4-byte aligned words)
 // Each matrix starts 256-byte aligned, so every 16-byte load below is aligned.
 #pragma once
 
@@ -30,11 +32,26 @@ enum WeightType : int {
   kWF32 = 0,
   kWF16 = 1,
   kWQ4_0 = 2,
+  kWQ4_1 = 3,
+  kWQ5_0 = 6,
+  kWQ5_1 = 7,
   kWQ8_0 = 8,
   kWQ4_K = 12,
   kWQ5_K = 13,
   kWQ6_K = 14,
+  kWBF16 = 30,
 };
+
+KV_HD constexpr bool IsFloatType(int t) { return t == kWF32 || t == kWF16 || t == kWBF16; }
+// The types of blocks of 32 values, stored split into quants and heads.
+KV_HD constexpr bool IsSplitType(int t) {
+  return t == kWQ8_0 || t == kWQ4_0 || t == kWQ4_1 || t == kWQ5_0 || t == kWQ5_1;
+}
+// Bytes of a split block's quants and of its head.
+KV_HD constexpr int QsBytes(int t) { return t == kWQ8_0 ? 32 : 16; }
+KV_HD constexpr int HeadBytes(int t) {
+  return t == kWQ4_1 ? 4 : t == kWQ5_0 ? 6 : t == kWQ5_1 ? 8 : 2;
+}
 
 inline constexpr int kQ6KDeviceBlock = 212;  // a Q6_K block of 210 bytes, padded
 
@@ -43,8 +60,8 @@ struct DevMatrix {
   const uint8_t* data = nullptr;  // matrix 0 of the stack
   int type = kWF32;
   int64_t rows = 0, cols = 0;
-  int64_t row_bytes = 0;  // bytes from one row to the next (the qs rows for Q4_0/Q8_0)
-  int64_t scales = 0;     // Q4_0/Q8_0: byte offset of d [rows, nb] from the matrix's start
+  int64_t row_bytes = 0;  // bytes from one row to the next (of the quants, for split types)
+  int64_t heads = 0;      // split types: byte offset of the heads from the matrix's start
   int64_t stride = 0;     // bytes from one matrix of the stack to the next
 };
 
@@ -80,6 +97,18 @@ KV_HD float HalfToFloat(uint16_t h) {
     }
     bits = sign | exp << 23 | (mant & 0x3FF) << 13;
   }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+#endif
+}
+
+// bf16 is the top half of an f32: widening is exact.
+KV_HD float Bf16ToFloat(uint32_t bits16) {
+  const uint32_t bits = bits16 << 16;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
@@ -141,28 +170,41 @@ KV_HD int32_t Dp4a(uint32_t a, uint32_t b, int32_t c) {
 
 // ---- Block decoders: block b (values [32 b, 32 b + 32)) of row r of matrix `base` ------------
 
-KV_HD void DecodeQ8_0(const DevMatrix& m, const uint8_t* base, int64_t r, int64_t b, QBlock* o) {
-  const int64_t nb = m.cols / 32;
-  const uint8_t* qs = base + (r * nb + b) * 32;
-  Load16(qs, o->q);
-  Load16(qs + 16, o->q + 4);
-  o->s[0] = o->s[1] = 1;
-  o->dw = HalfToFloat(LoadU16(base + m.scales + (r * nb + b) * 2));
-  o->dmin = 0.0f;
+// Bits 0..3 of x as bit 4 of bytes 0..3.
+KV_HD uint32_t SpreadBits4(uint32_t x) {
+  return (x & 1u) << 4 | (x & 2u) << 11 | (x & 4u) << 18 | (x & 8u) << 25;
 }
 
-// Value i < 16 is the low nibble of byte i, value i + 16 its high nibble; q = nibble - 8.
-KV_HD void DecodeQ4_0(const DevMatrix& m, const uint8_t* base, int64_t r, int64_t b, QBlock* o) {
-  const int64_t nb = m.cols / 32;
-  uint32_t v[4];
-  Load16(base + (r * nb + b) * 16, v);
-  for (int w = 0; w < 4; ++w) {
-    o->q[w] = SubBytes(v[w] & 0x0F0F0F0Fu, 0x08080808u);
-    o->q[w + 4] = SubBytes((v[w] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-  }
+// Q8_0: q = the int8 quants. Q4_0, Q4_1: value i < 16 is the low nibble of byte i, value i + 16 its
+// high nibble. Q5_0, Q5_1: those nibbles with bit i of the little-endian qh as bit 4. Q4_0 and Q5_0
+// subtract 8 and 16; Q4_1 and Q5_1 add m * (the sum of the activations) instead (dmin = m).
+template <int kType>
+KV_HD void DecodeSplit(const DevMatrix& m, const uint8_t* base, int64_t r, int64_t b, QBlock* o) {
+  const int64_t i = r * (m.cols / 32) + b;
+  const uint8_t* qs = base + i * QsBytes(kType);
+  const uint8_t* head = base + m.heads + i * HeadBytes(kType);
   o->s[0] = o->s[1] = 1;
-  o->dw = HalfToFloat(LoadU16(base + m.scales + (r * nb + b) * 2));
-  o->dmin = 0.0f;
+  o->dw = HalfToFloat(LoadU16(head));
+  o->dmin = kType == kWQ4_1 || kType == kWQ5_1 ? HalfToFloat(LoadU16(head + 2)) : 0.0f;
+  if (kType == kWQ8_0) {
+    Load16(qs, o->q);
+    Load16(qs + 16, o->q + 4);
+    return;
+  }
+  uint32_t v[4];
+  Load16(qs, v);
+  uint32_t qh = 0;
+  if (kType == kWQ5_0 || kType == kWQ5_1) {
+    const uint8_t* h = head + (kType == kWQ5_0 ? 2 : 4);
+    qh = LoadU16(h) | static_cast<uint32_t>(LoadU16(h + 2)) << 16;
+  }
+  const uint32_t offset = kType == kWQ4_0 ? 0x08080808u : kType == kWQ5_0 ? 0x10101010u : 0u;
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t lo = (v[w] & 0x0F0F0F0Fu) | SpreadBits4(qh >> (4 * w));
+    const uint32_t hi = ((v[w] >> 4) & 0x0F0F0F0Fu) | SpreadBits4(qh >> (16 + 4 * w));
+    o->q[w] = SubBytes(lo, offset);
+    o->q[w + 4] = SubBytes(hi, offset);
+  }
 }
 
 // Scale and min of sub-block j of a Q4_K/Q5_K block (kernels/quant_blocks.h, Q4KScaleMin), from
@@ -230,10 +272,8 @@ KV_HD void DecodeQ6K(const DevMatrix& m, const uint8_t* base, int64_t r, int64_t
 
 template <int kType>
 KV_HD void DecodeBlock(const DevMatrix& m, const uint8_t* base, int64_t r, int64_t b, QBlock* o) {
-  if constexpr (kType == kWQ8_0) {
-    DecodeQ8_0(m, base, r, b, o);
-  } else if constexpr (kType == kWQ4_0) {
-    DecodeQ4_0(m, base, r, b, o);
+  if constexpr (IsSplitType(kType)) {
+    DecodeSplit<kType>(m, base, r, b, o);
   } else if constexpr (kType == kWQ4_K) {
     DecodeQ45K<false>(m, base, r, b, o);
   } else if constexpr (kType == kWQ5_K) {
@@ -245,7 +285,9 @@ KV_HD void DecodeBlock(const DevMatrix& m, const uint8_t* base, int64_t r, int64
 }
 
 // Types whose blocks add dmin * (sum of the activations) (MinKind::kFloat).
-KV_HD constexpr bool HasMin(int type) { return type == kWQ4_K || type == kWQ5_K; }
+KV_HD constexpr bool HasMin(int type) {
+  return type == kWQ4_1 || type == kWQ5_1 || type == kWQ4_K || type == kWQ5_K;
+}
 
 // The exact integer part of a block against 32 int8 activations x (packed as QBlock::q):
 // s[0] * (dot of values 0..15) + s[1] * (dot of values 16..31).

@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kDeltaWarps * 32)
                          int n_k_heads, int n_v_heads, int dim, float eps, float* state,
                          float* out) {
   extern __shared__ float shared[];
-  float* qn = shared;        // [dim]
-  float* kn = shared + dim;  // [dim]
+  float* qn = shared;         // [dim]
+  float* kn = shared + dim;   // [dim]
   __shared__ float gates[2];  // decay, beta
   const int h = blockIdx.x;
   const int kh = h % n_k_heads;

@@ -62,9 +62,8 @@ Result<DeviceInfo> CheckDevice(int index) {
     return Error(StatusCode::kUnavailable, "no CUDA device: {}", cudaGetErrorString(e));
   }
   if (index >= count) {
-    return Error(StatusCode::kNotFound, "backend cuda:{}: this machine has {} CUDA device{}",
-                 index, count, count == 1 ? " (cuda:0)" : fmt::format("s (cuda:0 .. cuda:{})",
-                                                                       count - 1));
+    return Error(StatusCode::kNotFound, "backend cuda:{}: this machine has {} CUDA device{}", index,
+                 count, count == 1 ? " (cuda:0)" : fmt::format("s (cuda:0 .. cuda:{})", count - 1));
   }
   cudaDeviceProp prop{};
   if (cudaError_t e = cudaGetDeviceProperties(&prop, index); e != cudaSuccess) {
@@ -72,10 +71,10 @@ Result<DeviceInfo> CheckDevice(int index) {
     return Error("backend cuda:{}: cannot read its properties: {}", index, CudaErrorText(e));
   }
   if (prop.major * 10 + prop.minor < MinComputeCapability()) {
-    return Error("backend cuda:{} ({}, sm_{}{}): this kvasir's CUDA kernels run on sm_{} and "
-                 "newer (configure with -DCMAKE_CUDA_ARCHITECTURES={}{} to add it)",
-                 index, prop.name, prop.major, prop.minor, MinComputeCapability(), prop.major,
-                 prop.minor);
+    return Error(
+        "backend cuda:{} ({}, sm_{}{}): this kvasir's CUDA kernels run on sm_{} and "
+        "newer (configure with -DCMAKE_CUDA_ARCHITECTURES={}{} to add it)",
+        index, prop.name, prop.major, prop.minor, MinComputeCapability(), prop.major, prop.minor);
   }
   return Describe(index);
 }

@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t nb = w.cols / 32;
   int64_t xrow[kTok];
 #pragma unroll
-  for (int j = 0; j < kTok; ++j) xrow[j] = ActRow(map, t.p0 + min(static_cast<int64_t>(j), t.count - 1));
+  for (int j = 0; j < kTok; ++j)
+    xrow[j] = ActRow(map, t.p0 + min(static_cast<int64_t>(j), t.count - 1));
 
   float acc[kRows][kTok];
 #pragma unroll
@@ -124,8 +125,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// F32/F16 weights: lane l takes the column pairs 2l + 64 m, in order. Rows are padded with zeros
-// to an even length, so a pair never reads past its row; x past cols counts as 0.
+// F32/F16/BF16 weights: lane l takes the column pairs 2l + 64 m, in order. Rows are padded with
+// zeros to an even length, so a pair never reads past its row; x past cols counts as 0.
 template <int kType, int kRows, int kTok>
 __global__ void __launch_bounds__(kWarps * 32)
     MatMulFloatKernel(DevMatrix w, const float* x, int64_t n, TokenMap map, float* y,
@@ -154,12 +155,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       w0[i] = w1[i] = 0.0f;
       if (r0 + i >= w.rows) continue;
       const uint8_t* row = base + (r0 + i) * w.row_bytes;
-      if (kType == kWF32) {
+      if constexpr (kType == kWF32) {
         const float2 v = *reinterpret_cast<const float2*>(row + c * 4);
         w0[i] = v.x, w1[i] = v.y;
-      } else {
+      } else if constexpr (kType == kWF16) {
         const float2 v = __half22float2(*reinterpret_cast<const __half2*>(row + c * 2));
         w0[i] = v.x, w1[i] = v.y;
+      } else {
+        const uint32_t v = LoadU32(row + c * 2);  // two bf16, the first in the low half
+        w0[i] = Bf16ToFloat(v & 0xFFFFu), w1[i] = Bf16ToFloat(v >> 16);
       }
     }
 #pragma unroll
@@ -187,21 +191,23 @@ __global__ void __launch_bounds__(kWarps * 32)
 // outside the matrix (never passed by the window) gives NaN rather than a stray read.
 template <int kType>
 __global__ void GetRowsKernel(DevMatrix w, const int32_t* ids, int64_t n, float* out) {
-  const bool quant = kType != kWF32 && kType != kWF16;
-  const int64_t per_row = quant ? w.cols / 32 : w.cols;
+  constexpr int kPer = IsFloatType(kType) ? 1 : 32;  // values a thread writes
+  const int64_t per_row = w.cols / kPer;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * per_row) return;
   const int64_t t = i / per_row, c = i % per_row;
   const int64_t r = ids[t];
   if (r < 0 || r >= w.rows) {
-    for (int v = 0; v < (quant ? 32 : 1); ++v) out[t * w.cols + c * (quant ? 32 : 1) + v] = __int_as_float(0x7FC00000);
+    for (int v = 0; v < kPer; ++v) out[t * w.cols + c * kPer + v] = __int_as_float(0x7FC00000);
     return;
   }
+  const uint8_t* row = w.data + r * w.row_bytes;
   if constexpr (kType == kWF32) {
-    out[t * w.cols + c] = reinterpret_cast<const float*>(w.data + r * w.row_bytes)[c];
+    out[t * w.cols + c] = reinterpret_cast<const float*>(row)[c];
   } else if constexpr (kType == kWF16) {
-    out[t * w.cols + c] =
-        __half2float(reinterpret_cast<const __half*>(w.data + r * w.row_bytes)[c]);
+    out[t * w.cols + c] = __half2float(reinterpret_cast<const __half*>(row)[c]);
+  } else if constexpr (kType == kWBF16) {
+    out[t * w.cols + c] = Bf16ToFloat(LoadU16(row + 2 * c));
   } else {
     QBlock blk;
     DecodeBlock<kType>(w, w.data, r, c, &blk);
@@ -232,7 +238,8 @@ cudaError_t MatMulQuantT(const DevMatrix& w, const QuantActs& x, int64_t n, cons
     });
   }
   return LaunchTiles<4, kTileTokens>(w, n, map, [&](unsigned blocks, int64_t rb, int64_t t0) {
-    MatMulQuantKernel<kType, 4, kTileTokens><<<blocks, kWarps * 32, 0, s>>>(w, x, n, map, y, rb, t0);
+    MatMulQuantKernel<kType, 4, kTileTokens>
+        <<<blocks, kWarps * 32, 0, s>>>(w, x, n, map, y, rb, t0);
   });
 }
 
@@ -245,15 +252,15 @@ cudaError_t MatMulFloatT(const DevMatrix& w, const float* x, int64_t n, const To
     });
   }
   return LaunchTiles<4, kTileTokens>(w, n, map, [&](unsigned blocks, int64_t rb, int64_t t0) {
-    MatMulFloatKernel<kType, 4, kTileTokens><<<blocks, kWarps * 32, 0, s>>>(w, x, n, map, y, rb, t0);
+    MatMulFloatKernel<kType, 4, kTileTokens>
+        <<<blocks, kWarps * 32, 0, s>>>(w, x, n, map, y, rb, t0);
   });
 }
 
 template <int kType>
 cudaError_t GetRowsT(const DevMatrix& w, const int32_t* ids, int64_t n, float* out,
                      cudaStream_t s) {
-  const bool quant = kType != kWF32 && kType != kWF16;
-  const int64_t threads = n * (quant ? w.cols / 32 : w.cols);
+  const int64_t threads = n * (IsFloatType(kType) ? w.cols : w.cols / 32);
   GetRowsKernel<kType><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(w, ids, n, out);
   return cudaGetLastError();
 }
@@ -272,6 +279,12 @@ cudaError_t MatMulQuant(const DevMatrix& w, const QuantActs& x, int64_t n, const
   switch (w.type) {
     case kWQ4_0:
       return MatMulQuantT<kWQ4_0>(w, x, n, map, y, s);
+    case kWQ4_1:
+      return MatMulQuantT<kWQ4_1>(w, x, n, map, y, s);
+    case kWQ5_0:
+      return MatMulQuantT<kWQ5_0>(w, x, n, map, y, s);
+    case kWQ5_1:
+      return MatMulQuantT<kWQ5_1>(w, x, n, map, y, s);
     case kWQ8_0:
       return MatMulQuantT<kWQ8_0>(w, x, n, map, y, s);
     case kWQ4_K:
@@ -289,6 +302,7 @@ cudaError_t MatMulFloat(const DevMatrix& w, const float* x, int64_t n, const Tok
                         float* y, cudaStream_t s) {
   if (w.type == kWF32) return MatMulFloatT<kWF32>(w, x, n, map, y, s);
   if (w.type == kWF16) return MatMulFloatT<kWF16>(w, x, n, map, y, s);
+  if (w.type == kWBF16) return MatMulFloatT<kWBF16>(w, x, n, map, y, s);
   return cudaErrorInvalidValue;
 }
 
@@ -298,8 +312,16 @@ cudaError_t GetRows(const DevMatrix& w, const int32_t* ids, int64_t n, float* ou
       return GetRowsT<kWF32>(w, ids, n, out, s);
     case kWF16:
       return GetRowsT<kWF16>(w, ids, n, out, s);
+    case kWBF16:
+      return GetRowsT<kWBF16>(w, ids, n, out, s);
     case kWQ4_0:
       return GetRowsT<kWQ4_0>(w, ids, n, out, s);
+    case kWQ4_1:
+      return GetRowsT<kWQ4_1>(w, ids, n, out, s);
+    case kWQ5_0:
+      return GetRowsT<kWQ5_0>(w, ids, n, out, s);
+    case kWQ5_1:
+      return GetRowsT<kWQ5_1>(w, ids, n, out, s);
     case kWQ8_0:
       return GetRowsT<kWQ8_0>(w, ids, n, out, s);
     case kWQ4_K:

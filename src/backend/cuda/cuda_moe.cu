@@ -125,7 +125,7 @@ int64_t MoeMaxTiles(int64_t slots, int n_expert) {
 cudaError_t MoeRoute(float* logits, int64_t n, int n_expert, int k, int32_t* ids, float* weights,
                      cudaStream_t s) {
   MoeRouteKernel<<<static_cast<unsigned>((n + 7) / 8), 256, 0, s>>>(logits, n, n_expert, k, ids,
-                                                                     weights);
+                                                                    weights);
   return cudaGetLastError();
 }
 

@@ -14,7 +14,7 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < (1 << 20) ? (blocks > 0 ? blocks : 1) : (1 << 20));
 }
 
-#define KV_GRID_STRIDE(i, n)                                                         \
+#define KV_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -55,7 +55,8 @@ __global__ void RopeAnglesKernel(RopeArgs p, const int32_t* positions, int64_t n
                        (sector % 3 == 2 && sector < 3 * sec[2]);
       if (!thw) x = 0;
     }
-    double theta_extrap = x * pow(static_cast<double>(p.base), -2.0 * i / static_cast<double>(p.n_rot));
+    double theta_extrap =
+        x * pow(static_cast<double>(p.base), -2.0 * i / static_cast<double>(p.n_rot));
     if (p.factors != nullptr) theta_extrap /= p.factors[i];
     const double freq_scale = p.freq_scale;
     const double ext = p.ext_factor;
@@ -102,7 +103,9 @@ __global__ void SiluMulKernel(const float* gate, const float* up, int64_t n, flo
   }
 }
 
-__global__ void AddKernel(float* y, const float* x, int64_t n) { KV_GRID_STRIDE(i, n) y[i] += x[i]; }
+__global__ void AddKernel(float* y, const float* x, int64_t n) {
+  KV_GRID_STRIDE(i, n) y[i] += x[i];
+}
 
 __global__ void AddBiasKernel(float* y, const float* b, int64_t n, int width) {
   KV_GRID_STRIDE(i, n) y[i] += b[i % width];
@@ -128,7 +131,7 @@ cudaError_t Fill(float* dst, int64_t n, float value, cudaStream_t s) {
 cudaError_t RmsNorm(const float* x, const float* w, int64_t n_rows, int width, float eps, float* y,
                     cudaStream_t s) {
   RmsNormKernel<<<static_cast<unsigned>((n_rows + 7) / 8), 256, 0, s>>>(x, w, n_rows, width, eps,
-                                                                         y);
+                                                                        y);
   return cudaGetLastError();
 }
 

@@ -42,12 +42,12 @@ Result<void*> CudaQueue::Alloc(uint64_t bytes, std::string_view what) {
   cudaMemGetInfo(&free, &total);
   cudaGetLastError();
   if (e == cudaErrorMemoryAllocation) {
-    return Error(StatusCode::kTooLarge, "backend {} ({}): cannot allocate {} for {} ({} free of {})",
-                 address_, name_, HumanBytes(bytes), what, HumanBytes(free),
-                 HumanBytes(total));
+    return Error(StatusCode::kTooLarge,
+                 "backend {} ({}): cannot allocate {} for {} ({} free of {})", address_, name_,
+                 HumanBytes(bytes), what, HumanBytes(free), HumanBytes(total));
   }
-  return Error("backend {} ({}): cannot allocate {} for {}: {}", address_, name_,
-               HumanBytes(bytes), what, CudaErrorText(e));
+  return Error("backend {} ({}): cannot allocate {} for {}: {}", address_, name_, HumanBytes(bytes),
+               what, CudaErrorText(e));
 }
 
 void CudaQueue::Free(void* p) {
@@ -104,8 +104,8 @@ void CudaQueue::Record(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();
   if (error_.ok()) {
-    error_ = Error(StatusCode::kUnavailable, "backend {} ({}): {}: {}", address_, name_,
-                   what, CudaErrorText(e));
+    error_ = Error(StatusCode::kUnavailable, "backend {} ({}): {}: {}", address_, name_, what,
+                   CudaErrorText(e));
   }
 }
 

@@ -56,13 +56,16 @@ class CudaQueue {
 
  private:
   CudaQueue(int index, const DeviceInfo& device, cudaStream_t stream, cudaEvent_t staged)
-      : index_(index), address_(device.address), name_(device.name), stream_(stream),
+      : index_(index),
+        address_(device.address),
+        name_(device.name),
+        stream_(stream),
         staged_(staged) {}
 
   int index_;
   std::string address_, name_;  // for messages
   cudaStream_t stream_;
-  cudaEvent_t staged_;  // recorded after the last copy out of the staging buffer
+  cudaEvent_t staged_;       // recorded after the last copy out of the staging buffer
   void* staging_ = nullptr;  // pinned host memory
   size_t staging_bytes_ = 0;
   Status error_;

@@ -12,54 +12,36 @@ int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 bool CudaSupportsType(TensorType type) {
-  switch (type) {
-    case TensorType::kF32:
-    case TensorType::kF16:
-    case TensorType::kQ4_0:
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K:
-    case TensorType::kQ6_K:
-      return true;
-    default:
-      return false;
+  for (TensorType t : CudaTypes()) {
+    if (t == type) return true;
   }
+  return false;
 }
 
 std::vector<TensorType> CudaTypes() {
-  return {TensorType::kF32,  TensorType::kF16,  TensorType::kQ4_0, TensorType::kQ8_0,
+  return {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,
+          TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
           TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K};
 }
 
 DeviceLayout LayoutOf(TensorType type, int64_t rows, int64_t cols) {
   KV_CHECK(CudaSupportsType(type), "cuda LayoutOf: type {}", static_cast<uint32_t>(type));
+  KV_CHECK(cols % BlockValues(type) == 0, "cuda LayoutOf: {} columns", cols);
+  const int t = static_cast<int>(type);
   DeviceLayout l;
-  const int64_t nb = cols / 32, nsb = cols / 256;
-  switch (type) {
-    case TensorType::kF32:
-      l.row_bytes = RoundUp(cols, 4) * 4;
-      break;
-    case TensorType::kF16:
-      l.row_bytes = RoundUp(cols, 8) * 2;
-      break;
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_0:
-      KV_CHECK(cols % 32 == 0, "cuda LayoutOf: {} columns", cols);
-      l.row_bytes = nb * (type == TensorType::kQ8_0 ? 32 : 16);
-      l.scales = RoundUp(rows * l.row_bytes, 256);
-      l.bytes = RoundUp(l.scales + rows * nb * 2, 256);
-      return l;
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K:
-      KV_CHECK(cols % 256 == 0, "cuda LayoutOf: {} columns", cols);
-      l.row_bytes = nsb * (type == TensorType::kQ4_K ? 144 : 176);
-      break;
-    case TensorType::kQ6_K:
-      KV_CHECK(cols % 256 == 0, "cuda LayoutOf: {} columns", cols);
-      l.row_bytes = nsb * kQ6KDeviceBlock;
-      break;
-    default:
-      break;
+  if (IsFloatType(t)) {
+    l.row_bytes = type == TensorType::kF32 ? RoundUp(cols, 4) * 4 : RoundUp(cols, 8) * 2;
+  } else if (IsSplitType(t)) {
+    const int64_t nb = cols / 32;
+    l.row_bytes = nb * QsBytes(t);
+    l.heads = RoundUp(rows * l.row_bytes, 256);
+    l.bytes = RoundUp(l.heads + rows * nb * HeadBytes(t), 256);
+    return l;
+  } else {
+    const int64_t block = type == TensorType::kQ4_K   ? 144
+                          : type == TensorType::kQ5_K ? 176
+                                                      : kQ6KDeviceBlock;
+    l.row_bytes = cols / 256 * block;
   }
   l.bytes = RoundUp(rows * l.row_bytes, 256);
   return l;
@@ -77,17 +59,22 @@ void Repack(const MatrixView& src, const DeviceLayout& l, uint8_t* dst) {
         std::memcpy(out, row, static_cast<size_t>(src.cols) * 4);
         break;
       case TensorType::kF16:
+      case TensorType::kBF16:
         std::memcpy(out, row, static_cast<size_t>(src.cols) * 2);
         break;
       case TensorType::kQ8_0:
-      case TensorType::kQ4_0: {
-        // Blocks of [d (2 bytes) | qs (32 or 16 bytes)] split into the qs rows and the d array.
-        const int64_t qs = src.type == TensorType::kQ8_0 ? 32 : 16;
-        uint8_t* d = dst + l.scales + r * nb * 2;
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1:
+      case TensorType::kQ5_0:
+      case TensorType::kQ5_1: {
+        // Blocks of [head | quants] split into the quant rows and the head array.
+        const int t = static_cast<int>(src.type);
+        const int64_t qs = QsBytes(t), head = HeadBytes(t);
+        uint8_t* heads = dst + l.heads + r * nb * head;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = row + b * (2 + qs);
-          std::memcpy(d + 2 * b, blk, 2);
-          std::memcpy(out + b * qs, blk + 2, static_cast<size_t>(qs));
+          const uint8_t* blk = row + b * (head + qs);
+          std::memcpy(heads + b * head, blk, static_cast<size_t>(head));
+          std::memcpy(out + b * qs, blk + head, static_cast<size_t>(qs));
         }
         break;
       }

@@ -11,14 +11,15 @@
 
 namespace kvasir::cuda {
 
-// The weight types this backend multiplies: F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+// The weight types this backend multiplies: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K (every type of the CPU kernels but Q2_K and Q3_K).
 bool CudaSupportsType(TensorType type);
 std::vector<TensorType> CudaTypes();
 
 // Sizes of one matrix of `type` [rows, cols] in device layout.
 struct DeviceLayout {
   int64_t row_bytes = 0;  // DevMatrix::row_bytes
-  int64_t scales = 0;     // DevMatrix::scales (Q4_0, Q8_0), else 0
+  int64_t heads = 0;      // DevMatrix::heads (split types), else 0
   int64_t bytes = 0;      // the whole matrix, rounded up to 256 (DevMatrix::stride of a stack)
 };
 // type must be CudaSupportsType, cols a multiple of its block.
