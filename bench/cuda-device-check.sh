@@ -19,9 +19,35 @@
 #      (and llama.cpp's llama-bench on the same files when LLAMA_BENCH names one).
 # Test data: stories260K and the llama vocabulary from KVASIR_ASSETS, ./shared or ../shared.
 # Nothing is downloaded. A step that cannot run says why in summary.txt and the next one goes on.
+#
+# Where the GPU machine lacks the build's packages, pack the binaries on a machine that has them:
+#   bench/cuda-device-check.sh --pack DIR [BUILD_DIR]
+# builds kvasir and the tests for sm_90 (Release, in build-cuda-pack/, unless BUILD_DIR holds them
+# already), and copies them stripped into DIR with the shared libraries they need but glibc's
+# (DIR/lib); then KVASIR_PREBUILT=DIR on the GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
+bins=(kvasir backend_test cuda_blocks_test cuda_device_test)
+if [[ ${1:-} == --pack ]]; then
+  dir=${2:?usage: $0 --pack DIR [BUILD_DIR]}
+  build=${3:-}
+  if [[ -z $build ]]; then
+    build=$root/build-cuda-pack
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVASIR_CUDA=ON -DKVASIR_OPENCL=OFF \
+      -DKVASIR_BUILD_BENCH=OFF -DKVASIR_BUILD_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
+    cmake --build "$build" -j "$(nproc)" --target "${bins[@]}" || exit 1
+  fi
+  mkdir -p "$dir/lib"
+  for b in "${bins[@]}"; do
+    strip -o "$dir/$b" "$build/bin/$b" || exit 1
+    ldd "$build/bin/$b" | awk '/=> \// {print $3}' |
+      grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
+      xargs -r cp -L -t "$dir/lib"
+  done
+  du -sh "$dir"
+  exit 0
+fi
 OUT=${OUT:-$root/build-cuda-check/out}
 mkdir -p "$OUT"
 summary="$OUT/summary.txt"
@@ -69,6 +95,7 @@ note "assets: ${assets:-none (steps 4 and 5 need models/stories260K.gguf)}"
 # ---- 2. The build ---------------------------------------------------------------------------
 if [[ -n ${KVASIR_PREBUILT:-} ]]; then
   bin=$(cd "$KVASIR_PREBUILT" && pwd)
+  [[ -d $bin/lib ]] && export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   note "binaries: prebuilt in $bin"
 else
   bin=$root/build-cuda-check/bin
@@ -79,7 +106,7 @@ else
     -DKVASIR_BUILD_TESTS=AUTO -DCMAKE_CUDA_ARCHITECTURES=90
   targets=(kvasir)
   grep -q "GoogleTest not found" "$OUT/configure.log" ||
-    targets+=(backend_test cuda_blocks_test cuda_device_test)
+    targets+=("${bins[@]:1}")
   step build 330 cmake --build "$root/build-cuda-check" -j "$jobs" --target "${targets[@]}"
   tail -30 "$OUT/build.log" >"$OUT/build-tail.log"
 fi
