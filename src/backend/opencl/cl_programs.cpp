@@ -1,6 +1,8 @@
 #include "backend/opencl/cl_programs.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,6 +145,13 @@ Result<cl_program> Build(const ClDevice& d, cl_context ctx, const ProgramSource&
                          const std::string& options, const std::string& cache_dir,
                          bool* from_cache) {
   std::string path;
+  int lock_fd = -1;
+  struct Unlock {
+    int& fd;
+    ~Unlock() {
+      if (fd >= 0) close(fd);  // releases the lock
+    }
+  } unlock{lock_fd};
   if (!cache_dir.empty()) {
     Sha256 h;
     for (const std::string& part : {d.name, d.vendor, d.driver_version, d.device_version,
@@ -150,6 +159,11 @@ Result<cl_program> Build(const ClDevice& d, cl_context ctx, const ProgramSource&
       h.Update({reinterpret_cast<const uint8_t*>(part.data()), part.size() + 1});
     }
     path = fmt::format("{}/{}.bin", cache_dir, Sha256Hex(h.Finish()));
+    // One process builds a program while the others wait for its binary (tests start many).
+    std::error_code ec;
+    std::filesystem::create_directories(cache_dir, ec);
+    lock_fd = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
     if (cl_program p = FromCache(d, ctx, path, options); p != nullptr) {
       *from_cache = true;
       return p;
@@ -218,23 +232,23 @@ std::vector<std::string> KernelNames(std::string_view text) {
 }
 
 std::string KernelAtLogError(const ProgramSource& source, const std::string& log) {
-  // The first "...:LINE:COL: error" of the log (clang's form, which PoCL and most drivers use).
+  // The first line of the log that says "error" and holds ":LINE:COL:" (clang's "FILE:12:5: error:
+  // ..." and PoCL's "error: FILE:12:5: ..." alike).
   int line = 0;
   std::istringstream lines(log);
   for (std::string l; line == 0 && std::getline(lines, l);) {
-    const size_t err = l.find(": error");
-    if (err == std::string::npos) continue;
-    // Walk back over ":COL" and ":LINE".
-    size_t col = l.rfind(':', err - 1);
-    if (col == std::string::npos || col == 0) continue;
-    const size_t ln = l.rfind(':', col - 1);
-    if (ln == std::string::npos) continue;
-    const std::string digits = l.substr(ln + 1, col - ln - 1);
-    if (digits.empty() || digits.size() > 7 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
+    if (l.find("error") == std::string::npos) continue;
+    for (size_t at = l.find(':'); at != std::string::npos && line == 0; at = l.find(':', at + 1)) {
+      size_t i = at + 1, j;
+      for (j = i; j < l.size() && j - i < 8 && l[j] >= '0' && l[j] <= '9'; ++j) {
+      }
+      if (j == i || j >= l.size() || l[j] != ':') continue;
+      size_t k;
+      for (k = j + 1; k < l.size() && l[k] >= '0' && l[k] <= '9'; ++k) {
+      }
+      if (k == j + 1 || k >= l.size() || l[k] != ':') continue;
+      line = std::stoi(l.substr(i, j - i));
     }
-    line = std::stoi(digits);
   }
   if (line <= 0) return "";
   // The last kernel that starts at or before that line, if the line is inside its body.

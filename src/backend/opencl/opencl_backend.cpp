@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backend/opencl/opencl_backend_impl.h"
 #include "base/check.h"
@@ -249,19 +251,31 @@ Result<std::unique_ptr<DeviceMatrix>> ClBackend::UploadMatrix(const HostMatrix& 
                  TensorTypeName(static_cast<uint32_t>(m.view.type)), info_.address,
                  TypeList(ClTypes()));
   }
-  const uint64_t one = static_cast<uint64_t>(m.view.rows) * m.view.row_bytes;
-  const uint64_t bytes = one * static_cast<uint64_t>(m.count);
-  KV_CHECK(m.count >= 1 && m.view.row_bytes <= static_cast<size_t>(INT32_MAX) &&
-               (m.count == 1 || m.stride >= one),
-           "UploadMatrix {}: {} matrices of {} bytes, {} apart", m.name, m.count, one, m.stride);
-  KV_ASSIGN_OR_RETURN(cl_mem mem, NewMem(std::max<uint64_t>(bytes, 1), "tensor " + m.name));
-  auto out =
-      std::make_unique<ClMatrix>(this, m, mem, std::max<uint64_t>(bytes, 1), &types_[m.view.type]);
-  const auto* src = static_cast<const uint8_t*>(m.view.data);
+  // Rows are packed on the device (no padding between them), so that f32 and f16 rows are
+  // aligned for the kernels' loads: [count, rows, packed] bytes.
+  const size_t packed = RowBytes(m.view.type, m.view.cols);
+  const size_t one = static_cast<size_t>(m.view.rows) * packed;
+  const uint64_t bytes = std::max<uint64_t>(static_cast<uint64_t>(one) * m.count, 1);
+  KV_CHECK(m.count >= 1 && packed <= static_cast<size_t>(INT32_MAX) && m.view.row_bytes >= packed &&
+               (m.count == 1 || m.stride >= m.view.rows * m.view.row_bytes),
+           "UploadMatrix {}: {} matrices of {} rows of {} bytes, {} apart", m.name, m.count,
+           m.view.rows, m.view.row_bytes, m.stride);
+  KV_ASSIGN_OR_RETURN(cl_mem mem, NewMem(bytes, "tensor " + m.name));
+  HostMatrix packed_view = m;
+  packed_view.view.row_bytes = packed;
+  auto out = std::make_unique<ClMatrix>(this, packed_view, mem, bytes, &types_[m.view.type]);
+  std::vector<uint8_t> staging;
   for (int64_t e = 0; e < m.count && one > 0; ++e) {
+    const auto* src = static_cast<const uint8_t*>(m.view.data) + e * m.stride;
+    if (m.view.row_bytes != packed) {
+      staging.resize(one);
+      for (int64_t r = 0; r < m.view.rows; ++r) {
+        std::memcpy(staging.data() + r * packed, src + r * m.view.row_bytes, packed);
+      }
+      src = staging.data();
+    }
     const cl_int err =
-        clEnqueueWriteBuffer(queue_, mem, CL_TRUE, e * one, one,
-                             src + (m.count == 1 ? 0 : e * m.stride), 0, nullptr, nullptr);
+        clEnqueueWriteBuffer(queue_, mem, CL_TRUE, e * one, one, src, 0, nullptr, nullptr);
     if (err != CL_SUCCESS) {
       return Error(StatusCode::kTooLarge, "backend {} ({}): cannot upload tensor {} ({}): {}",
                    info_.address, rt_->device.name, m.name, HumanBytes(bytes), ClErrorName(err));
