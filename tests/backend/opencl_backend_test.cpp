@@ -8,10 +8,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 
+#include "backend/op_cases.h"
 #include "backend/opencl/cl_programs.h"
 #include "backend/opencl/kernel_sources.h"
 #include "kernels/kernels_test_util.h"
@@ -178,33 +180,73 @@ TEST(OpenClBackendTest, ADeviceNumberPastTheMachinesIsRefusedNamingWhatItHas) {
   EXPECT_THAT(be.status().message(), HasSubstr("there is no platform 99"));
 }
 
-// The decode kernel (one row) and the prefill kernel (tiles of 8 rows) give a row the same bits,
-// for quantized and float weights, and padded rows upload as packed ones.
-TEST(OpenClBackendTest, ARowsProductDoesNotDependOnTheBatch) {
+// On either decode path, the decode kernel (one row) and the prefill kernel (tiles of 8 rows) give
+// a row the same bits, for quantized and float weights, and padded rows upload as packed ones.
+TEST(OpenClBackendTest, ARowsProductDoesNotDependOnTheBatchOnEitherPath) {
   KV_REQUIRE_OPENCL_DEVICE();
-  auto be = OpenCl();
-  ASSERT_NE(be, nullptr);
-  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kQ4_0, TensorType::kQ6_K}) {
-    SCOPED_TRACE(TensorTypeName(static_cast<uint32_t>(t)));
-    const int64_t rows = 29, cols = IsQuantized(t) ? 512 : 67, n = 13;
-    const TestMatrix w = MakeMatrix(t, rows, cols, 3, /*extra_row_bytes=*/6);
-    auto m = be->UploadMatrix({"w", w.view, 1, w.bytes.size()});
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    const std::vector<float> x = RandomFloats(n * cols, 4);
-    auto xb = be->Alloc(n * cols, "x");
-    auto yb = be->Alloc(n * rows, "y");
-    ASSERT_TRUE(xb.ok() && yb.ok());
-    const DevPtr xp{xb->get(), 0}, yp{yb->get(), 0};
-    be->Upload(xp, x.data(), n * cols);
-    be->MatMul(**m, xp, static_cast<int>(n), yp);
-    std::vector<float> batch(n * rows), one(rows);
-    ASSERT_TRUE(be->Download(batch.data(), yp, n * rows).ok());
-    for (int64_t i = 0; i < n; ++i) {
-      be->MatMul(**m, xp + i * cols, 1, yp);
-      ASSERT_TRUE(be->Download(one.data(), yp, rows).ok());
-      EXPECT_EQ(std::memcmp(one.data(), batch.data() + i * rows, rows * 4), 0) << "row " << i;
+  for (const char* path : {"rows", "split"}) {
+    SCOPED_TRACE(path);
+    ScopedEnv decode("KVASIR_OPENCL_DECODE", path);
+    auto be = OpenCl();
+    ASSERT_NE(be, nullptr);
+    for (TensorType t :
+         {TensorType::kF32, TensorType::kF16, TensorType::kQ4_0, TensorType::kQ6_K}) {
+      SCOPED_TRACE(TensorTypeName(static_cast<uint32_t>(t)));
+      const int64_t rows = 29, cols = IsQuantized(t) ? 512 : 67, n = 13;
+      const TestMatrix w = MakeMatrix(t, rows, cols, 3, /*extra_row_bytes=*/6);
+      auto m = be->UploadMatrix({"w", w.view, 1, w.bytes.size()});
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      const std::vector<float> x = RandomFloats(n * cols, 4);
+      auto xb = be->Alloc(n * cols, "x");
+      auto yb = be->Alloc(n * rows, "y");
+      ASSERT_TRUE(xb.ok() && yb.ok());
+      const DevPtr xp{xb->get(), 0}, yp{yb->get(), 0};
+      be->Upload(xp, x.data(), n * cols);
+      be->MatMul(**m, xp, static_cast<int>(n), yp);
+      std::vector<float> batch(n * rows), one(rows);
+      ASSERT_TRUE(be->Download(batch.data(), yp, n * rows).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        be->MatMul(**m, xp + i * cols, 1, yp);
+        ASSERT_TRUE(be->Download(one.data(), yp, rows).ok());
+        EXPECT_EQ(std::memcmp(one.data(), batch.data() + i * rows, rows * 4), 0) << "row " << i;
+      }
     }
   }
+}
+
+// The split path (GPUs' decode) is verified here on whatever device the machine has: every
+// mat_mul case of the op-by-op test against the CPU, within the op's tolerance.
+TEST(OpenClBackendTest, TheSplitPathAgreesWithTheCpuWithinTheMatMulTolerance) {
+  KV_REQUIRE_OPENCL_DEVICE();
+  ScopedEnv decode("KVASIR_OPENCL_DECODE", "split");
+  auto be = OpenCl();
+  ASSERT_NE(be, nullptr);
+  auto cpu = OpenBackend("cpu", BackendOptions{2});
+  ASSERT_TRUE(cpu.ok());
+  int run = 0;
+  for (const OpCase& c : CasesOf(Op::kMatMul)) {
+    if (!be->SupportsType(c.type)) continue;
+    SCOPED_TRACE(c.name);
+    const std::vector<OpOutput> got = c.run(*be), want = c.run(**cpu);
+    ASSERT_EQ(got.size(), 1u);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < want[0].values.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[0].values[i])) << i;
+      err += std::pow(double{got[0].values[i]} - want[0].values[i], 2);
+      norm += std::pow(double{want[0].values[i]}, 2);
+    }
+    EXPECT_LE(err / norm, MaxError(Op::kMatMul));
+    ++run;
+  }
+  EXPECT_EQ(run, 15);
+}
+
+TEST(OpenClBackendTest, ADecodePathThatIsNoneIsRefused) {
+  KV_REQUIRE_OPENCL_DEVICE();
+  ScopedEnv decode("KVASIR_OPENCL_DECODE", "fast");
+  auto be = OpenBackend("opencl", BackendOptions{1});
+  ASSERT_FALSE(be.ok());
+  EXPECT_THAT(be.status().message(), HasSubstr("KVASIR_OPENCL_DECODE 'fast' is not rows or split"));
 }
 
 }  // namespace

@@ -67,8 +67,7 @@ ClDevice Describe(int pi, int di, cl_platform_id p, cl_device_id id) {
   d.max_work_group = DeviceValue<size_t>(id, CL_DEVICE_MAX_WORK_GROUP_SIZE);
   d.correct_div_sqrt = (DeviceValue<cl_device_fp_config>(id, CL_DEVICE_SINGLE_FP_CONFIG) &
                         CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
-  d.subgroups = d.HasExtension("cl_khr_subgroups") || d.HasExtension("cl_intel_subgroups") ||
-                Contains(d.extensions, "cl_qcom_subgroup");
+  d.subgroups = d.HasExtension("cl_khr_subgroups");
   d.family = FamilyOf(d);
   return d;
 }
@@ -136,6 +135,18 @@ const char* DeviceFamilyName(DeviceFamily f) {
     default:
       return "generic";
   }
+}
+
+const char* DecodePathName(DecodePath p) { return p == DecodePath::kSplit ? "split" : "rows"; }
+
+Result<DecodePath> ChooseDecodePath(const ClDevice& d) {
+  if (const char* env = std::getenv("KVASIR_OPENCL_DECODE"); env != nullptr && *env != '\0') {
+    if (std::string_view(env) == "rows") return DecodePath::kRows;
+    if (std::string_view(env) == "split") return DecodePath::kSplit;
+    return Error("KVASIR_OPENCL_DECODE '{}' is not rows or split", env);
+  }
+  return (d.type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0 ? DecodePath::kSplit
+                                                                           : DecodePath::kRows;
 }
 
 bool ClDevice::HasExtension(std::string_view ext) const {

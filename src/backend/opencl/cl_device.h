@@ -21,15 +21,21 @@ namespace kvasir::opencl {
 // "CL_OUT_OF_RESOURCES (-5)".
 std::string ClErrorName(cl_int code);
 
-// Which kernels a device gets. Only kGeneric exists today and every device runs it; the others
-// name the fast paths a device would get when they are written (docs/BACKENDS.md, "Adreno and
-// Mali"): detection is in place so that they plug in behind it.
+// The vendor family of a device, for the fast paths that are specific to one (docs/BACKENDS.md,
+// "Adreno and Mali"): none is written yet, so every family runs the kernels of its DecodePath.
 enum class DeviceFamily {
   kGeneric,  // any OpenCL 1.2 device (PoCL, desktop GPUs)
-  kAdreno,   // Qualcomm Adreno: image1d_buffer weights, subgroup reductions (not written yet)
-  kMali,     // Arm Mali (not written yet)
+  kAdreno,   // Qualcomm Adreno
+  kMali,     // Arm Mali
 };
 const char* DeviceFamilyName(DeviceFamily f);
+
+// How a one-token product is computed (mat_mul.cl): kRows, one work-item per output row and the
+// CPU's sum order (CPU devices such as PoCL, where a work-group runs on one core); kSplit, a
+// work-group per output row whose items read adjacent blocks and reduce (GPUs, where one item per
+// row leaves the memory reads uncoalesced). KVASIR_OPENCL_DECODE=rows|split overrides the choice.
+enum class DecodePath { kRows, kSplit };
+const char* DecodePathName(DecodePath p);
 
 struct ClDevice {
   int platform_index = 0, device_index = 0;
@@ -44,13 +50,16 @@ struct ClDevice {
   uint64_t local_mem = 0;
   size_t max_work_group = 0;
   bool correct_div_sqrt = false;  // CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT
-  bool subgroups = false;         // cl_khr_subgroups, cl_intel_subgroups or cl_qcom_subgroup*
+  bool subgroups = false;         // cl_khr_subgroups: reductions without local memory
   DeviceFamily family = DeviceFamily::kGeneric;
 
   bool HasExtension(std::string_view ext) const;
   // "NAME (PLATFORM DRIVER)", as `kvasir devices` and the stage log show it.
   std::string Label() const;
 };
+
+// The path for d, or an error when KVASIR_OPENCL_DECODE names none.
+Result<DecodePath> ChooseDecodePath(const ClDevice& d);
 
 // Every device of every platform; an error when no platform answers (no ICD installed).
 Result<std::vector<ClDevice>> ListClDevices();

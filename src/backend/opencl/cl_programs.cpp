@@ -141,9 +141,9 @@ void ToCache(const ClDevice& d, cl_program p, const std::string& path) {
 }
 
 // The program of `src` for d: from the cache when it holds it, else built from source.
-Result<cl_program> Build(const ClDevice& d, cl_context ctx, const ProgramSource& src,
-                         const std::string& options, const std::string& cache_dir,
-                         bool* from_cache) {
+Result<cl_program> BuildProgram(const ClDevice& d, cl_context ctx, const ProgramSource& src,
+                                const std::string& options, const std::string& cache_dir,
+                                bool* from_cache) {
   std::string path;
   int lock_fd = -1;
   struct Unlock {
@@ -284,20 +284,27 @@ std::string KernelAtLogError(const ProgramSource& source, const std::string& log
   return fmt::format("{} ({}, line {})", names.front(), file, line - first + 1);
 }
 
-std::string BuildOptions(const ClDevice& d) {
+std::string BuildOptions(const ClDevice& d, bool subgroups) {
   // Correctly rounded division where the device offers it: the Q8_0 activation scales then
   // equal the CPU's bit for bit.
-  return d.correct_div_sqrt ? "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt"
-                            : "-cl-std=CL1.2";
+  std::string options = "-cl-std=CL1.2";
+  if (d.correct_div_sqrt) options += " -cl-fp32-correctly-rounded-divide-sqrt";
+  if (subgroups) options += " -DKVASIR_SUBGROUPS";
+  return options;
 }
 
-Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d) {
+namespace {
+
+// The runtime of d built with or without subgroups (or the one built before), under the caller's
+// lock.
+Result<const DeviceRuntime*> BuildRuntime(const ClDevice& d, bool subgroups,
+                                          std::map<std::string, const DeviceRuntime*>& built) {
   std::vector<ProgramSource> programs = BackendPrograms();
   const char* hook = std::getenv("KVASIR_OPENCL_BREAK_KERNEL");
   if (hook != nullptr && *hook != '\0' && !BreakKernel(programs, hook)) {
     return Error("KVASIR_OPENCL_BREAK_KERNEL names '{}', which is no kernel of the backend", hook);
   }
-  const std::string options = BuildOptions(d);
+  const std::string options = BuildOptions(d, subgroups);
   Sha256 h;
   for (const std::string& part : {d.address, d.name, d.driver_version, options}) {
     h.Update({reinterpret_cast<const uint8_t*>(part.data()), part.size() + 1});
@@ -306,13 +313,7 @@ Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d) {
     h.Update({reinterpret_cast<const uint8_t*>(p.text.data()), p.text.size() + 1});
   }
   const std::string key = Sha256Hex(h.Finish());
-
-  // Never destroyed: programs and contexts live as long as the process (drivers tear down their
-  // own state at exit, in an order static destructors cannot know).
-  static std::mutex* mu = new std::mutex;
-  static auto* built = new std::map<std::string, const DeviceRuntime*>;
-  std::lock_guard<std::mutex> lock(*mu);
-  if (auto it = built->find(key); it != built->end()) return it->second;
+  if (auto it = built.find(key); it != built.end()) return it->second;
 
   if (d.c_version.find("OpenCL C 1.0") != std::string::npos ||
       d.c_version.find("OpenCL C 1.1") != std::string::npos) {
@@ -330,6 +331,7 @@ Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d) {
   auto rt = std::make_unique<DeviceRuntime>();
   rt->device = d;
   rt->context = ctx;
+  rt->subgroups = subgroups;
   const std::string cache_dir = CacheDir();
   const auto start = std::chrono::steady_clock::now();
   int cached = 0;
@@ -337,7 +339,7 @@ Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d) {
   for (const ProgramSource& src : programs) {
     bool from_cache = false;
     const auto t0 = std::chrono::steady_clock::now();
-    Result<cl_program> p = Build(d, ctx, src, options, cache_dir, &from_cache);
+    Result<cl_program> p = BuildProgram(d, ctx, src, options, cache_dir, &from_cache);
     timings +=
         fmt::format(" {} {:.1f} s", src.name,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -358,8 +360,25 @@ Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d) {
                 cache_dir.empty() ? " (no program cache)" : ", cached in " + cache_dir);
   }
   const DeviceRuntime* out = rt.release();
-  (*built)[key] = out;
+  built[key] = out;
   return out;
+}
+
+}  // namespace
+
+Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d, bool subgroups) {
+  // Never destroyed: programs and contexts live as long as the process (drivers tear down their
+  // own state at exit, in an order static destructors cannot know).
+  static std::mutex* mu = new std::mutex;
+  static auto* built = new std::map<std::string, const DeviceRuntime*>;
+  std::lock_guard<std::mutex> lock(*mu);
+  Result<const DeviceRuntime*> rt = BuildRuntime(d, subgroups, *built);
+  if (!rt.ok() && subgroups && std::getenv("KVASIR_OPENCL_BREAK_KERNEL") == nullptr) {
+    KV_LOG_WARN("{}: the subgroup reductions do not build, using local memory: {}", d.address,
+                rt.status().message());
+    return BuildRuntime(d, false, *built);
+  }
+  return rt;
 }
 
 }  // namespace kvasir::opencl

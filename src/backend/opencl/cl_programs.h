@@ -22,14 +22,18 @@ struct DeviceRuntime {
   ClDevice device;
   cl_context context = nullptr;
   std::vector<cl_program> programs;  // one per BackendPrograms() entry
+  bool subgroups = false;            // built with KVASIR_SUBGROUPS (split reductions by subgroup)
 };
 
-// The runtime of device d, building its programs on the first call. Errors name the device and,
-// for a program that does not build, the kernel the build log points at, with the log.
-Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d);
+// The runtime of device d, building its programs on the first call. With `subgroups` (a device
+// with cl_khr_subgroups on the split path) the split products reduce through subgroups; a build
+// that fails so falls back to local memory (the subgroup path is unverified, docs/BACKENDS.md).
+// Errors name the device and, for a program that does not build, the kernel the build log points
+// at, with the log.
+Result<const DeviceRuntime*> GetDeviceRuntime(const ClDevice& d, bool subgroups);
 
 // The options every program is built with on d.
-std::string BuildOptions(const ClDevice& d);
+std::string BuildOptions(const ClDevice& d, bool subgroups);
 
 // The first kernel a build log's first error points at in `source` ("rms_norm (rows.cl, line
 // 12)"), or "" when the log names no line of a kernel. Exposed for tests.

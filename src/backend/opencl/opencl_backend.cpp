@@ -10,6 +10,7 @@
 #include "backend/opencl/opencl_backend_impl.h"
 #include "base/check.h"
 #include "base/human.h"
+#include "base/log.h"
 #include "gguf/tensor_type.h"
 
 namespace kvasir::opencl {
@@ -112,8 +113,8 @@ void KernelCall::Run(std::array<size_t, 3> global, int dims, size_t local) {
 
 // ---- The backend --------------------------------------------------------------------------------
 
-ClBackend::ClBackend(const DeviceRuntime* rt, uint64_t limit)
-    : rt_(rt), info_(ToDeviceInfo(rt->device, limit)), limit_(limit) {}
+ClBackend::ClBackend(const DeviceRuntime* rt, uint64_t limit, DecodePath path)
+    : rt_(rt), info_(ToDeviceInfo(rt->device, limit)), limit_(limit), path_(path) {}
 
 ClBackend::~ClBackend() {
   if (queue_ != nullptr) clFinish(queue_);
@@ -154,8 +155,15 @@ Status ClBackend::Init() {
     tk.quantized = t != TensorType::kF32 && t != TensorType::kF16;
     tk.x1 = K(("mat_mul_" + s + "_x1").c_str());
     tk.x8 = K(("mat_mul_" + s + "_x8").c_str());
+    tk.s1 = K(("mat_mul_" + s + "_s1").c_str());
+    tk.s8 = K(("mat_mul_" + s + "_s8").c_str());
     tk.id = K(("mat_mul_id_" + s).c_str());
     tk.get_rows = K(("get_rows_" + s).c_str());
+  }
+  split_local_ = 64;
+  for (const auto& [t, tk] : types_) {
+    split_local_ =
+        std::min({split_local_, GroupSize(tk.s1, d.device, 64), GroupSize(tk.s8, d.device, 64)});
   }
   rows_local_ = GroupSize(K("rms_norm"), d.device, 64);
   attention_local_ = GroupSize(K("attention"), d.device, 64);
@@ -352,8 +360,12 @@ Result<std::unique_ptr<Backend>> Open(const BackendSpec& spec, const BackendOpti
   KV_CHECK(spec.index.size() == 2, "opencl spec {} without platform and device", spec.ToString());
   KV_ASSIGN_OR_RETURN(ClDevice d, FindClDevice(spec.index[0], spec.index[1]));
   KV_ASSIGN_OR_RETURN(uint64_t limit, MemoryLimit(d));
-  KV_ASSIGN_OR_RETURN(const DeviceRuntime* rt, GetDeviceRuntime(d));
-  auto be = std::make_unique<ClBackend>(rt, limit);
+  KV_ASSIGN_OR_RETURN(const DecodePath path, ChooseDecodePath(d));
+  KV_ASSIGN_OR_RETURN(const DeviceRuntime* rt,
+                      GetDeviceRuntime(d, d.subgroups && path == DecodePath::kSplit));
+  KV_LOG_DEBUG("{}: {} decode path, {} family, subgroup reductions {}", d.address,
+               DecodePathName(path), DeviceFamilyName(d.family), rt->subgroups ? "on" : "off");
+  auto be = std::make_unique<ClBackend>(rt, limit, path);
   KV_RETURN_IF_ERROR(be->Init());
   return std::unique_ptr<Backend>(std::move(be));
 }

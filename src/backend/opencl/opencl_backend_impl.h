@@ -37,8 +37,10 @@ class ClBuffer final : public DeviceBuffer {
 // The kernels of one weight type (mat_mul.cl).
 struct TypeKernels {
   bool quantized = false;
-  cl_kernel x1 = nullptr;        // decode: one token
-  cl_kernel x8 = nullptr;        // prefill: 8 tokens per work-item
+  cl_kernel x1 = nullptr;        // rows path, decode: one token
+  cl_kernel x8 = nullptr;        // rows path, prefill: 8 tokens per work-item
+  cl_kernel s1 = nullptr;        // split path, decode: a work-group per row
+  cl_kernel s8 = nullptr;        // split path, prefill: a work-group per row and 8 tokens
   cl_kernel id = nullptr;        // experts over grouped row-slots
   cl_kernel get_rows = nullptr;  // row lookup
 };
@@ -90,7 +92,7 @@ class KernelCall {
 
 class ClBackend final : public Backend {
  public:
-  ClBackend(const DeviceRuntime* rt, uint64_t limit);
+  ClBackend(const DeviceRuntime* rt, uint64_t limit, DecodePath path);
   ~ClBackend() override;
   // The queue and kernels; an error naming the device when they cannot be made.
   Status Init();
@@ -171,7 +173,9 @@ class ClBackend final : public Backend {
   cl_command_queue queue_ = nullptr;
   std::unordered_map<std::string, cl_kernel> kernels_;
   std::map<TensorType, TypeKernels> types_;
+  DecodePath path_;
   size_t rows_local_ = 1, attention_local_ = 1, delta_local_ = 1;  // powers of two
+  size_t split_local_ = 1;  // the split products' work-group (the least any of them allows)
   Status status_;
   Scratch acts_q_, acts_d_, acts_s_;         // [n, cols] int8, [n, nb] f32, [n, nb, 2] int
   Scratch moe_order_, moe_pos_, moe_start_;  // [picks], [picks], [n_expert + 1] int

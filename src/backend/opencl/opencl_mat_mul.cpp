@@ -43,40 +43,39 @@ bool ClBackend::QuantizeActs(cl_mem x, int64_t x_off, int n, int64_t cols) {
   return true;
 }
 
-// y[n, rows] (at y_off) = x[n, cols] (at x_off) · Wᵀ: the decode kernel for one token, the
-// prefill kernel (8 tokens per work-item, each weight block decoded once for them) otherwise.
+// y[n, rows] (at y_off) = x[n, cols] (at x_off) · Wᵀ, on the device's path (DecodePath): its
+// decode kernel for one token, its prefill kernel (8 tokens per work-item or work-group, each
+// weight block decoded once for them) otherwise; both give a (row, token) the same bits.
 void ClBackend::MatMulTo(const ClMatrix& m, cl_mem x, int64_t x_off, int n, cl_mem y,
                          int64_t y_off) {
   const TypeKernels& tk = *m.kernels;
-  cl_kernel k = n == 1 ? tk.x1 : tk.x8;
   const size_t tiles = n == 1 ? 1 : Tiles(n);
-  if (tk.quantized) {
-    if (!QuantizeActs(x, x_off, n, m.cols())) return;
-    KernelCall(*this, k)
-        .Mem(m.mem)
-        .Int(m.rows())
-        .Int(m.cols() / 32)
-        .Int(m.row_bytes)
-        .Int(n)
-        .Mem(acts_q_.mem)
-        .Mem(acts_d_.mem)
-        .Mem(acts_s_.mem)
-        .Mem(y)
-        .Long(y_off)
-        .Run({static_cast<size_t>(m.rows()), tiles, 1}, 2);
-  } else {
-    KernelCall(*this, k)
-        .Mem(m.mem)
-        .Int(m.rows())
-        .Int(m.cols())
-        .Int(m.row_bytes)
-        .Int(n)
-        .Mem(x)
-        .Long(x_off)
-        .Mem(y)
-        .Long(y_off)
-        .Run({static_cast<size_t>(m.rows()), tiles, 1}, 2);
+  if (tk.quantized && !QuantizeActs(x, x_off, n, m.cols())) return;
+  if (path_ == DecodePath::kSplit) {
+    const size_t L = split_local_;
+    KernelCall call(*this, n == 1 ? tk.s1 : tk.s8);
+    call.Mem(m.mem).Int(tk.quantized ? m.cols() / 32 : m.cols()).Int(m.row_bytes).Int(n);
+    if (tk.quantized) {
+      call.Mem(acts_q_.mem).Mem(acts_d_.mem).Mem(acts_s_.mem);
+    } else {
+      call.Mem(x).Long(x_off);
+    }
+    call.Mem(y).Long(y_off).Int(m.rows()).Local(L * sizeof(float));
+    call.Run({m.rows() * L, tiles, 1}, 2, L);
+    return;
   }
+  KernelCall call(*this, n == 1 ? tk.x1 : tk.x8);
+  call.Mem(m.mem)
+      .Int(m.rows())
+      .Int(tk.quantized ? m.cols() / 32 : m.cols())
+      .Int(m.row_bytes)
+      .Int(n);
+  if (tk.quantized) {
+    call.Mem(acts_q_.mem).Mem(acts_d_.mem).Mem(acts_s_.mem);
+  } else {
+    call.Mem(x).Long(x_off);
+  }
+  call.Mem(y).Long(y_off).Run({static_cast<size_t>(m.rows()), tiles, 1}, 2);
 }
 
 void ClBackend::MatMul(const DeviceMatrix& w, DevPtr x, int n, DevPtr y) {

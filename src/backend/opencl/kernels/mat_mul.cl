@@ -3,8 +3,11 @@
 // form of blocks.cl, blocks in row order, so every (row, token) gets the CPU's exact f32 steps.
 // Float weights (F32, F16 widened exactly) accumulate with fma in column order.
 //
-// Per type: mat_mul_<type>_x1 (decode: one work-item per output row, one token), mat_mul_<type>_x8
-// (prefill: a work-item decodes each weight block once and applies it to 8 tokens), mat_mul_id_
+// Per type, two families of products, chosen per device (DecodePath in cl_device.h), each giving
+// a (row, token) the same bits whatever the batch: mat_mul_<type>_x1 and _x8, one work-item per
+// output row for one token (decode) or 8 (prefill: each weight block decoded once for them), in
+// the CPU's sum order; mat_mul_<type>_s1 and _s8, a work-group per output row whose items take
+// every L-th block, then a reduction (GPUs: adjacent items read adjacent blocks). And mat_mul_id_
 // <type> (experts: 8 grouped row-slots per work-item, a weight block decoded once per run of slots
 // that share an expert) and get_rows_<type>. The tile size changes only which work-item computes
 // a (row, token), never its arithmetic, so a row's result does not depend on the batch.
@@ -54,6 +57,49 @@ __kernel void quantize_q8(__global const float* x, long x_off, int cols, __globa
       }                                                                                           \
     }                                                                                             \
     for (int i = 0; i < nt; ++i) y[y_off + (size_t)(t0 + i) * rows + r] = acc[i];                 \
+  }
+
+// The split products' reduction across a work-group: through subgroups where the device has them
+// (KVASIR_SUBGROUPS), else local memory. red: [local size, a power of two]. Uniform: every item
+// calls it.
+#ifdef KVASIR_SUBGROUPS
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+inline float row_sum(float v, __local float* red) {
+  v = sub_group_reduce_add(v);
+  if (get_sub_group_local_id() == 0) red[get_sub_group_id()] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float s = 0.0f;
+  for (uint i = 0; i < get_num_sub_groups(); ++i) s += red[i];
+  barrier(CLK_LOCAL_MEM_FENCE);  // red is written again by the next call
+  return s;
+}
+#else
+inline float row_sum(float v, __local float* red) { return group_sum(v, red); }
+#endif
+
+#define MM_QUANT_SPLIT(TYPE, DECODE, HAS_MIN, T)                                                  \
+  __kernel void mat_mul_##TYPE##_s##T(__global const uchar* w, int nb, int row_bytes, int n,      \
+                                      __global const char* xq, __global const float* xd,          \
+                                      __global const int* xs, __global float* y, long y_off,      \
+                                      int rows, __local float* red) {                             \
+    const size_t r = get_group_id(0);                                                             \
+    const int t0 = get_group_id(1) * T, nt = min(T, n - t0);                                      \
+    const int lid = get_local_id(0), step = get_local_size(0);                                    \
+    __global const uchar* row = w + r * row_bytes;                                                \
+    float acc[T];                                                                                 \
+    for (int i = 0; i < T; ++i) acc[i] = 0.0f;                                                    \
+    for (int b = lid; b < nb; b += step) {                                                        \
+      IntBlock blk;                                                                               \
+      DECODE(row, b, &blk);                                                                       \
+      for (int i = 0; i < nt; ++i) {                                                              \
+        const size_t xb = (size_t)(t0 + i) * nb + b;                                              \
+        acc[i] = block_step(&blk, HAS_MIN, xq + xb * 32, xd[xb], xs + 2 * xb, acc[i]);            \
+      }                                                                                           \
+    }                                                                                             \
+    for (int i = 0; i < nt; ++i) {                                                                \
+      const float sum = row_sum(acc[i], red);                                                     \
+      if (lid == 0) y[y_off + (size_t)(t0 + i) * rows + r] = sum;                                 \
+    }                                                                                             \
   }
 
 // Row-slots j0 .. j0+7 of the grouped order: slot order[j] uses expert ids[order[j]] and reads
@@ -110,6 +156,8 @@ __kernel void quantize_q8(__global const float* x, long x_off, int cols, __globa
 #define QUANT_TYPE(TYPE, HAS_MIN)                 \
   MM_QUANT(TYPE, decode_##TYPE, HAS_MIN, 1)       \
   MM_QUANT(TYPE, decode_##TYPE, HAS_MIN, 8)       \
+  MM_QUANT_SPLIT(TYPE, decode_##TYPE, HAS_MIN, 1) \
+  MM_QUANT_SPLIT(TYPE, decode_##TYPE, HAS_MIN, 8) \
   MM_QUANT_ID(TYPE, decode_##TYPE, HAS_MIN)       \
   GET_ROWS_QUANT(TYPE, decode_##TYPE, HAS_MIN)
 
@@ -139,6 +187,27 @@ QUANT_TYPE(q6_k, 0)
       for (int i = 0; i < nt; ++i) acc[i] = fma(wv, xt[(size_t)i * cols + c], acc[i]);            \
     }                                                                                             \
     for (int i = 0; i < nt; ++i) y[y_off + (size_t)(t0 + i) * rows + r] = acc[i];                 \
+  }
+
+#define MM_FLOAT_SPLIT(TYPE, T)                                                                   \
+  __kernel void mat_mul_##TYPE##_s##T(__global const uchar* w, int cols, int row_bytes, int n,   \
+                                      __global const float* x, long x_off, __global float* y,    \
+                                      long y_off, int rows, __local float* red) {                \
+    const size_t r = get_group_id(0);                                                            \
+    const int t0 = get_group_id(1) * T, nt = min(T, n - t0);                                     \
+    const int lid = get_local_id(0), step = get_local_size(0);                                   \
+    __global const uchar* row = w + r * row_bytes;                                               \
+    __global const float* xt = x + x_off + (size_t)t0 * cols;                                    \
+    float acc[T];                                                                                \
+    for (int i = 0; i < T; ++i) acc[i] = 0.0f;                                                   \
+    for (int c = lid; c < cols; c += step) {                                                     \
+      const float wv = LOAD_##TYPE(row, c);                                                      \
+      for (int i = 0; i < nt; ++i) acc[i] = fma(wv, xt[(size_t)i * cols + c], acc[i]);           \
+    }                                                                                            \
+    for (int i = 0; i < nt; ++i) {                                                               \
+      const float sum = row_sum(acc[i], red);                                                    \
+      if (lid == 0) y[y_off + (size_t)(t0 + i) * rows + r] = sum;                                \
+    }                                                                                            \
   }
 
 #define MM_FLOAT_ID(TYPE)                                                                         \
@@ -181,6 +250,8 @@ QUANT_TYPE(q6_k, 0)
 #define FLOAT_TYPE(TYPE) \
   MM_FLOAT(TYPE, 1)      \
   MM_FLOAT(TYPE, 8)      \
+  MM_FLOAT_SPLIT(TYPE, 1) \
+  MM_FLOAT_SPLIT(TYPE, 8) \
   MM_FLOAT_ID(TYPE)      \
   GET_ROWS_FLOAT(TYPE)
 
