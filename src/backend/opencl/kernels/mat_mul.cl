@@ -145,12 +145,14 @@ inline float row_sum(float v, __local float* red) { return group_sum(v, red); }
     IntBlock blk;                                                                                 \
     DECODE(w + (size_t)ids[ids_off + i] * row_bytes, b, &blk);                                    \
     __global float* o = out + out_off + (size_t)i * cols + b * 32;                                \
-    const float d0 = blk.dw * (float)blk.s0, d1 = blk.dw * (float)blk.s1;                         \
-    for (int l = 0; l < 32; ++l) {                                                                \
-      float v = (l < 16 ? d0 : d1) * (float)blk.q[l];                                             \
-      if (HAS_MIN) v = v + blk.dmin;                                                              \
-      o[l] = v;                                                                                   \
+    float16 v0 = (blk.dw * (float)blk.s0) * convert_float16(blk.q0);                              \
+    float16 v1 = (blk.dw * (float)blk.s1) * convert_float16(blk.q1);                              \
+    if (HAS_MIN) {                                                                                \
+      v0 = v0 + blk.dmin;                                                                         \
+      v1 = v1 + blk.dmin;                                                                         \
     }                                                                                             \
+    vstore16(v0, 0, o);                                                                           \
+    vstore16(v1, 1, o);                                                                           \
   }
 
 #define QUANT_TYPE(TYPE, HAS_MIN)                 \
