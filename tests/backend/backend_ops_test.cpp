@@ -5,7 +5,9 @@
 // its row in backend/registry.cpp: nothing here names one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -50,8 +52,10 @@ std::vector<Target> Targets() {
   return out;
 }
 
-// Compares what two backends wrote; empty when they agree within `max_nmse`.
-std::string Compare(const OpOutput& got, const OpOutput& want, double max_nmse) {
+// Compares what two backends wrote; empty when they agree within `max_nmse`. *nmse_out (when
+// given) receives the measured error.
+std::string Compare(const OpOutput& got, const OpOutput& want, double max_nmse,
+                    double* nmse_out = nullptr) {
   if (got.values.size() != want.values.size()) {
     return fmt::format("{}: {} values, the judge wrote {}", got.what, got.values.size(),
                        want.values.size());
@@ -69,6 +73,7 @@ std::string Compare(const OpOutput& got, const OpOutput& want, double max_nmse) 
     norm += static_cast<double>(b) * b;
   }
   const double nmse = norm > 0 ? err / norm : err;
+  if (nmse_out != nullptr) *nmse_out = nmse;
   if (!(nmse <= max_nmse)) {
     return fmt::format("{}: normalised squared error {:.3g} above the tolerance {:.3g}", got.what,
                        nmse, max_nmse);
@@ -93,6 +98,7 @@ TEST_P(OpTest, AgreesWithItsJudgeWithinTheOpTolerance) {
   }
   if (!(*backend)->SupportsOp(op)) GTEST_SKIP() << target.spec << " does not run " << OpName(op);
   int run = 0;
+  double worst = 0;  // the largest error of any case, printed for docs/BACKENDS.md
   for (const OpCase& c : CasesOf(op)) {
     if (!(*backend)->SupportsType(c.type)) continue;  // refused at load, never run
     SCOPED_TRACE(c.name);
@@ -100,11 +106,16 @@ TEST_P(OpTest, AgreesWithItsJudgeWithinTheOpTolerance) {
     const std::vector<OpOutput> want = c.run(*judge);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      const std::string diff = Compare(got[i], want[i], MaxError(op));
+      double nmse = 0;
+      const std::string diff = Compare(got[i], want[i], MaxError(op), &nmse);
       EXPECT_TRUE(diff.empty()) << target.spec << ": " << c.name << ": " << diff;
+      worst = std::max(worst, nmse);
     }
     ++run;
   }
+  std::printf("%s %s: %d cases, largest normalised squared error %.3g (tolerance %.3g)\n",
+              target.spec.c_str(), OpName(op), run, worst, MaxError(op));
+  RecordProperty("largest_error", fmt::format("{:.3g}", worst));
   EXPECT_GT(run, 0) << "no case of " << OpName(op) << " ran on " << target.spec;
 }
 

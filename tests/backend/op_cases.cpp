@@ -226,7 +226,9 @@ void AttentionCases(std::vector<OpCase>& out) {
   struct Shape {
     int n_head, n_head_kv, head_dim;
   };
-  for (Shape sh : {Shape{4, 2, 40}, Shape{3, 1, 17}}) {
+  // Heads narrower and wider than a GPU work-group (130 > 2 x 64), caches longer than a tile of
+  // scores (300 + 37 > 256 keys).
+  for (Shape sh : {Shape{4, 2, 40}, Shape{3, 1, 17}, Shape{2, 1, 130}}) {
     for (int n : kTokens) {
       const int n_head = sh.n_head, kvh = sh.n_head_kv, hd = sh.head_dim;
       const int qd = n_head * hd, kvd = kvh * hd;
@@ -243,7 +245,7 @@ void AttentionCases(std::vector<OpCase>& out) {
                        be.SplitQGate(d.In(q_full), n, n_head, hd, qo, go);
                        return Outs{d.Get("q", qo, n * qd, true), d.Get("gate", go, n * qd, true)};
                      }});
-      for (int pos0 : {0, 11}) {
+      for (int pos0 : {0, 11, 300}) {
         const int cap = pos0 + n + 3;
         std::vector<float> cache = RandomFloats(int64_t{cap} * kvd * 2, 52 + pos0);
         // Rows past the sequence's end hold NaN: reading them poisons the output.
@@ -347,22 +349,28 @@ void DeltaNetCases(std::vector<OpCase>& out) {
            be.CausalConvSilu(d.In(x), n, channels, kernel, d.In(w), s, o);
            return Outs{d.Get("out", o, n * channels), d.Get("state", s, (kernel - 1) * channels)};
          }});
-    const int nk = 2, nv = 4, dim = 24;
-    const int64_t stride = 2 * nk * dim + nv * dim + 5;  // rows with a gap after v
-    const std::vector<float> qkv = RandomFloats(n * stride, 74 + n);
-    const std::vector<float> alpha = RandomFloats(n * nv, 75), beta = RandomFloats(n * nv, 76);
-    const std::vector<float> dt = RandomFloats(nv, 77), a = Uniform(nv, -2.0f, -0.1f, 78);
-    const std::vector<float> state = RandomFloats(int64_t{nv} * dim * dim, 79, 0.1f);
-    out.push_back({Op::kGatedDeltaRule,
-                   fmt::format("gated_delta_rule {}/{} heads of {}, {} rows", nk, nv, dim, n),
-                   TensorType::kF32, [=](Backend& be) {
-                     Device d(be);
-                     const DevPtr s = d.In(state), o = d.Out(int64_t{n} * nv * dim);
-                     be.GatedDeltaRule(d.In(qkv), stride, d.In(alpha), d.In(beta), d.In(dt),
-                                       d.In(a), n, nk, nv, dim, 1e-6f, s, o);
-                     return Outs{d.Get("out", o, int64_t{n} * nv * dim),
-                                 d.Get("state", s, int64_t{nv} * dim * dim)};
-                   }});
+    // Heads narrower and wider than a GPU work-group (72 > 64).
+    struct Heads {
+      int nk, nv, dim;
+    };
+    for (Heads hs : {Heads{2, 4, 24}, Heads{1, 2, 72}}) {
+      const int nk = hs.nk, nv = hs.nv, dim = hs.dim;
+      const int64_t stride = 2 * nk * dim + nv * dim + 5;  // rows with a gap after v
+      const std::vector<float> qkv = RandomFloats(n * stride, 74 + n);
+      const std::vector<float> alpha = RandomFloats(n * nv, 75), beta = RandomFloats(n * nv, 76);
+      const std::vector<float> dt = RandomFloats(nv, 77), a = Uniform(nv, -2.0f, -0.1f, 78);
+      const std::vector<float> state = RandomFloats(int64_t{nv} * dim * dim, 79, 0.1f);
+      out.push_back({Op::kGatedDeltaRule,
+                     fmt::format("gated_delta_rule {}/{} heads of {}, {} rows", nk, nv, dim, n),
+                     TensorType::kF32, [=](Backend& be) {
+                       Device d(be);
+                       const DevPtr s = d.In(state), o = d.Out(int64_t{n} * nv * dim);
+                       be.GatedDeltaRule(d.In(qkv), stride, d.In(alpha), d.In(beta), d.In(dt),
+                                         d.In(a), n, nk, nv, dim, 1e-6f, s, o);
+                       return Outs{d.Get("out", o, int64_t{n} * nv * dim),
+                                   d.Get("state", s, int64_t{nv} * dim * dim)};
+                     }});
+    }
   }
 }
 
