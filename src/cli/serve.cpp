@@ -46,6 +46,7 @@ struct ServeFlags {
   std::string api_key_file;
   std::string max_body = "1MiB";
   double request_timeout_s = 30;
+  double stats_interval_s = 1;
   std::string log_level = "info";
   std::string stage_log_level = "warn";
   serve::ServeOptions serve;
@@ -141,6 +142,9 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
   if (!(f.request_timeout_s >= 0.1 && f.request_timeout_s <= 3600)) {
     return fmt::format("--request-timeout {} must be from 0.1 to 3600 seconds",
                        f.request_timeout_s);
+  }
+  if (!(f.stats_interval_s >= 0.01 && f.stats_interval_s <= 60)) {
+    return fmt::format("--stats-interval {} must be from 0.01 to 60 seconds", f.stats_interval_s);
   }
   if (!(f.market_wait_s >= 0 && f.market_wait_s <= 86400)) {
     return "--market-wait must be from 0 to 86400 seconds";
@@ -243,6 +247,7 @@ int Serve(ServeFlags f) {
   ro.head = head;
   ro.client = client;
   ro.max_idle = f.serve.max_sessions;
+  ro.watch_interval_ms = static_cast<int>(f.stats_interval_s * 1000);
   auto access = serve::RingAccess::Start(ro);
   auto server = serve::ApiServer::Start(f.serve, access.get());
   if (!server.ok()) {
@@ -339,6 +344,9 @@ int ServeMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--request-timeout", f.request_timeout_s,
                    "seconds to read a request, and to write each piece of an answer")
+        ->capture_default_str();
+    app.add_option("--stats-interval", f.stats_interval_s,
+                   "seconds between the ring's statistics (its health, /metrics' stages)")
         ->capture_default_str();
     app.add_option("--log-level", f.log_level, "debug, info, warn, error")->capture_default_str();
     app.add_option("--stage-log-level", f.stage_log_level,

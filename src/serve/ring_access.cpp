@@ -41,7 +41,24 @@ Result<std::unique_ptr<ring::RingClient>> RingAccess::Take() {
   }
   ring::ClientOptions co = o_.client;
   co.connect_timeout_ms = o_.connect_timeout_ms;
-  auto c = ring::RingClient::Connect(o_.head, co);
+  // A head takes only a few handshakes from one address at a time (the rest wait or are cut), so
+  // new links are made a few at a time; a link cut in its handshake is tried once more.
+  Result<std::unique_ptr<ring::RingClient>> c = Error("not connected");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || connecting_ < kMaxConnecting; });
+      if (stopping_) return Error(StatusCode::kUnavailable, "the server is stopping");
+      ++connecting_;
+    }
+    c = ring::RingClient::Connect(o_.head, co);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --connecting_;
+    }
+    cv_.notify_all();
+    if (c.ok() || c.status().code() == StatusCode::kUnauthenticated) break;
+  }
   if (!c.ok()) {
     Refresh();
     return c.status().WithCode(c.status().code() == StatusCode::kUnauthenticated

@@ -70,6 +70,8 @@ class RingAccess {
   std::vector<std::unique_ptr<ring::RingClient>> idle_;
   std::set<ring::RingClient*> in_use_;
   ring::RingClient* watching_ = nullptr;  // the watcher's link, aborted by Stop
+  int connecting_ = 0;                    // links in their handshake now
+  static constexpr int kMaxConnecting = 4;
 };
 
 }  // namespace kvasir::serve
