@@ -89,6 +89,22 @@ case "$fuzzer" in
     done
     ;;
   grammar_fuzz) printf '\000root ::= "a" [b-d\\u00e9]* | x{1,3}\nx ::= ( "y" | . )+ # c\n\377abd\303\251' >"$dir/seed-grammar" && printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":-5},"b":{"enum":["x",1]}},"required":["a"]}\377{"a": -3}' >"$dir/seed-schema" ;;
+  serve_request_fuzz)
+    # The first byte picks the endpoint: 0 completions, 1 chat, 2 tokenize, 3 detokenize.
+    seed() { printf "$1" >"$dir/$2"; printf '%s' "$3" >>"$dir/$2"; }
+    seed '\x00' completion.json '{"model": "m", "prompt": "Once upon", "max_tokens": 8,
+      "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["\n", "The"],
+      "presence_penalty": 0.5, "frequency_penalty": 0.1, "logit_bias": {"13": -100},
+      "stream": true, "stream_options": {"include_usage": true}, "n": 1, "user": "u"}'
+    seed '\x00' prompt-list.json '{"prompt": ["x"], "echo": false, "logprobs": null}'
+    seed '\x01' chat.json '{"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+      {"role": "assistant", "content": null}], "max_completion_tokens": 4, "tools": [],
+      "tool_choice": "none", "response_format": {"type": "text"}}'
+    seed '\x01' chat-refused.json '{"messages": [{"role": "tool", "content": "x"}], "n": 2}'
+    seed '\x02' tokenize.json '{"content": "Hello <s> world", "add_special": true, "with_pieces": true}'
+    seed '\x03' detokenize.json '{"tokens": [1, 403, 407, 2]}'
+    ;;
 esac
 # Checked-in seeds, if a target has any.
 if [ -d "tests/fuzz/corpus/$fuzzer" ]; then cp -r "tests/fuzz/corpus/$fuzzer/." "$dir/"; fi

@@ -16,10 +16,11 @@ build=(
 # GoogleTest/Benchmark; clang-14 and its runtime for the fuzzers; openssl (test certificates),
 # nginx (fetch tests), iproute2/nftables/tcpdump (network-namespace tests), procps, curl and
 # chromium (the market end to end), python3 (the independent checks and the test summary), PoCL
-# (an OpenCL device on the CPU, on which every OpenCL test runs) and clinfo.
+# (an OpenCL device on the CPU, on which every OpenCL test runs) and clinfo, nodejs and npm (the
+# `openai` npm package as the client of `kvasir serve`).
 tests=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
-  openssl nginx iproute2 nftables tcpdump procps curl chromium python3
+  openssl nginx iproute2 nftables tcpdump procps curl chromium python3 nodejs npm
   pocl-opencl-icd clinfo
 )
 
@@ -30,9 +31,18 @@ case "${1:-}" in
   *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
 esac
 
+# A Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's npm
+# package) counts when `node` and `npm` work: installing Debian's npm would remove it.
+installed() {
+  case "$1" in
+    nodejs) command -v node >/dev/null && return 0 ;;
+    npm) command -v npm >/dev/null && return 0 ;;
+  esac
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"

@@ -13,7 +13,7 @@ cmake --build --preset release -j "$(nproc)"
 # Fuzzers (clang-14 + libFuzzer), each for KVASIR_FUZZ_SECONDS (default 20).
 for target in gguf_reader_fuzz tokenizer_fuzz bpe_tokenizer_fuzz frame_decoder_fuzz url_fuzz \
   http_response_fuzz relay_hello_fuzz relay_request_fuzz handshake_fuzz link_probe_fuzz \
-  plan_files_fuzz receipt_fuzz market_api_fuzz client_record_fuzz grammar_fuzz; do
+  plan_files_fuzz receipt_fuzz market_api_fuzz client_record_fuzz grammar_fuzz serve_request_fuzz; do
   ./scripts/run-fuzz.sh "$target" "${KVASIR_FUZZ_SECONDS:-20}"
 done
 

@@ -19,6 +19,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"run", kvasir::cli::RunMain, "run a model as a local ring of stages and generate text"},
     {"stage", kvasir::cli::StageMain, "run one window of layers as a stage of a ring"},
+    {"serve", kvasir::cli::ServeMain, "serve the OpenAI-compatible HTTP API in front of a ring"},
     {"generate", kvasir::cli::GenerateMain, "generate text from a prompt with a local model"},
     {"eval", kvasir::cli::EvalMain, "teacher-forced logits and perplexity of a token sequence"},
     {"profile", kvasir::cli::ProfileMain, "time this device on a model and print a devices.json entry"},

@@ -22,5 +22,6 @@ int MarketMain(int argc, char** argv);
 int JoinMain(int argc, char** argv);
 int TokenizeMain(int argc, char** argv);
 int DevicesMain(int argc, char** argv);
+int ServeMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -24,6 +24,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/local_ring.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "model/arch/registry.h"
@@ -54,71 +55,6 @@ struct RunOptions {
   bool relay = false;  // every link through a local `kvasir relay`
   ChatFlags chat;      // -p as a user message in the model's chat template
 };
-
-struct Child {
-  pid_t pid = -1;
-  std::string name;
-};
-
-// `n` loopback listeners on free ports. Each is handed to its stage (--listen-fd), so no port is
-// ever left unbound for another process to take between here and the stage.
-Result<std::vector<net::Listener>> BindLoopback(int n) {
-  std::vector<net::Listener> held;
-  for (int i = 0; i < n; ++i) {
-    KV_ASSIGN_OR_RETURN(net::Listener l, net::Listener::Bind("127.0.0.1", 0));
-    held.push_back(std::move(l));
-  }
-  return held;
-}
-
-// Starts `kvasir <args...>`. With `stderr_fd` >= 0 the child's stderr goes there; `inherit_fd`
-// (>= 0) stays open in the child under the same number.
-Result<pid_t> Spawn(const std::vector<std::string>& args, int stderr_fd = -1,
-                    int inherit_fd = -1) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return Error("cannot start a {} process: {}", args[1], std::strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `kvasir run`
-    if (getppid() != parent) _exit(1);
-    if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(126);
-    if (inherit_fd >= 0 && fcntl(inherit_fd, F_SETFD, 0) != 0) _exit(126);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// The trust material of a local ring, in a private temporary directory (mode 0700) removed at
-// the end: a fresh ring secret (the stages' handshakes, the relay's edge tokens, the client's
-// check of the head) and one node key per stage.
-struct LocalTrust {
-  std::string dir;
-  std::string secret_path;
-  std::string secret;
-
-  ~LocalTrust() {
-    if (dir.empty()) return;
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string KeyPath(int stage) const { return fmt::format("{}/stage{}.key", dir, stage); }
-};
-
-Status MakeLocalTrust(LocalTrust* t) {
-  std::string path = (std::filesystem::temp_directory_path() / "kvasir-ring-XXXXXX").string();
-  if (mkdtemp(path.data()) == nullptr) {
-    return Error("cannot create a directory for the ring secret: {}", std::strerror(errno));
-  }
-  t->dir = path;
-  t->secret_path = path + "/ring.secret";
-  KV_RETURN_IF_ERROR(WriteNewSecretFile(t->secret_path));
-  KV_ASSIGN_OR_RETURN(t->secret, ReadSecretFile(t->secret_path, "ring secret"));
-  return Status::Ok();
-}
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
 // ring secret with the stages.
@@ -187,30 +123,6 @@ Status StartRelay(const std::string& log_level, const std::string& secret_path, 
   }
   return Error("the relay did not start within 10 s{}{}", text.empty() ? "" : ": ",
                OneLine(text, 400));
-}
-
-void StopAll(std::vector<Child>& children) {
-  for (const Child& c : children) {
-    if (c.pid > 0) kill(c.pid, SIGTERM);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (Child& c : children) {
-    while (c.pid > 0) {
-      int status = 0;
-      pid_t r = waitpid(c.pid, &status, WNOHANG);
-      if (r == c.pid || r < 0) {
-        c.pid = -1;
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, &status, 0);
-        c.pid = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
 }
 
 // The model's header: the local file, or the header of a model given by URL (one ranged read).

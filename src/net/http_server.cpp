@@ -24,7 +24,7 @@ using boost::system::error_code;
 struct HttpServer::Shared {
   HttpServerOptions o;
   HttpHandler handler;
-  std::atomic<uint64_t> requests{0}, rejected{0};
+  std::atomic<uint64_t> requests{0}, rejected{0}, streams_dropped{0};
 
   HttpServerResponse ErrorBody(int status, const std::string& code, const std::string& message) {
     if (o.error_body) return o.error_body(status, code, message);
@@ -79,20 +79,33 @@ class HttpConnection final : public ServerConnection,
     }
   }
 
+  ~HttpConnection() override {
+    if (body_) body_->Detach();
+  }
+
   void Close(CloseCause cause) override {
     if (closed_) return;
     KV_LOG_DEBUG("{}: {} closed: {}", shared_->o.server.name, slot_.ip(), CloseCauseName(cause));
-    Kill();
+    Kill(cause == CloseCause::kDeadline   ? "the client did not read the answer in time"
+         : cause == CloseCause::kStopping ? "the server is stopping"
+                                          : "the connection was evicted");
   }
 
  private:
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
-  void Kill() {
+  void Kill(const char* why = "the connection closed") {
     closed_ = true;
     error_code ignored;
     Lowest().socket().close(ignored);
+    if (body_) {
+      // A stream that did not end: its producer learns the client is gone.
+      if (!body_finished_) ++shared_->streams_dropped;
+      body_->Detach();
+      body_->MarkGone(why);
+      body_.reset();
+    }
   }
 
   void Drop(const std::string& why) {
@@ -186,8 +199,12 @@ class HttpConnection final : public ServerConnection,
   }
 
   void Respond(HttpServerResponse a, bool keep_alive) {
-    if (closed_) return;
+    if (closed_) {
+      if (a.stream) a.stream->MarkGone("the client went away before the answer began");
+      return;
+    }
     if (a.proven) slot_.Promote();
+    if (a.stream) return RespondStreaming(std::move(a));
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(a.status), 11);
     res->set(http::field::server, shared_->o.server_header);
@@ -206,6 +223,62 @@ class HttpConnection final : public ServerConnection,
                       });
   }
 
+  // A streamed answer: the head, then chunks as the producer writes them. The connection closes
+  // after it, so whatever the client sends meanwhile is read and dropped (Drain), which is also
+  // how a client that goes away is noticed at once.
+  void RespondStreaming(HttpServerResponse a) {
+    std::string head = fmt::format(
+        "HTTP/1.1 {} {}\r\nServer: {}\r\nContent-Type: {}\r\n", a.status,
+        std::string(http::obsolete_reason(static_cast<http::status>(a.status))),
+        shared_->o.server_header, a.content_type);
+    for (const auto& [name, value] : a.headers) head += name + ": " + value + "\r\n";
+    head += "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    body_ = std::move(a.stream);
+    slot_.Enter(Stage::kWriting);
+    auto bytes = std::make_shared<std::string>(std::move(head));
+    asio::async_write(stream_, asio::buffer(*bytes),
+                      [self = this->shared_from_this(), bytes](error_code ec, size_t) {
+                        if (ec || self->closed_) return self->Kill("the client closed the connection");
+                        self->Drain();
+                        asio::io_context& ioc = self->slot_.ioc();
+                        std::weak_ptr<HttpConnection> weak = self;
+                        self->body_->Attach([&ioc, weak] {
+                          asio::post(ioc, [weak] {
+                            if (auto conn = weak.lock()) conn->Pump();
+                          });
+                        });
+                        self->Pump();
+                      });
+  }
+
+  // Sends what the producer wrote since the last chunk; one write at a time.
+  void Pump() {
+    if (closed_ || body_ == nullptr || writing_) return;
+    if (body_->gone()) return Kill("dropped");
+    HttpBodyStream::Taken t = body_->Take();
+    if (t.bytes.empty() && !t.ended) {
+      slot_.Enter(Stage::kHandling);  // waiting for the producer: no deadline
+      return;
+    }
+    auto out = std::make_shared<std::string>();
+    if (!t.bytes.empty()) *out = fmt::format("{:x}\r\n", t.bytes.size()) + t.bytes + "\r\n";
+    if (t.ended) *out += "0\r\n\r\n";
+    writing_ = true;
+    slot_.Enter(Stage::kWriting);
+    asio::async_write(stream_, asio::buffer(*out),
+                      [self = this->shared_from_this(), out, ended = t.ended](error_code ec, size_t) {
+                        self->writing_ = false;
+                        if (ec || self->closed_) return self->Kill("the client closed the connection");
+                        if (!ended) return self->Pump();
+                        self->body_finished_ = true;
+                        self->body_->Detach();
+                        // Drain() runs already: close our side and wait for the client's.
+                        self->slot_.Enter(Stage::kClosing);
+                        error_code ignored;
+                        self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+                      });
+  }
+
   // Closes after an answer: our side first, then whatever the client still sends is read and
   // dropped until the kClosing deadline.
   void Linger() {
@@ -217,7 +290,7 @@ class HttpConnection final : public ServerConnection,
   void Drain() {
     Lowest().async_read_some(asio::buffer(drain_),
                              [self = this->shared_from_this()](error_code ec, size_t) {
-                               if (ec) return self->Kill();
+                               if (ec) return self->Kill("the client closed the connection");
                                self->Drain();
                              });
   }
@@ -229,6 +302,11 @@ class HttpConnection final : public ServerConnection,
   std::array<char, 4096> drain_{};
   std::optional<http::request_parser<http::string_body>> parser_;
   bool closed_ = false;
+  // A streamed answer under way (null otherwise), whether a chunk is being written, and whether
+  // its last chunk went out.
+  std::shared_ptr<HttpBodyStream> body_;
+  bool writing_ = false;
+  bool body_finished_ = false;
 };
 
 }  // namespace
@@ -274,6 +352,7 @@ HttpServerStats HttpServer::stats() const {
   s.server = server_->stats();
   s.requests = shared_->requests.load();
   s.rejected = shared_->rejected.load();
+  s.streams_dropped = shared_->streams_dropped.load();
   return s;
 }
 

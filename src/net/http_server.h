@@ -5,6 +5,8 @@
 // connection (silent, reading, writing, idle between requests, closing), shorter under pressure.
 // A response can mark its connection proven (the request carried a verified signature): kept
 // alive, it then holds a place in the proven pool, which no flood of strangers can take.
+// A response can also be streamed (Server-Sent Events): its body is an HttpBodyStream that a
+// producer writes while the server sends each piece as a chunk; see HttpServerResponse::stream.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "net/http_stream.h"
 #include "net/server.h"
 
 namespace kvasir::net {
@@ -34,6 +37,13 @@ struct HttpServerResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // more fields ("Allow", ...)
   // The request proved who sent it: the connection moves to the proven pool.
   bool proven = false;
+  // When set, `body` is ignored: the head goes out at once with `Transfer-Encoding: chunked` and
+  // `Connection: close`, then each batch of bytes written to the stream as one chunk, until the
+  // stream ends. While the answer streams, the server watches the connection: a client that closes
+  // it, a write that runs past the writing deadline, or a producer that gets more than the
+  // stream's limit ahead of the client marks the stream gone (its producer finds out) and closes
+  // the connection. Between chunks the connection waits for its producer without a deadline.
+  std::shared_ptr<HttpBodyStream> stream;
 };
 
 // Answers one request. Called on the server's thread; `reply` may be called then or later, from any
@@ -68,6 +78,7 @@ struct HttpServerStats {
   ServerStats server;
   uint64_t requests = 0;  // answered
   uint64_t rejected = 0;  // refused for a limit (413, 431) or dropped as malformed
+  uint64_t streams_dropped = 0;  // streamed answers whose client went before their end
 };
 
 class HttpServer {

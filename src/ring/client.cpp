@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -14,6 +15,27 @@ using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
+
+// The kind of failure an ERROR from the ring is, for callers that branch on it.
+StatusCode CodeOf(wire::ErrorCode code) {
+  switch (code) {
+    case wire::ErrorCode::kBadRequest:
+    case wire::ErrorCode::kMalformed:
+      return StatusCode::kInvalidInput;
+    case wire::ErrorCode::kTooLarge:
+      return StatusCode::kTooLarge;
+    case wire::ErrorCode::kBusy:
+      return StatusCode::kConflict;
+    case wire::ErrorCode::kUnauthenticated:
+      return StatusCode::kUnauthenticated;
+    case wire::ErrorCode::kTimeout:
+      return StatusCode::kTimeout;
+    default:
+      return StatusCode::kUnavailable;
+  }
+}
+
+constexpr size_t kEndedKept = 64;
 }  // namespace
 
 Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head, int timeout_ms,
@@ -99,10 +121,48 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
 
 Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
                                             const std::function<void(const TokenMsg&)>& on_token) {
+  return Generate(
+      request,
+      [&](const TokenMsg& t) {
+        on_token(t);
+        return true;
+      },
+      nullptr);
+}
+
+bool RingClient::Ended(uint32_t session) const {
+  return std::find(ended_.begin(), ended_.end(), session) != ended_.end();
+}
+
+void RingClient::NoteEnded(uint32_t session) {
+  ended_.push_back(session);
+  if (ended_.size() > kEndedKept) ended_.pop_front();
+}
+
+Status RingClient::EndSession(uint32_t session) {
+  NoteEnded(session);
+  const uint64_t nonce = next_nonce_++;
+  KV_RETURN_IF_ERROR(link_->Send(CloseMsg{session, static_cast<uint8_t>(
+                                                       wire::FinishReason::kClientClosed)}));
+  KV_RETURN_IF_ERROR(link_->Send(PingMsg{false, {nonce, 0}}));
+  // The head answers in order: its PONG comes after every token it sent before the CLOSE.
+  while (true) {
+    link_->SetReceiveDeadline(options_.token_timeout_ms);
+    KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
+    if (auto* p = std::get_if<PingMsg>(&m); p != nullptr && p->pong && p->body.nonce == nonce) {
+      return Status::Ok();
+    }
+  }
+}
+
+Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
+                                            const std::function<bool(const TokenMsg&)>& on_token,
+                                            const std::atomic<bool>* cancel) {
   GenerateResult r;
   const auto t0 = Clock::now();
   KV_RETURN_IF_ERROR(link_->Send(request));
   uint32_t session = 0;
+  auto cancelled = [&] { return cancel != nullptr && cancel->load(); };
   while (true) {
     link_->SetReceiveDeadline(options_.token_timeout_ms);
     auto next = link_->Receive();
@@ -111,17 +171,22 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
         return Error(StatusCode::kTimeout, "the ring sent no token for {:.1f} s ({})",
                      options_.token_timeout_ms / 1e3, next.status().message());
       }
-      return next.status();
+      return next.status().code() == StatusCode::kEndOfStream
+                 ? next.status().WithCode(StatusCode::kUnavailable)
+                 : next.status();
     }
     Message m = std::move(next).value();
     if (auto* e = std::get_if<ErrorMsg>(&m)) {
+      if (e->session != 0 && Ended(e->session)) continue;  // a late word on an ended session
       if (e->session == 0 || session == 0 || e->session == session) {
-        return Error("the ring ended the request: {}", e->message);
+        if (session != 0) NoteEnded(session);
+        return Status::Error(fmt::format("the ring ended the request: {}", e->message),
+                             CodeOf(e->code));
       }
       continue;
     }
     auto* t = std::get_if<TokenMsg>(&m);
-    if (t == nullptr) continue;
+    if (t == nullptr || Ended(t->token.session)) continue;
     if (session == 0) {
       session = t->token.session;
       r.ttft_ms = MsSince(t0);
@@ -129,10 +194,16 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
     }
     if (t->token.session != session) continue;
     r.n_generated++;
-    on_token(*t);
+    const bool go_on = on_token(*t);
     if (t->token.finished) {
+      NoteEnded(session);
       r.reason = static_cast<wire::FinishReason>(t->token.reason);
       if (r.reason == wire::FinishReason::kStopString && t->piece.empty()) r.n_generated--;
+      break;
+    }
+    if (!go_on || cancelled()) {
+      KV_RETURN_IF_ERROR(EndSession(session));
+      r.reason = wire::FinishReason::kClientClosed;
       break;
     }
   }

@@ -2,6 +2,8 @@
 // ring produces them. Used by `kvasir generate --ring` and `kvasir run`.
 #pragma once
 
+#include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,18 +54,43 @@ class RingClient {
   // Runs one generation. `on_token` gets each token with its text piece as it arrives.
   Result<GenerateResult> Generate(const GenerateMsg& request,
                                   const std::function<void(const TokenMsg&)>& on_token);
+  // The same, and the caller may end the session early: when `on_token` returns false, or at the
+  // first message after `*cancel` turned true (another thread may set it), the client sends
+  // CLOSE_SESSION (the head ends the session, which frees it on every stage), waits until the
+  // head has taken it (a PING answered behind it, so no token of the session is left on the
+  // link), and returns with reason kClientClosed. A refusal or failure from the ring comes back
+  // with a code: kInvalidInput (a request the ring refused: the prompt over the context, a value
+  // out of range), kTooLarge, kConflict (the head is busy: too many sessions), kUnavailable (a
+  // link of the ring is down), kTimeout (no token within token_timeout_ms).
+  Result<GenerateResult> Generate(const GenerateMsg& request,
+                                  const std::function<bool(const TokenMsg&)>& on_token,
+                                  const std::atomic<bool>* cancel);
   // Waits until the head reports a closed ring (its probe went all the way around), or the
   // timeout passes.
   Status WaitReady(int timeout_ms);
   // Collects one statistics record per stage, in ring order from the head.
   Result<std::vector<wire::StageStats>> Stats();
+  // Whether the link still works (a client whose link failed must be dropped).
+  bool usable() const { return !link_->closed(); }
+  // Closes the link at once, from any thread: a Generate in progress returns an error, and the
+  // head ends the client's sessions on every stage.
+  void Abort() { link_->Close(); }
 
  private:
   RingClient(std::unique_ptr<Link> link, ClientOptions options)
       : link_(std::move(link)), options_(std::move(options)) {}
+  // Ends `session` (CLOSE_SESSION) and waits for the head to have taken it.
+  Status EndSession(uint32_t session);
+  bool Ended(uint32_t session) const;
+  void NoteEnded(uint32_t session);
+
   std::unique_ptr<Link> link_;
   ClientOptions options_;
   wire::Hello head_hello_{};
+  // Sessions of this link that ended (finished or closed): a late message of theirs (an ERROR the
+  // ring sent around before it saw the CLOSE) is not taken for the next request's.
+  std::deque<uint32_t> ended_;
+  uint64_t next_nonce_ = 1;
 };
 
 }  // namespace kvasir::ring

@@ -13,7 +13,8 @@ Result<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer, const Gene
                                               /*parse_special=*/true);
   if (ids.empty()) return Error("the prompt is empty");
   if (static_cast<int64_t>(ids.size()) >= n_ctx) {
-    return Error("the prompt has {} tokens but the context is {}", ids.size(), n_ctx);
+    return Error(StatusCode::kTooLarge, "the prompt has {} tokens but the context is {}",
+                 ids.size(), n_ctx);
   }
   return ids;
 }

@@ -14,7 +14,7 @@
 namespace kvasir::ring {
 
 // The prompt's token ids (special tokens in the text are parsed). Refuses an empty prompt and one
-// that leaves no room for a generated token in `n_ctx`, naming the sizes.
+// that leaves no room for a generated token in `n_ctx` (kTooLarge), naming the sizes.
 Result<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer, const GenerateMsg& request,
                                           int n_ctx);
 

@@ -19,8 +19,10 @@ uint32_t MaxPromptBytes(const Tokenizer& tokenizer, int n_ctx) {
 }
 
 uint32_t MaxClientPayload(uint32_t max_prompt_bytes) {
+  const uint64_t extra =
+      sizeof(wire::SamplingExtraWire) + uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire);
   const uint64_t generate =
-      sizeof(wire::GenerateBody) + uint64_t{max_prompt_bytes} + kMaxClientStopBytes;
+      sizeof(wire::GenerateBody) + uint64_t{max_prompt_bytes} + kMaxClientStopBytes + extra;
   const uint64_t error = sizeof(wire::ErrorBody) + wire::kMaxErrorMessage;
   return static_cast<uint32_t>(std::min<uint64_t>(wire::kMaxPayload, std::max(generate, error)));
 }

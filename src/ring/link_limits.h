@@ -20,8 +20,9 @@ inline constexpr uint32_t kMaxOpenPromptTokens = 1u << 18;
 // this cannot fit the context.
 uint32_t MaxPromptBytes(const Tokenizer& tokenizer, int n_ctx);
 
-// The largest payload a head takes from a client: GENERATE with a prompt of `max_prompt_bytes`
-// and kMaxClientStopBytes of stop strings (every other client message is smaller).
+// The largest payload a head takes from a client: GENERATE with a prompt of `max_prompt_bytes`,
+// kMaxClientStopBytes of stop strings and the most extra sampling (every other client message is
+// smaller).
 uint32_t MaxClientPayload(uint32_t max_prompt_bytes);
 
 // The largest payload a stage takes from a neighbour: HIDDEN of `n_ctx` rows of `n_embd` f32,

@@ -114,6 +114,44 @@ Result<Message> DecodeError(const Frame& f) {
   return Message(std::move(m));
 }
 
+// The SamplingExtraWire and its logit biases at `p` (`left` bytes from there to the end of the
+// payload), which must hold exactly them.
+Status DecodeExtra(MsgType t, const uint8_t* p, size_t left, SamplingExtra* out) {
+  wire::SamplingExtraWire e{};
+  if (left < sizeof(e)) {
+    return Error("{}: the sampling flags announce extra sampling, but {} bytes remain of its {}",
+                 Name(t), left, sizeof(e));
+  }
+  std::memcpy(&e, p, sizeof(e));
+  if (e.n_logit_bias > wire::kMaxLogitBias) {
+    return Error("{}: n_logit_bias {} exceeds the limit of {}", Name(t), e.n_logit_bias,
+                 wire::kMaxLogitBias);
+  }
+  if (e.reserved != 0) return Error("{}: extra sampling's reserved field is not zero", Name(t));
+  const uint64_t biases = uint64_t{e.n_logit_bias} * sizeof(wire::LogitBiasWire);
+  if (left - sizeof(e) != biases) {
+    return Error("{}: {} bytes follow the extra sampling, but n_logit_bias {} needs {}", Name(t),
+                 left - sizeof(e), e.n_logit_bias, biases);
+  }
+  out->presence_penalty = e.presence_penalty;
+  out->frequency_penalty = e.frequency_penalty;
+  out->logit_bias.resize(e.n_logit_bias);
+  for (uint32_t i = 0; i < e.n_logit_bias; ++i) {
+    wire::LogitBiasWire b{};
+    std::memcpy(&b, p + sizeof(e) + i * sizeof(b), sizeof(b));
+    out->logit_bias[i] = {b.id, b.bias};
+  }
+  return Status::Ok();
+}
+
+bool HasExtra(const wire::SamplingWire& w) { return (w.flags & wire::kSamplingExtra) != 0; }
+
+uint64_t ExtraBytes(const wire::SamplingWire& w, const SamplingExtra& e) {
+  return HasExtra(w) ? sizeof(wire::SamplingExtraWire) +
+                           uint64_t{e.logit_bias.size()} * sizeof(wire::LogitBiasWire)
+                     : 0;
+}
+
 Result<Message> DecodeGenerate(const Frame& f) {
   wire::GenerateBody b{};
   KV_RETURN_IF_ERROR(LoadBody(f, &b));
@@ -154,7 +192,9 @@ Result<Message> DecodeGenerate(const Frame& f) {
     p += len;
     left -= len;
   }
-  if (left != 0) {
+  if (HasExtra(b.sampling)) {
+    KV_RETURN_IF_ERROR(DecodeExtra(MsgType::kGenerate, p, left, &m.extra));
+  } else if (left != 0) {
     return Error("GENERATE: {} bytes follow the prompt and {} stop strings", left, b.n_stop);
   }
   return Message(std::move(m));
@@ -164,9 +204,22 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   wire::OpenSessionBody b{};
   KV_RETURN_IF_ERROR(LoadBody(f, &b));
   KV_RETURN_IF_ERROR(CheckSession(MsgType::kOpenSession, b.session));
-  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), uint64_t{b.n_prompt} * sizeof(int32_t),
-                               fmt::format("n_prompt {} x i32", b.n_prompt)));
-  OpenSessionMsg m{b.session, b.sampling, std::vector<int32_t>(b.n_prompt)};
+  const uint64_t ids = uint64_t{b.n_prompt} * sizeof(int32_t);
+  OpenSessionMsg m;
+  if (HasExtra(b.sampling)) {
+    const size_t left = f.payload.size() - sizeof(b);
+    if (left < ids) {
+      return Error("OPEN_SESSION: tail is {} bytes, but n_prompt {} x i32 needs {}", left,
+                   b.n_prompt, ids);
+    }
+    KV_RETURN_IF_ERROR(DecodeExtra(MsgType::kOpenSession, Tail(f, sizeof(b)) + ids, left - ids,
+                                   &m.extra));
+  } else {
+    KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
+  }
+  m.session = b.session;
+  m.sampling = b.sampling;
+  m.prompt.resize(b.n_prompt);
   if (b.n_prompt > 0) {
     std::memcpy(m.prompt.data(), Tail(f, sizeof(b)), size_t{b.n_prompt} * sizeof(int32_t));
   }
@@ -319,6 +372,16 @@ std::vector<uint8_t> Encode(const ErrorMsg& m) {
   return fb.Finish();
 }
 
+void PutExtra(FrameBuilder& fb, const wire::SamplingWire& w, const SamplingExtra& e) {
+  if (!HasExtra(w)) return;
+  wire::SamplingExtraWire x{};
+  x.presence_penalty = e.presence_penalty;
+  x.frequency_penalty = e.frequency_penalty;
+  x.n_logit_bias = static_cast<uint32_t>(e.logit_bias.size());
+  fb.Put(x);
+  for (const LogitBias& b : e.logit_bias) fb.Put(wire::LogitBiasWire{b.id, b.bias});
+}
+
 std::vector<uint8_t> Encode(const GenerateMsg& m) {
   wire::GenerateBody b{};
   b.sampling = m.sampling;
@@ -327,6 +390,7 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
   b.add_special = m.add_special ? 1 : 0;
   size_t bytes = sizeof(b) + m.prompt.size();
   for (const std::string& s : m.stops) bytes += sizeof(uint16_t) + s.size();
+  bytes += ExtraBytes(m.sampling, m.extra);
   FrameBuilder fb(MsgType::kGenerate, bytes);
   fb.Put(b);
   fb.PutBytes(m.prompt.data(), m.prompt.size());
@@ -334,6 +398,7 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
     fb.Put(static_cast<uint16_t>(s.size()));
     fb.PutBytes(s.data(), s.size());
   }
+  PutExtra(fb, m.sampling, m.extra);
   return fb.Finish();
 }
 
@@ -343,9 +408,10 @@ std::vector<uint8_t> Encode(const OpenSessionMsg& m) {
   b.n_prompt = static_cast<uint32_t>(m.prompt.size());
   b.sampling = m.sampling;
   const size_t tail = m.prompt.size() * sizeof(int32_t);
-  FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail);
+  FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail + ExtraBytes(m.sampling, m.extra));
   fb.Put(b);
   fb.PutBytes(m.prompt.data(), tail);
+  PutExtra(fb, m.sampling, m.extra);
   return fb.Finish();
 }
 
@@ -471,9 +537,27 @@ wire::MsgType MessageType(const Message& m) {
   return kByIndex[m.index()];
 }
 
+namespace {
+
+// Extra sampling travels only under its flag, within its count.
+Status CheckExtraEncodable(MsgType t, const wire::SamplingWire& w, const SamplingExtra& e) {
+  if (!HasExtra(w) && (e.presence_penalty != 0 || e.frequency_penalty != 0 ||
+                       !e.logit_bias.empty())) {
+    return Error("{}: extra sampling without the kSamplingExtra flag", Name(t));
+  }
+  if (e.logit_bias.size() > wire::kMaxLogitBias) {
+    return Error("{}: {} logit biases exceed the limit of {}", Name(t), e.logit_bias.size(),
+                 wire::kMaxLogitBias);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckEncodable(const Message& msg) {
   const MsgType t = MessageType(msg);
   if (const auto* m = std::get_if<GenerateMsg>(&msg)) {
+    KV_RETURN_IF_ERROR(CheckExtraEncodable(t, m->sampling, m->extra));
     if (m->prompt.size() > wire::kMaxPromptBytes) {
       return Error("GENERATE: prompt of {} bytes exceeds the {} MiB limit", m->prompt.size(),
                    wire::kMaxPromptBytes >> 20);
@@ -490,11 +574,13 @@ Status CheckEncodable(const Message& msg) {
     }
   } else if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->session));
+    KV_RETURN_IF_ERROR(CheckExtraEncodable(t, m->sampling, m->extra));
     for (size_t i = 0; i < m->prompt.size(); ++i) {
       if (m->prompt[i] < 0) return Error("OPEN_SESSION: prompt token {} is {}", i, m->prompt[i]);
     }
-    KV_RETURN_IF_ERROR(CheckPayloadSize(
-        t, sizeof(wire::OpenSessionBody) + uint64_t{m->prompt.size()} * sizeof(int32_t)));
+    KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::OpenSessionBody) +
+                                               uint64_t{m->prompt.size()} * sizeof(int32_t) +
+                                               ExtraBytes(m->sampling, m->extra)));
   } else if (const auto* m = std::get_if<HiddenMsg>(&msg)) {
     KV_ASSIGN_OR_RETURN(uint64_t bytes, HiddenTailBytes(m->session, m->n_tokens, m->n_embd,
                                                         static_cast<uint16_t>(m->dtype)));

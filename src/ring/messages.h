@@ -27,17 +27,32 @@ struct ErrorMsg {  // ERROR; the encoder cuts `message` to kMaxErrorMessage byte
   std::string message;
 };
 
+// The sampling a request carries beyond SamplingWire, present when its sampling.flags has
+// wire::kSamplingExtra (and then only). The codec checks sizes and counts; every stage checks the
+// values (CheckSamplingExtra) before it opens a session.
+struct LogitBias {
+  int32_t id = 0;
+  float bias = 0;
+};
+struct SamplingExtra {
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  std::vector<LogitBias> logit_bias;  // at most wire::kMaxLogitBias
+};
+
 struct GenerateMsg {  // GENERATE, client -> head
   wire::SamplingWire sampling{};
   std::string prompt;              // UTF-8, at most kMaxPromptBytes
   std::vector<std::string> stops;  // at most kMaxStopStrings, each under 64 KiB
   bool add_special = true;
+  SamplingExtra extra;             // with sampling.flags & kSamplingExtra
 };
 
 struct OpenSessionMsg {  // OPEN_SESSION
   uint32_t session = 0;  // nonzero
   wire::SamplingWire sampling{};
   std::vector<int32_t> prompt;  // token ids, each >= 0
+  SamplingExtra extra;          // with sampling.flags & kSamplingExtra
 };
 
 struct HiddenMsg {       // HIDDEN

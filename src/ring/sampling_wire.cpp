@@ -1,6 +1,7 @@
 #include "ring/sampling_wire.h"
 
 #include <cmath>
+#include <unordered_set>
 
 namespace kvasir::ring {
 
@@ -42,15 +43,39 @@ Status CheckSamplingWire(const wire::SamplingWire& w) {
   }
   if (w.repeat_last_n < 0) return Error("repeat_last_n must be >= 0 (got {})", w.repeat_last_n);
   if (w.max_tokens < 1) return Error("max_tokens must be at least 1 (got {})", w.max_tokens);
-  if ((w.flags & ~wire::kSamplingIgnoreEog) != 0) {
+  if ((w.flags & ~wire::kSamplingKnownFlags) != 0) {
     return Error("sampling flags 0x{:x} has unknown bits", w.flags);
   }
   return Status::Ok();
 }
 
+Status CheckSamplingExtra(const SamplingExtra& e, int n_vocab) {
+  for (auto [name, v] : {std::pair{"presence_penalty", e.presence_penalty},
+                         {"frequency_penalty", e.frequency_penalty}}) {
+    if (!(v >= -2.0f && v <= 2.0f)) return Error("{} must be in [-2, 2] (got {})", name, v);
+  }
+  if (e.logit_bias.size() > wire::kMaxLogitBias) {
+    return Error("logit_bias has {} entries, at most {}", e.logit_bias.size(),
+                 wire::kMaxLogitBias);
+  }
+  std::unordered_set<int32_t> seen;
+  for (const LogitBias& b : e.logit_bias) {
+    if (b.id < 0 || b.id >= n_vocab) {
+      return Error("logit_bias: token {} is outside the vocabulary (0..{})", b.id, n_vocab - 1);
+    }
+    if (!(b.bias >= -100.0f && b.bias <= 100.0f)) {
+      return Error("logit_bias: the bias of token {} must be in [-100, 100] (got {})", b.id,
+                   b.bias);
+    }
+    if (!seen.insert(b.id).second) return Error("logit_bias: token {} appears twice", b.id);
+  }
+  return Status::Ok();
+}
+
 Status CheckSessionRequest(const wire::SamplingWire& w, std::span<const int32_t> prompt, int n_ctx,
-                           int n_vocab) {
+                           int n_vocab, const SamplingExtra& extra) {
   KV_RETURN_IF_ERROR(CheckSamplingWire(w));
+  KV_RETURN_IF_ERROR(CheckSamplingExtra(extra, n_vocab));
   if (prompt.empty()) return Error("n_prompt is 0");
   if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
     return Error("n_prompt {} leaves no room in the context of {}", prompt.size(), n_ctx);

@@ -246,6 +246,7 @@ Status StageImpl::CheckStageHello(const wire::Hello& h, bool peer_is_pred) const
 wire::StageStats StageImpl::StatsRecord() const {
   wire::StageStats s{};
   std::strncpy(s.name, options_.name.c_str(), sizeof(s.name) - 1);
+  std::strncpy(s.backend, options_.backend.c_str(), sizeof(s.backend) - 1);
   s.window_first = options_.first;
   s.window_last = options_.last;
   s.weight_bytes = window_->weight_bytes();

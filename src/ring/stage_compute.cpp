@@ -128,8 +128,11 @@ void StageImpl::MaybeProbeRing() {
 
 void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge) {
   // A refused request is answered with ERROR for session 0; the client's link stays open.
-  if (Status s = CheckSamplingWire(g.sampling); !s.ok()) {
-    SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0, "GENERATE: " + s.message()});
+  Status checked = CheckSamplingWire(g.sampling);
+  if (checked.ok()) checked = CheckSamplingExtra(g.extra, window_->config().n_vocab);
+  if (!checked.ok()) {
+    SendToClient(client,
+                 ErrorMsg{wire::ErrorCode::kBadRequest, 0, "GENERATE: " + checked.message()});
     return;
   }
   // Stop strings live as long as the session: bounded here, whatever the record limit allowed.
@@ -169,7 +172,12 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
     KV_LOG_WARN("{}: refused a request: {}", options_.name, why);
     SendToClient(client, ErrorMsg{code, 0, why});
   };
-  if (!encoded.ok()) return refuse(wire::ErrorCode::kBadRequest, encoded.status().message());
+  if (!encoded.ok()) {
+    // A prompt over the context is kTooLarge, so a client can tell it from other refusals.
+    return refuse(encoded.status().code() == StatusCode::kTooLarge ? wire::ErrorCode::kTooLarge
+                                                                    : wire::ErrorCode::kBadRequest,
+                  encoded.status().message());
+  }
   std::vector<int32_t> ids = std::move(encoded).value();
   uint32_t id = next_session_++;
   if (id == 0) id = next_session_++;
@@ -178,7 +186,8 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   }
   std::unique_ptr<TailSampler> tail;
   if (is_last()) {
-    auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab);
+    auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab,
+                                 g.extra);
     if (!t.ok()) {
       window_->CloseSequence(static_cast<int>(id));
       return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
@@ -195,7 +204,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
               g.sampling.max_tokens);
-  if (!SendNext(OpenSessionMsg{id, g.sampling, ids})) {
+  if (!SendNext(OpenSessionMsg{id, g.sampling, ids, g.extra})) {
     EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
     return;
   }
@@ -218,12 +227,12 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   Status checked;
   if (is_last()) {
     auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(),
-                                 window_->config().n_vocab);
+                                 window_->config().n_vocab, o.extra);
     if (t.ok()) tail = std::move(t).value();
     checked = t.status();
   } else {
     checked = CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(),
-                                  window_->config().n_vocab);
+                                  window_->config().n_vocab, o.extra);
   }
   if (!checked.ok()) {
     KV_LOG_WARN("{}: session {} refused: OPEN_SESSION: {}", options_.name, o.session,

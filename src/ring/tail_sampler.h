@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "model/sampler.h"
+#include "ring/messages.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -25,9 +26,12 @@ class TailSampler {
  public:
   // Refuses what it could not sample with (CheckSessionRequest): a NaN temperature, a negative
   // penalty window, a prompt id outside the vocabulary..., naming the field.
+  // `extra` applies when sampling.flags has wire::kSamplingExtra: logit biases, then the repeat,
+  // frequency and presence penalties over the penalty window (as llama.cpp orders them), then the
+  // sampler's cuts. Without it the sampler runs on the logits as they are.
   static Result<std::unique_ptr<TailSampler>> Create(const wire::SamplingWire& sampling,
                                                      std::vector<int32_t> prompt, int n_ctx,
-                                                     int n_vocab);
+                                                     int n_vocab, const SamplingExtra& extra = {});
 
   // Samples the token that takes position `pos` from `logits` and returns the TOKEN body the
   // ring carries to the head.
@@ -36,10 +40,16 @@ class TailSampler {
   int n_generated() const { return n_generated_; }
 
  private:
-  TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt);
+  TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt,
+              const SamplingExtra& extra);
+  // `logits` with the biases and penalties of `extra_` applied, in scratch_.
+  std::span<const float> Adjust(std::span<const float> logits);
 
   wire::SamplingWire sampling_;
+  bool has_extra_ = false;
+  SamplingExtra extra_;
   Sampler sampler_;
+  std::vector<float> scratch_;  // [n_vocab] adjusted logits
   std::vector<int32_t> history_;
   int n_generated_ = 0;
 };

@@ -115,10 +115,32 @@ struct SamplingWire {
   int32_t repeat_last_n;
   uint64_t seed;
   uint32_t max_tokens;
-  uint32_t flags;  // bit 0: ignore end-of-generation tokens
+  uint32_t flags;  // kSamplingIgnoreEog | kSamplingExtra
 };
 static_assert(sizeof(SamplingWire) == 40);
 inline constexpr uint32_t kSamplingIgnoreEog = 1;
+// The message (GENERATE, OPEN_SESSION) carries a SamplingExtraWire and its logit biases after its
+// other tails. A stage that predates it refuses the unknown flag bit instead of sampling without.
+inline constexpr uint32_t kSamplingExtra = 2;
+inline constexpr uint32_t kSamplingKnownFlags = kSamplingIgnoreEog | kSamplingExtra;
+inline constexpr uint32_t kMaxLogitBias = 1024;
+
+// Sampling beyond SamplingWire (kSamplingExtra), applied by the last stage before the others:
+// biases added to logits, then over the penalty window (repeat_last_n) the presence penalty once
+// and the frequency penalty once per occurrence of each token, after the repeat penalty.
+struct SamplingExtraWire {
+  float presence_penalty;
+  float frequency_penalty;
+  uint32_t n_logit_bias;   // tail: n_logit_bias × LogitBiasWire, at most kMaxLogitBias
+  uint32_t reserved;       // zero
+};
+static_assert(sizeof(SamplingExtraWire) == 16);
+
+struct LogitBiasWire {
+  int32_t id;
+  float bias;
+};
+static_assert(sizeof(LogitBiasWire) == 8);
 
 struct GenerateBody {
   SamplingWire sampling;
@@ -195,7 +217,7 @@ struct StageStats {
   uint64_t decode_busy_ns; // time spent in Forward on batches of decode rows only
   uint32_t sessions_open;
   uint32_t links_refused;  // connections refused: failed proofs, limits, deadlines
-  uint8_t pad[16];
+  char backend[16];        // where the window runs ("cpu", "cuda:0"), NUL-padded; zero: not said
 };
 static_assert(sizeof(StageStats) == 128);
 

@@ -576,7 +576,7 @@ TEST_F(AttackTest, RingMembersCannotMakeAStageAllocateOrCrash) {
       EXPECT_TRUE(until_logged(
           victim,
           [&](ring::Link& link) {
-            ring::OpenSessionMsg o{id, ok, {1, 2, 3}};
+            ring::OpenSessionMsg o{id, ok, {1, 2, 3}, {}};
             b.set(o.sampling);
             (void)link.Send(o);
           },
@@ -589,7 +589,7 @@ TEST_F(AttackTest, RingMembersCannotMakeAStageAllocateOrCrash) {
   EXPECT_TRUE(until_logged(
       1,
       [&](ring::Link& link) {
-        (void)link.Send(ring::OpenSessionMsg{++session, ok, {1, 2, 3}});
+        (void)link.Send(ring::OpenSessionMsg{++session, ok, {1, 2, 3}, {}});
         ring::HiddenMsg h;
         h.session = session;
         h.n_embd = 64;
@@ -604,7 +604,7 @@ TEST_F(AttackTest, RingMembersCannotMakeAStageAllocateOrCrash) {
   EXPECT_TRUE(until_logged(
       1,
       [&](ring::Link& link) {
-        (void)link.Send(ring::OpenSessionMsg{++session, ok, {1, 2, 3}});
+        (void)link.Send(ring::OpenSessionMsg{++session, ok, {1, 2, 3}, {}});
         std::vector<float> rows(size_t{600} * 64, 0.5f);
         (void)link.Send(ring::MakeHidden(session, 0, 600, 64, wire::Dtype::kBF16, 0, rows));
       },

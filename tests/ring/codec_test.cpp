@@ -115,10 +115,10 @@ std::vector<Message> SampleMessages() {
   out.push_back(hello);
   out.push_back(ErrorMsg{wire::ErrorCode::kLinkDown, 0, ""});
   out.push_back(ErrorMsg{wire::ErrorCode::kUnknownSession, 7, "session 7 is not open here"});
-  out.push_back(GenerateMsg{Sampling(), "", {}, false});
-  out.push_back(GenerateMsg{Sampling(), "Once upon a time", {"\n\n", "", "The end"}, true});
-  out.push_back(OpenSessionMsg{3, Sampling(), {}});
-  out.push_back(OpenSessionMsg{4, Sampling(), {1, 15043, 0, 31999}});
+  out.push_back(GenerateMsg{Sampling(), "", {}, false, {}});
+  out.push_back(GenerateMsg{Sampling(), "Once upon a time", {"\n\n", "", "The end"}, true, {}});
+  out.push_back(OpenSessionMsg{3, Sampling(), {}, {}});
+  out.push_back(OpenSessionMsg{4, Sampling(), {1, 15043, 0, 31999}, {}});
   const std::vector<float> rows = TestRows(3 * 5);
   out.push_back(MakeHidden(3, 0, 3, 5, Dtype::kF32, wire::kHiddenSample, rows));
   out.push_back(MakeHidden(3, 9, 3, 5, Dtype::kF16, 0, rows));
@@ -202,7 +202,7 @@ TEST(RingCodecTest, MaximalTailsRoundTrip) {
   ErrorMsg e{wire::ErrorCode::kBadRequest, 9, std::string(wire::kMaxErrorMessage, 'e')};
   ExpectSameMessage(e, RoundTrip(e));
 
-  GenerateMsg g{Sampling(), std::string(wire::kMaxPromptBytes, 'p'), {}, true};
+  GenerateMsg g{Sampling(), std::string(wire::kMaxPromptBytes, 'p'), {}, true, {}};
   for (uint32_t i = 0; i < wire::kMaxStopStrings; ++i) g.stops.push_back(std::string(i, 's'));
   g.stops.back() = std::string(0xFFFF, 'x');
   ASSERT_TRUE(CheckEncodable(g).ok());
@@ -281,7 +281,7 @@ TEST(RingCodecTest, WireLayoutIsLittleEndian) {
   const std::vector<uint8_t> expected = {'K', 'V', 'R', '1', 7, 0, 0, 0, 8, 0, 0, 0,
                                          0,   0,   0,   0,   3, 0, 0, 0, 2, 0, 0, 0};
   EXPECT_EQ(bytes, expected);
-  const std::vector<uint8_t> stop = EncodeMessage(GenerateMsg{{}, "ab", {"xyz"}, true});
+  const std::vector<uint8_t> stop = EncodeMessage(GenerateMsg{{}, "ab", {"xyz"}, true, {}});
   ASSERT_EQ(stop.size(), kHeader + 64 + 2 + 2 + 3);
   EXPECT_EQ(stop[kHeader + 40], 2);  // prompt_bytes
   EXPECT_EQ(stop[kHeader + 44], 1);  // n_stop
@@ -530,7 +530,7 @@ TEST(RingCodecTest, GenerateLimits) {
   EXPECT_EQ(DecodeError(RawFrame(MsgType::kGenerate, GenerateBody(0, 2), 1)),
             "GENERATE: stop string 0 of 2: tail ends before its u16 length");
 
-  GenerateMsg g{Sampling(), std::string(wire::kMaxPromptBytes + 1, 'p'), {}, true};
+  GenerateMsg g{Sampling(), std::string(wire::kMaxPromptBytes + 1, 'p'), {}, true, {}};
   EXPECT_EQ(CheckEncodable(g).message(),
             "GENERATE: prompt of 1048577 bytes exceeds the 1 MiB limit");
   g.prompt = "hi";

@@ -261,7 +261,7 @@ TEST(StageLimitsTest, EveryStageChecksTheSamplingValuesItIsSent) {
     uint32_t session = 100;
     auto expect_refused = [&](wire::SamplingWire w, std::vector<int32_t> prompt,
                               const std::string& field) {
-      ring::OpenSessionMsg m{++session, w, std::move(prompt)};
+      ring::OpenSessionMsg m{++session, w, std::move(prompt), {}};
       ASSERT_TRUE(fake->pred().Send(m).ok());
       std::optional<ring::Message> got;
       for (auto n = fake->inbox().Next(10000); n; n = fake->inbox().Next(10000)) {
@@ -292,7 +292,7 @@ TEST(StageLimitsTest, EveryStageChecksTheSamplingValuesItIsSent) {
     expect_refused(ok, {1, 1 << 30}, "outside the vocabulary");
     expect_refused(ok, std::vector<int32_t>(64, 1), "context");
     // The stage is still up for good sessions.
-    ASSERT_TRUE(fake->pred().Send(ring::OpenSessionMsg{999, ok, {1, 2}}).ok());
+    ASSERT_TRUE(fake->pred().Send(ring::OpenSessionMsg{999, ok, {1, 2}, {}}).ok());
     bool opened = false;
     while (auto n = fake->inbox().Next(10000)) {
       if (auto* m = std::get_if<ring::OpenSessionMsg>(&*n)) opened = m->session == 999;
@@ -316,7 +316,7 @@ TEST(StageLimitsTest, HiddenSizesAreCheckedBeforeAnythingIsAllocated) {
   ASSERT_NE(fake, nullptr);
   ASSERT_TRUE(fake->WaitForwarding());
   const wire::SamplingWire ok = ring::SamplingToWire(Greedy(), 4, false);
-  ASSERT_TRUE(fake->pred().Send(ring::OpenSessionMsg{7, ok, {1, 2, 3}}).ok());
+  ASSERT_TRUE(fake->pred().Send(ring::OpenSessionMsg{7, ok, {1, 2, 3}, {}}).ok());
   std::vector<float> rows(65 * 64, 0.5f);
   ASSERT_TRUE(
       fake->pred().Send(ring::MakeHidden(7, 0, 65, 64, wire::Dtype::kBF16, 0, rows)).ok());

@@ -1,0 +1,72 @@
+// The ring `kvasir serve -m MODEL [--stages N]` starts and supervises itself: one stage in this
+// process for N = 1, else N `kvasir stage` processes on loopback as `kvasir run` starts them (even
+// split of the layers, a fresh ring secret and node keys, ports bound here and inherited). A stage
+// process that exits is started again on the same port, after a pause that doubles with each exit
+// (0.5 s up to 30 s, back to 0.5 s once it stayed up a minute); meanwhile the API answers 503.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "cli/local_ring.h"
+#include "net/stream.h"
+#include "ring/stage.h"
+
+namespace kvasir::cli {
+
+struct LocalRingPlan {
+  std::string model_path;
+  int n_stages = 1;
+  int threads_per_stage = 1;
+  std::vector<std::string> backends;  // one for all stages, or one per stage; empty: cpu
+  std::string boundary = "f32";
+  int n_ctx = 0;
+  int max_sessions = 64;              // each stage's --max-sessions
+  std::string stage_log_level = "warn";
+};
+
+class SupervisedRing {
+ public:
+  // Validates the plan against the model (its layer count), then starts the stages. `on_fatal`
+  // runs (on another thread) if the in-process stage fails and cannot go on.
+  static Result<std::unique_ptr<SupervisedRing>> Start(const LocalRingPlan& plan, int n_layer,
+                                                       std::function<void()> on_fatal);
+  ~SupervisedRing();
+  SupervisedRing(const SupervisedRing&) = delete;
+  SupervisedRing& operator=(const SupervisedRing&) = delete;
+
+  // HOST:PORT of the head, and the ring secret clients prove.
+  const std::string& head() const { return head_; }
+  const std::string& secret() const { return secret_; }
+  // Stops the stages (SIGTERM, then SIGKILL after 5 s) and the supervisor. Idempotent.
+  void Stop();
+
+ private:
+  SupervisedRing() = default;
+  std::vector<std::string> StageArgs(int i) const;
+  void Supervise();
+
+  LocalRingPlan plan_;
+  std::vector<std::pair<int, int>> windows_;
+  std::vector<std::string> backends_;
+  std::vector<net::Listener> listeners_;  // kept: a restarted stage inherits its port again
+  LocalTrust trust_;
+  std::string head_, secret_;
+  // Processes (N > 1).
+  std::vector<Child> children_;
+  std::thread supervisor_;
+  // In process (N = 1).
+  std::unique_ptr<ring::Stage> stage_;
+  std::thread stage_thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace kvasir::cli

@@ -1,0 +1,154 @@
+#include "serve/answer.h"
+
+#include "base/log.h"
+#include "serve/stop_filter.h"
+
+namespace kvasir::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+const char* FinishReason(wire::FinishReason r) {
+  switch (r) {
+    case wire::FinishReason::kMaxTokens:
+    case wire::FinishReason::kContextFull:
+      return "length";
+    default:
+      return "stop";
+  }
+}
+
+}  // namespace
+
+net::HttpServerResponse ErrorResponse(const ApiError& e) {
+  net::HttpServerResponse r;
+  r.status = e.status;
+  r.content_type = "application/json";
+  r.body = ErrorBody(e);
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  return r;
+}
+
+ApiError RingError(const Status& s, const std::string& input_param) {
+  ApiError e;
+  e.message = s.message();
+  switch (s.code()) {
+    case StatusCode::kTooLarge:
+      e.code = "context_length_exceeded";
+      e.param = input_param;
+      break;
+    case StatusCode::kInvalidInput:
+      e.code = "invalid_value";
+      break;
+    case StatusCode::kConflict:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "ring_busy";
+      e.retry_after_s = 1;
+      break;
+    default:
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "ring_unavailable";
+      e.retry_after_s = 1;
+      break;
+  }
+  return e;
+}
+
+void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerLimits& limits) {
+  const CompletionRequest& req = job.request;
+  const std::string input = req.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  auto client = ring.Take();
+  if (!client.ok()) {
+    job.reply(ErrorResponse(RingError(client.status().WithCode(StatusCode::kUnavailable), input)));
+    return;
+  }
+  GeneratedText text(req.stop);
+  std::shared_ptr<net::HttpBodyStream> stream;
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  std::string whole;
+  double ttft_s = 0;
+  bool started = false;
+  // Streams `piece` (false: the client has gone) or keeps it for the whole answer.
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return true;
+    if (!req.stream) {
+      whole += piece;
+      return true;
+    }
+    return stream->Write(ChunkEvent(job.meta, piece, "", false, req.include_usage));
+  };
+  auto on_token = [&](const ring::TokenMsg& t) {
+    if (!started) {
+      started = true;
+      ttft_s = SecondsSince(job.arrived);
+      metrics.ObserveFirstToken(ttft_s);
+      if (req.stream) {
+        stream = std::make_shared<net::HttpBodyStream>(limits.stream_buffer_bytes);
+        stream->OnGone([cancel] { cancel->store(true); });
+        net::HttpServerResponse res;
+        res.content_type = "text/event-stream";
+        res.headers.emplace_back("Cache-Control", "no-cache");
+        res.stream = stream;
+        job.reply(std::move(res));
+        if (req.endpoint == Endpoint::kChatCompletions &&
+            !stream->Write(ChunkEvent(job.meta, "", "", true, req.include_usage))) {
+          return false;
+        }
+      }
+    }
+    if (!emit(text.Push(t.piece))) return false;
+    return !text.stopped();
+  };
+  auto r = (*client)->Generate(job.generate, on_token, cancel.get());
+  ring.Give(std::move(client).value());
+  if (!r.ok()) {
+    const ApiError e = RingError(r.status(), input);
+    if (e.status == 503) ring.Refresh();
+    if (!started) return job.reply(ErrorResponse(e));
+    KV_LOG_WARN("serve: {} failed after it began: {}", job.meta.id, e.message);
+    if (stream) {
+      stream->Write(SseEvent(ErrorBody(e)));
+      stream->End();
+    } else {
+      job.reply(ErrorResponse(e));
+    }
+    return;
+  }
+  if (req.stream && stream == nullptr) {  // no token came: nothing began
+    return job.reply(ErrorResponse(RingError(
+        Error(StatusCode::kUnavailable, "the ring ended the session without a token"), input)));
+  }
+  if (r->reason == wire::FinishReason::kClientClosed && !text.stopped()) {
+    KV_LOG_INFO("serve: {}: the client went away; its session is closed", job.meta.id);
+    if (stream) stream->End();
+    return;
+  }
+  const std::string finish = text.stopped() ? "stop" : FinishReason(r->reason);
+  const bool ok = emit(text.Finish());
+  Usage usage;
+  usage.prompt_tokens = r->n_prompt;
+  usage.completion_tokens =
+      std::max(0, r->n_generated - (r->reason == wire::FinishReason::kEog ? 1 : 0));
+  metrics.CountTokens(usage.prompt_tokens, usage.completion_tokens);
+  metrics.ObserveDecode(r->n_generated - 1, (r->total_ms - r->ttft_ms) / 1e3);
+  if (!req.stream) {
+    net::HttpServerResponse res;
+    res.content_type = "application/json";
+    res.body = AnswerBody(job.meta, whole, finish, usage);
+    return job.reply(std::move(res));
+  }
+  if (ok) {
+    stream->Write(ChunkEvent(job.meta, "", finish, false, req.include_usage));
+    if (req.include_usage) stream->Write(UsageEvent(job.meta, usage));
+    stream->Write(DoneEvent());
+  }
+  stream->End();
+}
+
+}  // namespace kvasir::serve

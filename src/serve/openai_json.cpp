@@ -1,0 +1,89 @@
+#include "serve/openai_json.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace kvasir::serve {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool IsChat(const AnswerMeta& m) { return m.endpoint == Endpoint::kChatCompletions; }
+
+json UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json Head(const AnswerMeta& m, const char* object) {
+  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
+}
+
+json Finish(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+}  // namespace
+
+std::string NewAnswerId(Endpoint endpoint) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:016x}{:08x}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
+                     rng(), static_cast<uint32_t>(rng()));
+}
+
+std::string AnswerBody(const AnswerMeta& m, const std::string& text,
+                       const std::string& finish_reason, const Usage& usage) {
+  json j = Head(m, IsChat(m) ? "chat.completion" : "text_completion");
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Finish(finish_reason)}};
+  if (IsChat(m)) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  j["usage"] = UsageJson(usage);
+  return Dump(j);
+}
+
+std::string ChunkEvent(const AnswerMeta& m, const std::string& text,
+                       const std::string& finish_reason, bool first, bool usage_null) {
+  json j = Head(m, IsChat(m) ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Finish(finish_reason)}};
+  if (IsChat(m)) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !text.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  j["choices"] = json::array({choice});
+  if (usage_null) j["usage"] = nullptr;
+  return SseEvent(Dump(j));
+}
+
+std::string UsageEvent(const AnswerMeta& m, const Usage& usage) {
+  json j = Head(m, IsChat(m) ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = json::array();
+  j["usage"] = UsageJson(usage);
+  return SseEvent(Dump(j));
+}
+
+std::string DoneEvent() { return "data: [DONE]\n\n"; }
+
+std::string SseEvent(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
+
+std::string ModelsBody(const std::string& model, int64_t created) {
+  json j = {{"object", "list"},
+            {"data", json::array({{{"id", model},
+                                   {"object", "model"},
+                                   {"created", created},
+                                   {"owned_by", "kvasir"}}})}};
+  return Dump(j);
+}
+
+}  // namespace kvasir::serve

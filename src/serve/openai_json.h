@@ -1,0 +1,50 @@
+// The answers of the OpenAI-compatible API, as OpenAI shapes them: a completion and a chat
+// completion whole, their stream chunks as Server-Sent Events (`data: {json}` each, then
+// `data: [DONE]`), the usage block, and the model list. Pure: the same input gives the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "serve/request.h"
+
+namespace kvasir::serve {
+
+// What every chunk of one answer repeats.
+struct AnswerMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;     // "cmpl-..." or "chatcmpl-..."
+  std::string model;  // the served model's name
+  int64_t created = 0;  // Unix seconds
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from a cache (none yet)
+};
+
+// "cmpl-" or "chatcmpl-" and 24 random hex digits.
+std::string NewAnswerId(Endpoint endpoint);
+
+// The whole answer: {"id", "object": "text_completion" | "chat.completion", "created", "model",
+// "choices": [{"index": 0, "text" | "message", "logprobs": null, "finish_reason"}], "usage"}.
+std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
+                       const std::string& finish_reason, const Usage& usage);
+
+// One stream chunk as an SSE event. `text` is the new text (the chat delta's content);
+// `finish_reason` is "" until the last chunk; `first` opens a chat answer with the assistant's
+// role; `usage_null` adds "usage": null (stream_options.include_usage asked for usage at the end).
+std::string ChunkEvent(const AnswerMeta& meta, const std::string& text,
+                       const std::string& finish_reason, bool first, bool usage_null);
+// The chunk after the last one when include_usage: no choices, the usage.
+std::string UsageEvent(const AnswerMeta& meta, const Usage& usage);
+// "data: [DONE]\n\n".
+std::string DoneEvent();
+// "data: <json>\n\n" (the JSON is one line; bytes that are not UTF-8 are replaced).
+std::string SseEvent(const std::string& json_text);
+
+// GET /v1/models: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
+std::string ModelsBody(const std::string& model, int64_t created);
+
+}  // namespace kvasir::serve

@@ -1,0 +1,90 @@
+// The requests of the OpenAI-compatible API as pure functions of their bodies: JSON in, a checked
+// request or an ApiError naming the field out. Nothing here touches a socket or a ring, so the
+// unit tests and the fuzzer (tests/fuzz/serve_request_fuzz.cpp) call them directly.
+//
+// Every field is checked for its type and range; a field this server does not know is refused
+// (as OpenAI does), and one it knows but cannot honour yet (n > 1, logprobs, tools,
+// response_format other than text) is refused naming it, rather than silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/api_error.h"
+
+namespace kvasir::serve {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// Limits on what one request may hold (the HTTP body limit comes first).
+inline constexpr size_t kMaxMessages = 1024;
+inline constexpr size_t kMaxStops = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+inline constexpr size_t kMaxLogitBias = 1024;  // ring/wire.h kMaxLogitBias
+inline constexpr int64_t kMaxTokensLimit = 1 << 20;
+inline constexpr int kJsonMaxDepth = 32;
+
+struct ChatTurn {
+  std::string role;  // "system", "user" or "assistant" ("developer" arrives as "system")
+  std::string content;
+};
+
+// Sampling as the request asks for it. Absent fields keep these defaults, which are those of
+// `kvasir generate` (and llama-server), so a request that names only a seed samples as
+// `kvasir generate --seed` does.
+struct SamplingFields {
+  float temperature = 0.8f;
+  float top_p = 0.95f;
+  int32_t top_k = 40;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias; ids not yet checked
+  std::optional<uint64_t> seed;                        // absent: a random one per request
+};
+
+// How the answer must be shaped. Only plain text today; JSON object and JSON schema outputs plug in
+// here with the grammar engine (ParseResponseFormat then carries the schema to the ring's tail).
+struct ResponseFormat {
+  enum class Kind { kText };
+  Kind kind = Kind::kText;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;               // "" when absent: the served model
+  std::string prompt;              // kCompletions
+  std::vector<ChatTurn> messages;  // kChatCompletions, at least one
+  // max_tokens (or max_completion_tokens, which wins); absent: the endpoint's default.
+  std::optional<int64_t> max_tokens;
+  SamplingFields sampling;
+  std::vector<std::string> stop;   // non-empty strings; the text before the first one is returned
+  bool ignore_eos = false;         // llama-server's: generate past end-of-generation tokens
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  std::string user;
+  ResponseFormat response_format;
+};
+
+// The request of `endpoint` in `body`; nullopt and `*error` set when it is refused.
+std::optional<CompletionRequest> ParseCompletionRequest(std::string_view body, Endpoint endpoint,
+                                                        ApiError* error);
+
+// llama-server's POST /tokenize: {"content": "text", "add_special": false, "with_pieces": false}.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;  // llama-server parses special-token text in /tokenize
+  bool with_pieces = false;
+};
+std::optional<TokenizeRequest> ParseTokenizeRequest(std::string_view body, ApiError* error);
+
+// llama-server's POST /detokenize: {"tokens": [1, 2, 3]} (at most kMaxTokensLimit ids).
+std::optional<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, ApiError* error);
+
+}  // namespace kvasir::serve

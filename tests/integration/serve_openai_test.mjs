@@ -1,0 +1,252 @@
+// `kvasir serve` through a client nobody here wrote: the `openai` npm package, against a server in
+// front of a three-stage ring of stories260K (started by serve_openai_test.py, which passes the
+// servers' URLs in the environment). Answers equal `kvasir generate` for the same seed and chat
+// template, streamed and not; sixteen concurrent streams each get their own answer; a client that
+// aborts mid-stream frees its session on every stage; every refusal has its status and shape.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const env = process.env;
+const require = createRequire(path.join(env.NPM_DIR, 'package.json'));
+const OpenAI = require('openai');
+
+const KVASIR = env.KVASIR;
+const MODEL_FILE = env.MODEL_FILE;
+const API_KEY = env.API_KEY;
+const client = new OpenAI({ baseURL: env.SERVE_URL + '/v1', apiKey: API_KEY, maxRetries: 0 });
+const DEADLINE_MS = 30000;
+
+let failed = 0;
+async function test(name, body) {
+  const t0 = Date.now();
+  try {
+    await body();
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+// What `kvasir generate` prints for the same request, on the whole model in one process.
+function generate(args) {
+  return execFileSync(KVASIR, ['generate', '-m', MODEL_FILE, '-t', '1', ...args], {
+    encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+async function streamedText(stream, chat) {
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.choices.length === 0) continue;
+    const c = chunk.choices[0];
+    text += chat ? (c.delta.content ?? '') : c.text;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  return { text, finish, usage };
+}
+
+// Polls /health (no key needed) until `done(stages)` holds, or fails after the deadline.
+async function untilStages(done, what) {
+  const end = Date.now() + DEADLINE_MS;
+  let last;
+  while (Date.now() < end) {
+    const r = await fetch(env.SERVE_URL + '/health');
+    if (r.status === 200) {
+      last = (await r.json()).stages;
+      if (done(last)) return last;
+    }
+    await new Promise((ok) => setTimeout(ok, 20));
+  }
+  throw new Error(`${what} within ${DEADLINE_MS} ms; stages: ${JSON.stringify(last)}`);
+}
+
+async function expectError(promise, status, check) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+    assert.equal(e.status, status, e.message);
+    if (check) check(e);
+    return e;
+  }
+  assert.fail(`expected HTTP ${status}`);
+}
+
+const prompt = 'Once upon a time';
+const chatMessages = [
+  { role: 'system', content: 'You tell short stories.' },
+  { role: 'user', content: 'Tell me about a dog.' },
+];
+
+await test('a completion equals kvasir generate for the same seed', async () => {
+  const expected = generate(['-p', prompt, '-n', '40', '--temp', '0.8', '--seed', '42']);
+  const r = await client.completions.create({
+    model: 'stories260K', prompt, max_tokens: 40, temperature: 0.8, seed: 42,
+  });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.choices[0].text, expected);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 40);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 40);
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+});
+
+await test('a streamed completion equals kvasir generate', async () => {
+  const expected = generate(['-p', prompt, '-n', '40', '--temp', '0', '--seed', '1']);
+  const stream = await client.completions.create({
+    model: 'stories260K', prompt, max_tokens: 40, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const got = await streamedText(stream, false);
+  assert.equal(got.text, expected);
+  assert.equal(got.finish, 'length');
+  assert.equal(got.usage.completion_tokens, 40);
+});
+
+await test('a chat completion equals kvasir generate with the same template', async () => {
+  const expected = generate(['--chat-template', 'chatml', '-sys', chatMessages[0].content, '-p',
+    chatMessages[1].content, '-n', '48', '--temp', '0.7', '--seed', '3']);
+  const r = await client.chat.completions.create({
+    model: 'stories260K', messages: chatMessages, max_tokens: 48, temperature: 0.7, seed: 3,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(r.choices[0].message.content, expected);
+  const stream = await client.chat.completions.create({
+    model: 'stories260K', messages: chatMessages, max_tokens: 48, temperature: 0.7, seed: 3,
+    stream: true,
+  });
+  const got = await streamedText(stream, true);
+  assert.equal(got.text, expected);
+  assert.equal(got.finish, r.choices[0].finish_reason);
+});
+
+await test('stop strings: the text before the first one, nothing of it streamed', async () => {
+  const full = generate(['-p', prompt, '-n', '48', '--temp', '0']);
+  const at = full.indexOf(' ', full.length / 2);
+  const stop = full.slice(at, full.indexOf(' ', at + 1));
+  const expected = full.slice(0, full.indexOf(stop));
+  const r = await client.completions.create({
+    prompt, max_tokens: 48, temperature: 0, stop: ['never there', stop],
+  });
+  assert.equal(r.choices[0].text, expected);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const got = await streamedText(await client.completions.create({
+    prompt, max_tokens: 48, temperature: 0, stop, stream: true,
+  }), false);
+  assert.equal(got.text, expected);
+  assert.equal(got.finish, 'stop');
+});
+
+await test('sixteen concurrent streaming clients each get their own answer', async () => {
+  const prompts = ['Once upon a time', 'The dog', 'Lily saw', 'Tom had', 'One day', 'The sun',
+    'A little bird', 'Mom said'];
+  const expected = prompts.map((p, i) => generate(['-p', p, '-n', '32', '--temp', '0.9',
+    '--seed', String(100 + i)]));
+  const runs = [];
+  for (let i = 0; i < 16; i++) {
+    const k = i % prompts.length;
+    runs.push((async () => streamedText(await client.completions.create({
+      prompt: prompts[k], max_tokens: 32, temperature: 0.9, seed: 100 + k, stream: true,
+    }), false))());
+  }
+  const got = await Promise.all(runs);
+  got.forEach((g, i) => assert.equal(g.text, expected[i % prompts.length], `client ${i}`));
+});
+
+await test('a client aborting mid-stream frees its session on every stage', async () => {
+  await untilStages((s) => s.every((x) => x.sessions_open === 0), 'no idle ring');
+  const stream = await client.completions.create({
+    prompt: 'Once', max_tokens: 2000, stream: true, ignore_eos: true,
+  });
+  let chunks = 0;
+  for await (const chunk of stream) {
+    if (++chunks === 3) {
+      // The session is open on every stage while it streams...
+      await untilStages((s) => s.length === 3 && s.every((x) => x.sessions_open === 1),
+        'the session never showed on every stage');
+      stream.controller.abort();
+      break;
+    }
+  }
+  // ... and closed on every stage once the client has gone.
+  await untilStages((s) => s.length === 3 && s.every((x) => x.sessions_open === 0),
+    'the session was not freed on every stage');
+});
+
+await test('models lists the served model', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
+});
+
+await test('refusals: wrong types, unknown model, over the context, n, key, size', async () => {
+  await expectError(client.completions.create({ prompt, temperature: 'hot' }), 400, (e) => {
+    assert.equal(e.param, 'temperature');
+    assert.equal(e.code, 'invalid_type');
+  });
+  await expectError(client.completions.create({ prompt, n: 2 }), 400,
+    (e) => assert.equal(e.param, 'n'));
+  await expectError(client.chat.completions.create({ messages: chatMessages, logprobs: true }),
+    400, (e) => assert.equal(e.param, 'logprobs'));
+  await expectError(client.chat.completions.create({
+    messages: chatMessages, response_format: { type: 'json_object' },
+  }), 400, (e) => assert.equal(e.param, 'response_format'));
+  await expectError(client.chat.completions.create({
+    messages: chatMessages, tools: [{ type: 'function', function: { name: 'f' } }],
+  }), 400, (e) => assert.equal(e.param, 'tools'));
+  await expectError(client.completions.create({ model: 'gpt-4', prompt }), 404,
+    (e) => assert.equal(e.code, 'model_not_found'));
+  await expectError(client.completions.create({ prompt: 'dog '.repeat(2500), max_tokens: 4 }),
+    400, (e) => assert.equal(e.code, 'context_length_exceeded'));
+  const stranger = new OpenAI({ baseURL: env.SERVE_URL + '/v1', apiKey: 'not-the-key-0123456',
+    maxRetries: 0 });
+  await expectError(stranger.completions.create({ prompt }), 401,
+    (e) => assert.equal(e.code, 'invalid_api_key'));
+  const malformed = await fetch(env.SERVE_URL + '/v1/completions', {
+    method: 'POST', body: '{"prompt": ', headers: { Authorization: `Bearer ${API_KEY}` },
+  });
+  assert.equal(malformed.status, 400);
+  assert.equal((await malformed.json()).error.code, 'invalid_json');
+  const huge = await fetch(env.SERVE_URL + '/v1/completions', {
+    method: 'POST', body: JSON.stringify({ prompt: 'x'.repeat(100000) }),
+    headers: { Authorization: `Bearer ${API_KEY}`, 'Content-Type': 'application/json' },
+  });
+  assert.equal(huge.status, 413);
+  assert.equal((await huge.json()).error.code, 'request_too_large');
+});
+
+await test('too many sessions: 429 with Retry-After', async () => {
+  // A server that takes one request at a time, and none waiting.
+  const one = new OpenAI({ baseURL: env.BUSY_URL + '/v1', apiKey: 'none', maxRetries: 0 });
+  const holding = await one.completions.create({
+    prompt: 'Once', max_tokens: 1900, stream: true, ignore_eos: true,
+  });
+  const it = holding[Symbol.asyncIterator]();
+  await it.next();  // it runs now
+  const e = await expectError(one.completions.create({ prompt, max_tokens: 2 }), 429);
+  const h = e.headers;
+  assert.equal(typeof h.get === 'function' ? h.get('retry-after') : h['retry-after'], '1');
+  assert.equal(e.code, 'too_many_sessions');
+  holding.controller.abort();
+});
+
+await test('a ring that is down: 503 in /health and for requests', async () => {
+  const health = await fetch(env.DOWN_URL + '/health');
+  assert.equal(health.status, 503);
+  assert.equal((await health.json()).error.code, 'ring_unavailable');
+  const down = new OpenAI({ baseURL: env.DOWN_URL + '/v1', apiKey: 'none', maxRetries: 0 });
+  await expectError(down.completions.create({ prompt }), 503,
+    (e) => assert.equal(e.code, 'ring_unavailable'));
+});
+
+if (failed > 0) {
+  console.log(`${failed} test(s) failed`);
+  process.exit(1);
+}
+console.log('all passed');

@@ -1,0 +1,112 @@
+// The answers' shapes as OpenAI's clients read them, and their framing as Server-Sent Events.
+#include "serve/openai_json.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+
+namespace kvasir::serve {
+namespace {
+
+using nlohmann::json;
+
+AnswerMeta Meta(Endpoint e) { return {e, "id-1", "stories", 1700000000}; }
+
+// The JSON of one SSE event, after checking its framing.
+json EventJson(const std::string& event) {
+  EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n") << event;
+  const std::string payload = event.substr(6, event.size() - 8);
+  EXPECT_EQ(payload.find('\n'), std::string::npos) << "one line per event";
+  return json::parse(payload);
+}
+
+TEST(OpenAiJsonTest, ACompletionAnswer) {
+  const json j = json::parse(AnswerBody(Meta(Endpoint::kCompletions), "Once", "length", {5, 16, 0}));
+  EXPECT_EQ(j["id"], "id-1");
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["model"], "stories");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["text"], "Once");
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(j["usage"]["total_tokens"], 21);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST(OpenAiJsonTest, AChatAnswer) {
+  const json j =
+      json::parse(AnswerBody(Meta(Endpoint::kChatCompletions), "Hi!", "stop", {9, 2, 0}));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hi!");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(j["choices"][0].contains("text"));
+}
+
+TEST(OpenAiJsonTest, ChatChunksOpenWithTheRoleAndCloseWithTheReason) {
+  const AnswerMeta m = Meta(Endpoint::kChatCompletions);
+  const json first = EventJson(ChunkEvent(m, "", "", true, false));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(first.contains("usage"));
+  const json text = EventJson(ChunkEvent(m, "Hel", "", false, true));
+  EXPECT_EQ(text["choices"][0]["delta"], json({{"content", "Hel"}}));
+  EXPECT_TRUE(text.contains("usage") && text["usage"].is_null());
+  const json last = EventJson(ChunkEvent(m, "", "length", false, false));
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  const json usage = EventJson(UsageEvent(m, {3, 4, 0}));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+  EXPECT_EQ(DoneEvent(), "data: [DONE]\n\n");
+}
+
+TEST(OpenAiJsonTest, CompletionChunksCarryText) {
+  const json j = EventJson(ChunkEvent(Meta(Endpoint::kCompletions), " upon", "", false, false));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], " upon");
+}
+
+TEST(OpenAiJsonTest, TextThatIsNotUtf8NeverBreaksTheJson) {
+  const json j = EventJson(ChunkEvent(Meta(Endpoint::kCompletions), "a\xff\n\"b", "", false, false));
+  EXPECT_EQ(j["choices"][0]["text"], "a\xEF\xBF\xBD\n\"b");
+}
+
+TEST(OpenAiJsonTest, ErrorsAndModelsHaveOpenAisShape) {
+  ApiError e = BadRequest("invalid_type", "temperature", "'temperature' must be a number");
+  json j = json::parse(ErrorBody(e));
+  EXPECT_EQ(j["error"]["message"], "'temperature' must be a number");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["code"], "invalid_type");
+  EXPECT_EQ(j["error"]["param"], "temperature");
+  e.param.clear();
+  e.code.clear();
+  j = json::parse(ErrorBody(e));
+  EXPECT_TRUE(j["error"]["param"].is_null());
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  const json models = json::parse(ModelsBody("stories", 5));
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0], json({{"id", "stories"}, {"object", "model"}, {"created", 5},
+                                     {"owned_by", "kvasir"}}));
+}
+
+TEST(OpenAiJsonTest, AnswerIdsAreFreshAndShaped) {
+  const std::string a = NewAnswerId(Endpoint::kCompletions);
+  const std::string b = NewAnswerId(Endpoint::kChatCompletions);
+  EXPECT_THAT(a, ::testing::MatchesRegex("cmpl-[0-9a-f]{24}"));
+  EXPECT_THAT(b, ::testing::MatchesRegex("chatcmpl-[0-9a-f]{24}"));
+  EXPECT_NE(a.substr(5), NewAnswerId(Endpoint::kCompletions).substr(5));
+}
+
+}  // namespace
+}  // namespace kvasir::serve
