@@ -71,12 +71,6 @@ std::string BuiltNames() {
 
 }  // namespace
 
-std::string BackendSpec::ToString() const {
-  std::string out = name;
-  for (int i : index) out += fmt::format(":{}", i);
-  return out;
-}
-
 std::string BackendSyntax() {
   std::string out;
   for (const KnownBackend& k : kBackends) out += (out.empty() ? "" : ", ") + std::string(k.syntax);
@@ -149,14 +143,6 @@ std::vector<BackendDevices> ListAllDevices() {
       d.status = devices.status();
     }
     out.push_back(std::move(d));
-  }
-  return out;
-}
-
-std::string TypeList(const std::vector<TensorType>& types) {
-  std::string out;
-  for (TensorType t : types) {
-    out += (out.empty() ? "" : ", ") + TensorTypeName(static_cast<uint32_t>(t));
   }
   return out;
 }
