@@ -90,8 +90,9 @@ done
 # Frame headers in the clear. The scan finds one that a link would send unsealed...
 python3 "$scan" --synthetic "$work/plain-frame.bin" || fail "frame_scan.py cannot write its synthetic frame"
 cat "$work/capture.pcap" "$work/plain-frame.bin" >"$work/capture-plus-plain.pcap"
-python3 "$scan" "$work/capture-plus-plain.pcap" | grep -q "^5 HIDDEN 1$" ||
-  fail "frame_scan.py misses a HIDDEN frame in the clear: $(python3 "$scan" "$work/capture-plus-plain.pcap")"
+# (All of the scan's output first: grep -q would close the pipe at its match, under pipefail.)
+scanned=$(python3 "$scan" "$work/capture-plus-plain.pcap")
+grep -q "^5 HIDDEN 1$" <<<"$scanned" || fail "frame_scan.py misses a HIDDEN frame in the clear: $scanned"
 # ...and in the capture sees every link's handshake (4 frames each: 3 stage links, 1 client at
 # least) but no other frame.
 frames=$(python3 "$scan" "$work/capture.pcap") || fail "frame_scan.py failed"
