@@ -111,8 +111,7 @@ TEST(SamplingExtraCodecTest, RefusesExtraBytesThatDoNotAddUp) {
   };
   EXPECT_EQ(error(OpenFrame(ExtraBytes(2, 2))), "(decoded)");
   EXPECT_NE(error(OpenFrame({1, 2, 3})).find("remain of its 16"), std::string::npos);
-  EXPECT_NE(error(OpenFrame(ExtraBytes(2, 1))).find("n_logit_bias 2 needs 16"),
-            std::string::npos);
+  EXPECT_NE(error(OpenFrame(ExtraBytes(2, 1))).find("n_logit_bias 2 needs 16"), std::string::npos);
   EXPECT_NE(error(OpenFrame(ExtraBytes(wire::kMaxLogitBias + 1, 0))).find("exceeds the limit"),
             std::string::npos);
   EXPECT_NE(error(OpenFrame(ExtraBytes(0, 0, 7))).find("reserved"), std::string::npos);
@@ -154,8 +153,8 @@ TEST(SamplingExtraTailTest, ABiasDecidesAGreedyPick) {
   ASSERT_TRUE(t.ok()) << t.status().message();
   const std::vector<float> logits = {0.0f, 1.0f, 4.0f, 2.0f};
   const wire::TokenBody b = (*t)->Sample(1, logits, 1, 64, [](int32_t) { return false; });
-  EXPECT_EQ(b.id, 1);          // 1 + 5 beats 4 - 100 and 2
-  EXPECT_EQ(b.logit, 1.0f);    // the raw logit travels, not the biased one
+  EXPECT_EQ(b.id, 1);        // 1 + 5 beats 4 - 100 and 2
+  EXPECT_EQ(b.logit, 1.0f);  // the raw logit travels, not the biased one
 }
 
 TEST(SamplingExtraTailTest, PenaltiesCountTheWindowAfterTheRepeatPenalty) {
