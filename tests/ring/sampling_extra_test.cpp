@@ -89,9 +89,12 @@ Frame OpenFrame(const std::vector<uint8_t>& extra_bytes, uint32_t flags = wire::
   b.n_prompt = 1;
   b.sampling = Greedy(flags);
   Frame f{static_cast<uint16_t>(wire::MsgType::kOpenSession), {}};
-  f.payload.resize(sizeof(b) + 4);
+  // [body | one prompt id (zero) | extra_bytes]
+  f.payload.assign(sizeof(b) + 4 + extra_bytes.size(), 0);
   std::memcpy(f.payload.data(), &b, sizeof(b));
-  f.payload.insert(f.payload.end(), extra_bytes.begin(), extra_bytes.end());
+  if (!extra_bytes.empty()) {
+    std::memcpy(f.payload.data() + sizeof(b) + 4, extra_bytes.data(), extra_bytes.size());
+  }
   return f;
 }
 
