@@ -28,19 +28,19 @@ namespace {
 constexpr const char* kCmd = "serve";
 
 struct ServeFlags {
-  std::string model;        // local: a GGUF file; --market: the model's name there
+  std::string model;  // local: a GGUF file; --market: the model's name there
   int n_stages = 1;
   int threads_per_stage = 0;  // 0: the cores shared out among the stages
   std::vector<std::string> backends;
   std::string boundary = "f32";
   int n_ctx = 0;
-  std::string ring;         // HOST:PORT of a running ring's head
+  std::string ring;  // HOST:PORT of a running ring's head
   std::string manifest_path;
   TrustFlags trust;
   std::string market;
   std::string market_ca;
   double market_wait_s = 30;
-  std::string vocab;        // a GGUF with the tokenizer (and chat template) for --ring/--market
+  std::string vocab;  // a GGUF with the tokenizer (and chat template) for --ring/--market
   std::string model_name;
   std::string chat_template;
   std::string api_key_file;
@@ -85,8 +85,8 @@ Result<std::pair<std::string, std::string>> FindMarketRing(const ServeFlags& f) 
 }
 
 // The vocabulary and chat family of a GGUF header (the model, a slice, a vocabulary file).
-Status LoadVocab(const std::string& path, const std::string& chat_template,
-                 serve::ServeOptions* o, int* n_layer) {
+Status LoadVocab(const std::string& path, const std::string& chat_template, serve::ServeOptions* o,
+                 int* n_layer) {
   KV_ASSIGN_OR_RETURN(auto file, OpenGguf(path));
   KV_ASSIGN_OR_RETURN(auto tok, Tokenizer::FromGguf(file->header(), path));
   o->tokenizer = std::shared_ptr<const Tokenizer>(std::move(tok));
@@ -99,9 +99,10 @@ Status LoadVocab(const std::string& path, const std::string& chat_template,
   if (family.ok()) {
     o->chat_family = *family;
   } else {
-    KV_LOG_WARN("serve: {}; /v1/chat/completions is refused until a family is chosen with "
-                "--chat-template NAME",
-                family.status().message());
+    KV_LOG_WARN(
+        "serve: {}; /v1/chat/completions is refused until a family is chosen with "
+        "--chat-template NAME",
+        family.status().message());
   }
   return Status::Ok();
 }
@@ -162,8 +163,8 @@ int Serve(ServeFlags f) {
   if (Status s = ApplyLogLevel(f.log_level); !s.ok()) return UsageError(kCmd, s.message());
   auto body = ParseByteSize(f.max_body);
   if (!body.ok() || *body < 1024 || *body > (uint64_t{64} << 20)) {
-    return UsageError(kCmd, fmt::format("--max-body '{}' must be a size from 1KiB to 64MiB",
-                                        f.max_body));
+    return UsageError(kCmd,
+                      fmt::format("--max-body '{}' must be a size from 1KiB to 64MiB", f.max_body));
   }
   f.serve.max_body_bytes = *body;
   f.serve.request_timeout_ms = static_cast<int>(f.request_timeout_s * 1000);
@@ -180,14 +181,15 @@ int Serve(ServeFlags f) {
     if (!f.market.empty() && !f.trust.head_key.empty()) {
       return UsageError(kCmd, "--market names the head's key itself; drop --head-key");
     }
-    if (Status s = ApplyClientTrust(f.trust, f.manifest_path.empty() ? nullptr : &m, &client,
-                                    &usage);
+    if (Status s =
+            ApplyClientTrust(f.trust, f.manifest_path.empty() ? nullptr : &m, &client, &usage);
         !s.ok()) {
       return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
     }
   }
   for (size_t i = 0; i < f.backends.size(); ++i) {
-    if (auto code = CheckBackendFlag(kCmd, fmt::format("--backends (stage {})", i), f.backends[i])) {
+    if (auto code =
+            CheckBackendFlag(kCmd, fmt::format("--backends (stage {})", i), f.backends[i])) {
       return *code;
     }
   }
@@ -284,9 +286,10 @@ int Serve(ServeFlags f) {
 
 int ServeMain(int argc, char** argv) {
   return Guarded(kCmd, [&]() -> int {
-    CLI::App app{"Serve the OpenAI-compatible HTTP API (completions, chat completions, models, "
-                 "health, metrics, tokenize) in front of a ring.",
-                 "kvasir serve"};
+    CLI::App app{
+        "Serve the OpenAI-compatible HTTP API (completions, chat completions, models, "
+        "health, metrics, tokenize) in front of a ring.",
+        "kvasir serve"};
     ServeFlags f;
     app.add_option("-m,--model", f.model,
                    "GGUF model to run as a local ring (with --market: the name of a model the "
@@ -320,13 +323,13 @@ int ServeMain(int argc, char** argv) {
         ->check(CLI::ExistingFile);
     app.add_option("--model-name", f.model_name,
                    "the model's name in the API (default: the file's name, or the market's)");
-    app.add_option("--chat-template", f.chat_template,
-                   "chat format for /v1/chat/completions instead of the model's template: " +
-                       [] {
-                         std::string names;
-                         for (auto n : ChatFamilyNames()) names += (names.empty() ? "" : ", ") + std::string(n);
-                         return names;
-                       }());
+    app.add_option(
+        "--chat-template", f.chat_template,
+        "chat format for /v1/chat/completions instead of the model's template: " + [] {
+          std::string names;
+          for (auto n : ChatFamilyNames()) names += (names.empty() ? "" : ", ") + std::string(n);
+          return names;
+        }());
     app.add_option("--listen", f.serve.listen, "HOST:PORT the API listens on")
         ->capture_default_str();
     app.add_option("--api-key-file", f.api_key_file,

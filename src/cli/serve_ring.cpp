@@ -78,7 +78,8 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
         stopping = p->stopping_;
       }
       if (!stopping) {
-        KV_LOG_ERROR("serve: the ring's stage ended: {}", s.ok() ? "without an error" : s.message());
+        KV_LOG_ERROR("serve: the ring's stage ended: {}",
+                     s.ok() ? "without an error" : s.message());
         if (on_fatal) on_fatal();
       }
     });
@@ -100,14 +101,34 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
 
 std::vector<std::string> SupervisedRing::StageArgs(int i) const {
   const int n = plan_.n_stages;
-  return {"kvasir", "stage", "-m", plan_.model_path, "--layers",
-          fmt::format("{}:{}", windows_[i].first, windows_[i].second), "--next",
-          fmt::format("127.0.0.1:{}", listeners_[(i + 1) % n].port()), "--listen-fd",
-          std::to_string(listeners_[i].fd()), "--name", fmt::format("stage{}", i), "-t",
-          std::to_string(plan_.threads_per_stage), "--backend", backends_[i], "--boundary",
-          plan_.boundary, "-c", std::to_string(plan_.n_ctx), "--max-sessions",
-          std::to_string(plan_.max_sessions), "--log-level", plan_.stage_log_level,
-          "--ring-secret-file", trust_.secret_path, "--key", trust_.KeyPath(i)};
+  return {"kvasir",
+          "stage",
+          "-m",
+          plan_.model_path,
+          "--layers",
+          fmt::format("{}:{}", windows_[i].first, windows_[i].second),
+          "--next",
+          fmt::format("127.0.0.1:{}", listeners_[(i + 1) % n].port()),
+          "--listen-fd",
+          std::to_string(listeners_[i].fd()),
+          "--name",
+          fmt::format("stage{}", i),
+          "-t",
+          std::to_string(plan_.threads_per_stage),
+          "--backend",
+          backends_[i],
+          "--boundary",
+          plan_.boundary,
+          "-c",
+          std::to_string(plan_.n_ctx),
+          "--max-sessions",
+          std::to_string(plan_.max_sessions),
+          "--log-level",
+          plan_.stage_log_level,
+          "--ring-secret-file",
+          trust_.secret_path,
+          "--key",
+          trust_.KeyPath(i)};
 }
 
 void SupervisedRing::Supervise() {
@@ -121,8 +142,8 @@ void SupervisedRing::Supervise() {
       int status = 0;
       if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
         if (Clock::now() - started[i] > std::chrono::minutes(1)) pause_ms[i] = 500;
-        KV_LOG_WARN("serve: {} exited ({}); starting it again in {} ms", c.name,
-                    ExitText(status), pause_ms[i]);
+        KV_LOG_WARN("serve: {} exited ({}); starting it again in {} ms", c.name, ExitText(status),
+                    pause_ms[i]);
         c.pid = -1;
         restart_at[i] = Clock::now() + std::chrono::milliseconds(pause_ms[i]);
         pause_ms[i] = std::min(pause_ms[i] * 2, 30000);

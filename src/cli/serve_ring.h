@@ -27,7 +27,7 @@ struct LocalRingPlan {
   std::vector<std::string> backends;  // one for all stages, or one per stage; empty: cpu
   std::string boundary = "f32";
   int n_ctx = 0;
-  int max_sessions = 64;              // each stage's --max-sessions
+  int max_sessions = 64;  // each stage's --max-sessions
   std::string stage_log_level = "warn";
 };
 

@@ -227,10 +227,10 @@ class HttpConnection final : public ServerConnection,
   // after it, so whatever the client sends meanwhile is read and dropped (Drain), which is also
   // how a client that goes away is noticed at once.
   void RespondStreaming(HttpServerResponse a) {
-    std::string head = fmt::format(
-        "HTTP/1.1 {} {}\r\nServer: {}\r\nContent-Type: {}\r\n", a.status,
-        std::string(http::obsolete_reason(static_cast<http::status>(a.status))),
-        shared_->o.server_header, a.content_type);
+    std::string head =
+        fmt::format("HTTP/1.1 {} {}\r\nServer: {}\r\nContent-Type: {}\r\n", a.status,
+                    std::string(http::obsolete_reason(static_cast<http::status>(a.status))),
+                    shared_->o.server_header, a.content_type);
     for (const auto& [name, value] : a.headers) head += name + ": " + value + "\r\n";
     head += "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     body_ = std::move(a.stream);
@@ -238,7 +238,8 @@ class HttpConnection final : public ServerConnection,
     auto bytes = std::make_shared<std::string>(std::move(head));
     asio::async_write(stream_, asio::buffer(*bytes),
                       [self = this->shared_from_this(), bytes](error_code ec, size_t) {
-                        if (ec || self->closed_) return self->Kill("the client closed the connection");
+                        if (ec || self->closed_)
+                          return self->Kill("the client closed the connection");
                         self->Drain();
                         asio::io_context& ioc = self->slot_.ioc();
                         std::weak_ptr<HttpConnection> weak = self;
@@ -265,18 +266,19 @@ class HttpConnection final : public ServerConnection,
     if (t.ended) *out += "0\r\n\r\n";
     writing_ = true;
     slot_.Enter(Stage::kWriting);
-    asio::async_write(stream_, asio::buffer(*out),
-                      [self = this->shared_from_this(), out, ended = t.ended](error_code ec, size_t) {
-                        self->writing_ = false;
-                        if (ec || self->closed_) return self->Kill("the client closed the connection");
-                        if (!ended) return self->Pump();
-                        self->body_finished_ = true;
-                        self->body_->Detach();
-                        // Drain() runs already: close our side and wait for the client's.
-                        self->slot_.Enter(Stage::kClosing);
-                        error_code ignored;
-                        self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
-                      });
+    asio::async_write(
+        stream_, asio::buffer(*out),
+        [self = this->shared_from_this(), out, ended = t.ended](error_code ec, size_t) {
+          self->writing_ = false;
+          if (ec || self->closed_) return self->Kill("the client closed the connection");
+          if (!ended) return self->Pump();
+          self->body_finished_ = true;
+          self->body_->Detach();
+          // Drain() runs already: close our side and wait for the client's.
+          self->slot_.Enter(Stage::kClosing);
+          error_code ignored;
+          self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+        });
   }
 
   // Closes after an answer: our side first, then whatever the client still sends is read and

@@ -142,8 +142,8 @@ void RingClient::NoteEnded(uint32_t session) {
 Status RingClient::EndSession(uint32_t session) {
   NoteEnded(session);
   const uint64_t nonce = next_nonce_++;
-  KV_RETURN_IF_ERROR(link_->Send(CloseMsg{session, static_cast<uint8_t>(
-                                                       wire::FinishReason::kClientClosed)}));
+  KV_RETURN_IF_ERROR(
+      link_->Send(CloseMsg{session, static_cast<uint8_t>(wire::FinishReason::kClientClosed)}));
   KV_RETURN_IF_ERROR(link_->Send(PingMsg{false, {nonce, 0}}));
   // The head answers in order: its PONG comes after every token it sent before the CLOSE.
   while (true) {

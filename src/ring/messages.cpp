@@ -212,8 +212,8 @@ Result<Message> DecodeOpenSession(const Frame& f) {
       return Error("OPEN_SESSION: tail is {} bytes, but n_prompt {} x i32 needs {}", left,
                    b.n_prompt, ids);
     }
-    KV_RETURN_IF_ERROR(DecodeExtra(MsgType::kOpenSession, Tail(f, sizeof(b)) + ids, left - ids,
-                                   &m.extra));
+    KV_RETURN_IF_ERROR(
+        DecodeExtra(MsgType::kOpenSession, Tail(f, sizeof(b)) + ids, left - ids, &m.extra));
   } else {
     KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
   }
@@ -541,8 +541,8 @@ namespace {
 
 // Extra sampling travels only under its flag, within its count.
 Status CheckExtraEncodable(MsgType t, const wire::SamplingWire& w, const SamplingExtra& e) {
-  if (!HasExtra(w) && (e.presence_penalty != 0 || e.frequency_penalty != 0 ||
-                       !e.logit_bias.empty())) {
+  if (!HasExtra(w) &&
+      (e.presence_penalty != 0 || e.frequency_penalty != 0 || !e.logit_bias.empty())) {
     return Error("{}: extra sampling without the kSamplingExtra flag", Name(t));
   }
   if (e.logit_bias.size() > wire::kMaxLogitBias) {

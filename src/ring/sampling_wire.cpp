@@ -55,8 +55,7 @@ Status CheckSamplingExtra(const SamplingExtra& e, int n_vocab) {
     if (!(v >= -2.0f && v <= 2.0f)) return Error("{} must be in [-2, 2] (got {})", name, v);
   }
   if (e.logit_bias.size() > wire::kMaxLogitBias) {
-    return Error("logit_bias has {} entries, at most {}", e.logit_bias.size(),
-                 wire::kMaxLogitBias);
+    return Error("logit_bias has {} entries, at most {}", e.logit_bias.size(), wire::kMaxLogitBias);
   }
   std::unordered_set<int32_t> seen;
   for (const LogitBias& b : e.logit_bias) {

@@ -175,7 +175,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   if (!encoded.ok()) {
     // A prompt over the context is kTooLarge, so a client can tell it from other refusals.
     return refuse(encoded.status().code() == StatusCode::kTooLarge ? wire::ErrorCode::kTooLarge
-                                                                    : wire::ErrorCode::kBadRequest,
+                                                                   : wire::ErrorCode::kBadRequest,
                   encoded.status().message());
   }
   std::vector<int32_t> ids = std::move(encoded).value();
@@ -186,8 +186,8 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   }
   std::unique_ptr<TailSampler> tail;
   if (is_last()) {
-    auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab,
-                                 g.extra);
+    auto t =
+        TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab, g.extra);
     if (!t.ok()) {
       window_->CloseSequence(static_cast<int>(id));
       return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
@@ -226,13 +226,13 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   std::unique_ptr<TailSampler> tail;
   Status checked;
   if (is_last()) {
-    auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(),
-                                 window_->config().n_vocab, o.extra);
+    auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
+                                 o.extra);
     if (t.ok()) tail = std::move(t).value();
     checked = t.status();
   } else {
-    checked = CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(),
-                                  window_->config().n_vocab, o.extra);
+    checked = CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
+                                  o.extra);
   }
   if (!checked.ok()) {
     KV_LOG_WARN("{}: session {} refused: OPEN_SESSION: {}", options_.name, o.session,

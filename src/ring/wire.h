@@ -131,8 +131,8 @@ inline constexpr uint32_t kMaxLogitBias = 1024;
 struct SamplingExtraWire {
   float presence_penalty;
   float frequency_penalty;
-  uint32_t n_logit_bias;   // tail: n_logit_bias × LogitBiasWire, at most kMaxLogitBias
-  uint32_t reserved;       // zero
+  uint32_t n_logit_bias;  // tail: n_logit_bias × LogitBiasWire, at most kMaxLogitBias
+  uint32_t reserved;      // zero
 };
 static_assert(sizeof(SamplingExtraWire) == 16);
 

@@ -48,8 +48,9 @@ struct Route {
   const char* method;
 };
 constexpr Route kRoutes[] = {
-    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
-    {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/v1/models", "GET"},       {"/health", "GET"},
+    {"/metrics", "GET"},         {"/tokenize", "POST"},
     {"/detokenize", "POST"},
 };
 
@@ -84,7 +85,8 @@ ApiServer::ApiServer(ServeOptions options, RingAccess* ring)
 }
 
 Result<std::unique_ptr<ApiServer>> ApiServer::Start(const ServeOptions& o, RingAccess* ring) {
-  if (o.max_sessions < 1) return Error("--max-sessions must be at least 1 (got {})", o.max_sessions);
+  if (o.max_sessions < 1)
+    return Error("--max-sessions must be at least 1 (got {})", o.max_sessions);
   if (o.max_waiting < 0) return Error("--max-waiting must be >= 0 (got {})", o.max_waiting);
   std::unique_ptr<ApiServer> s(new ApiServer(o, ring));
   net::HttpServerOptions h;
@@ -108,10 +110,10 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(const ServeOptions& o, RingA
     return ErrorResponse(e);
   };
   ApiServer* self = s.get();
-  auto http = net::HttpServer::Start(h, [self](net::HttpServerRequest request,
-                                               net::HttpResponder reply) {
-    self->Handle(std::move(request), std::move(reply));
-  });
+  auto http =
+      net::HttpServer::Start(h, [self](net::HttpServerRequest request, net::HttpResponder reply) {
+        self->Handle(std::move(request), std::move(reply));
+      });
   if (!http.ok()) return http.status();
   s->http_ = std::move(http).value();
   return s;
@@ -140,8 +142,8 @@ bool ApiServer::Authorized(const net::HttpServerRequest& req) const {
   if (it == req.headers.end()) return false;
   const std::string& v = it->second;
   constexpr std::string_view kBearer = "Bearer ";
-  const std::string given = v.compare(0, kBearer.size(), kBearer) == 0 ? v.substr(kBearer.size())
-                                                                        : std::string();
+  const std::string given =
+      v.compare(0, kBearer.size(), kBearer) == 0 ? v.substr(kBearer.size()) : std::string();
   // Digests of equal length, compared without an early exit: the time says nothing of the key.
   const Sha256Digest d = Digest(given);
   uint8_t diff = given.empty() ? 1 : 0;
@@ -178,16 +180,16 @@ void ApiServer::Handle(net::HttpServerRequest req, net::HttpResponder reply) {
     ApiError e;
     e.status = 404;
     e.code = "unknown_url";
-    e.message = fmt::format("no such endpoint: {} {}", req.method.substr(0, 16),
-                            path.substr(0, 128));
+    e.message =
+        fmt::format("no such endpoint: {} {}", req.method.substr(0, 16), path.substr(0, 128));
     return respond(ErrorResponse(e));
   }
   if (req.method != route->method) {
     ApiError e;
     e.status = 405;
     e.code = "method_not_allowed";
-    e.message = fmt::format("{} takes {}, not {}", route->path, route->method,
-                            req.method.substr(0, 16));
+    e.message =
+        fmt::format("{} takes {}, not {}", route->path, route->method, req.method.substr(0, 16));
     net::HttpServerResponse r = ErrorResponse(e);
     r.headers.emplace_back("Allow", route->method);
     return respond(std::move(r));
@@ -236,15 +238,15 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
   if (o_.tokenizer != nullptr) {
     for (const auto& [id, bias] : req->sampling.logit_bias) {
       if (id >= o_.tokenizer->n_vocab()) {
-        return respond(ErrorResponse(BadRequest(
-            "invalid_value", "logit_bias",
-            fmt::format("'logit_bias': token {} is outside the vocabulary (0..{})", id,
-                        o_.tokenizer->n_vocab() - 1))));
+        return respond(ErrorResponse(
+            BadRequest("invalid_value", "logit_bias",
+                       fmt::format("'logit_bias': token {} is outside the vocabulary (0..{})", id,
+                                   o_.tokenizer->n_vocab() - 1))));
       }
     }
   }
-  if (!ring_->up()) return respond(ErrorResponse(Unavailable("the ring is not up: " +
-                                                             ring_->why_down())));
+  if (!ring_->up())
+    return respond(ErrorResponse(Unavailable("the ring is not up: " + ring_->why_down())));
   auto job = std::make_shared<AnswerJob>();
   job->arrived = std::chrono::steady_clock::now();
   std::random_device rd;
@@ -258,17 +260,18 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
   job->meta = {endpoint, NewAnswerId(endpoint), o_.model_name, UnixNow()};
   job->reply = respond;
   const AnswerLimits limits{o_.stream_buffer_bytes};
-  const bool queued = queue_.Submit(
-      [this, job, limits] { RunAnswer(*job, *ring_, metrics_, limits); },
-      [job] { job->reply(ErrorResponse(Unavailable("the server is stopping"))); });
+  const bool queued =
+      queue_.Submit([this, job, limits] { RunAnswer(*job, *ring_, metrics_, limits); },
+                    [job] { job->reply(ErrorResponse(Unavailable("the server is stopping"))); });
   if (!queued) {
     ApiError busy;
     busy.status = 429;
     busy.type = "rate_limit_error";
     busy.code = "too_many_sessions";
-    busy.message = fmt::format("{} requests are running and {} waiting, the most this server "
-                               "takes (--max-sessions, --max-waiting); try again shortly",
-                               queue_.running(), queue_.waiting());
+    busy.message = fmt::format(
+        "{} requests are running and {} waiting, the most this server "
+        "takes (--max-sessions, --max-waiting); try again shortly",
+        queue_.running(), queue_.waiting());
     busy.retry_after_s = 1;
     respond(ErrorResponse(busy));
   }
@@ -288,13 +291,13 @@ net::HttpServerResponse ApiServer::Health() const {
                       {"decode_ms_per_token",
                        s.decode_rows > 0 ? s.decode_busy_ns / 1e6 / s.decode_rows : 0.0}});
   }
-  return Json(200, {{"status", "ok"},
-                    {"model", o_.model_name},
-                    {"sessions",
-                     {{"busy", queue_.running()},
-                      {"waiting", queue_.waiting()},
-                      {"max", queue_.max_running()}}},
-                    {"stages", stages}});
+  return Json(
+      200,
+      {{"status", "ok"},
+       {"model", o_.model_name},
+       {"sessions",
+        {{"busy", queue_.running()}, {"waiting", queue_.waiting()}, {"max", queue_.max_running()}}},
+       {"stages", stages}});
 }
 
 net::HttpServerResponse ApiServer::Tokenize(const net::HttpServerRequest& http) const {
@@ -304,8 +307,9 @@ net::HttpServerResponse ApiServer::Tokenize(const net::HttpServerRequest& http) 
   if (o_.tokenizer == nullptr) {
     e.status = 501;
     e.code = "no_vocabulary";
-    e.message = "this server has no vocabulary to tokenize with: start kvasir serve with "
-                "--vocab FILE (the model or a slice of it)";
+    e.message =
+        "this server has no vocabulary to tokenize with: start kvasir serve with "
+        "--vocab FILE (the model or a slice of it)";
     return ErrorResponse(e);
   }
   const std::vector<int32_t> ids =
@@ -318,7 +322,8 @@ net::HttpServerResponse ApiServer::Tokenize(const net::HttpServerRequest& http) 
     }
     // As llama-server: the piece as text when it is valid UTF-8, else its bytes.
     const std::string piece = o_.tokenizer->TokenToPiece(id, /*special=*/true);
-    json p = ValidUtf8(piece) ? json(piece) : json(std::vector<uint8_t>(piece.begin(), piece.end()));
+    json p =
+        ValidUtf8(piece) ? json(piece) : json(std::vector<uint8_t>(piece.begin(), piece.end()));
     tokens.push_back({{"id", id}, {"piece", p}});
   }
   return Json(200, {{"tokens", tokens}});
@@ -331,16 +336,16 @@ net::HttpServerResponse ApiServer::Detokenize(const net::HttpServerRequest& http
   if (o_.tokenizer == nullptr) {
     e.status = 501;
     e.code = "no_vocabulary";
-    e.message = "this server has no vocabulary to detokenize with: start kvasir serve with "
-                "--vocab FILE (the model or a slice of it)";
+    e.message =
+        "this server has no vocabulary to detokenize with: start kvasir serve with "
+        "--vocab FILE (the model or a slice of it)";
     return ErrorResponse(e);
   }
   for (size_t i = 0; i < ids->size(); ++i) {
     if ((*ids)[i] >= o_.tokenizer->n_vocab()) {
-      return ErrorResponse(BadRequest(
-          "invalid_value", fmt::format("tokens[{}]", i),
-          fmt::format("token {} is outside the vocabulary (0..{})", (*ids)[i],
-                      o_.tokenizer->n_vocab() - 1)));
+      return ErrorResponse(BadRequest("invalid_value", fmt::format("tokens[{}]", i),
+                                      fmt::format("token {} is outside the vocabulary (0..{})",
+                                                  (*ids)[i], o_.tokenizer->n_vocab() - 1)));
     }
   }
   return Json(200, {{"content", o_.tokenizer->Decode(*ids, /*special=*/true)}});

@@ -24,8 +24,8 @@ namespace kvasir::serve {
 
 struct ServeOptions {
   std::string listen = "127.0.0.1:8080";
-  int listen_fd = -1;                  // a socket already listening, instead of binding `listen`
-  std::string model_name = "kvasir";   // what /v1/models lists and requests must name (or omit)
+  int listen_fd = -1;                     // a socket already listening, instead of binding `listen`
+  std::string model_name = "kvasir";      // what /v1/models lists and requests must name (or omit)
   std::optional<ChatFamily> chat_family;  // for /v1/chat/completions
   // For /tokenize and /detokenize, and to check logit_bias ids; null: those answer 501.
   std::shared_ptr<const Tokenizer> tokenizer;

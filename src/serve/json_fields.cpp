@@ -20,10 +20,10 @@ ApiError BadRequest(std::string code, std::string param, std::string message) {
 std::string ErrorBody(const ApiError& e) {
   using ordered = nlohmann::ordered_json;
   ordered body = {{"error",
-                {{"message", e.message},
-                 {"type", e.type},
-                 {"code", e.code.empty() ? ordered(nullptr) : ordered(e.code)},
-                 {"param", e.param.empty() ? ordered(nullptr) : ordered(e.param)}}}};
+                   {{"message", e.message},
+                    {"type", e.type},
+                    {"code", e.code.empty() ? ordered(nullptr) : ordered(e.code)},
+                    {"param", e.param.empty() ? ordered(nullptr) : ordered(e.param)}}}};
   return body.dump(-1, ' ', false, ordered::error_handler_t::replace);
 }
 
@@ -63,13 +63,20 @@ bool DepthWithin(std::string_view text, int max_depth) {
 
 const char* TypeName(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_float: return "a number";
-    default: return "an integer";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
   }
 }
 
@@ -82,14 +89,15 @@ ApiError WrongType(const std::string& param, const char* expected, const json& v
 
 std::optional<json> ParseJsonObject(std::string_view body, int max_depth, ApiError* error) {
   if (!DepthWithin(body, max_depth)) {
-    *error = BadRequest("invalid_json", "",
-                        fmt::format("the request body nests JSON deeper than {} levels", max_depth));
+    *error =
+        BadRequest("invalid_json", "",
+                   fmt::format("the request body nests JSON deeper than {} levels", max_depth));
     return std::nullopt;
   }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    *error = BadRequest("invalid_json", "",
-                        "the request body is not valid JSON (or not valid UTF-8)");
+    *error =
+        BadRequest("invalid_json", "", "the request body is not valid JSON (or not valid UTF-8)");
     return std::nullopt;
   }
   if (!j.is_object()) {
@@ -117,8 +125,9 @@ bool ReadString(const json& v, const std::string& param, size_t max_bytes, std::
   }
   const auto& s = v.get_ref<const std::string&>();
   if (s.size() > max_bytes) {
-    *error = BadRequest("invalid_value", param,
-                        fmt::format("'{}' is {} bytes long, at most {}", param, s.size(), max_bytes));
+    *error =
+        BadRequest("invalid_value", param,
+                   fmt::format("'{}' is {} bytes long, at most {}", param, s.size(), max_bytes));
     return false;
   }
   *out = s;
@@ -158,9 +167,9 @@ bool ReadFloat(const json& v, const std::string& param, double lo, double hi, bo
   const double x = v.get<double>();
   const bool above = lo_open ? x > lo : x >= lo;
   if (!std::isfinite(x) || !above || x > hi) {
-    *error = BadRequest("invalid_value", param,
-                        fmt::format("'{}' must be in {}{}, {}], not {}", param, lo_open ? "(" : "[",
-                                    lo, hi, x));
+    *error = BadRequest(
+        "invalid_value", param,
+        fmt::format("'{}' must be in {}{}, {}], not {}", param, lo_open ? "(" : "[", lo, hi, x));
     return false;
   }
   *out = static_cast<float>(x);

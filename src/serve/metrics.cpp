@@ -107,8 +107,8 @@ std::string Metrics::Render(const MetricsGauges& g) const {
   auto labels = [](const wire::StageStats& s) {
     const std::string backend = Text(s.backend, sizeof(s.backend));
     return fmt::format("stage=\"{}\",layers=\"{}:{}\",backend=\"{}\"",
-                       PrometheusLabel(Text(s.name, sizeof(s.name))), s.window_first,
-                       s.window_last, PrometheusLabel(backend.empty() ? "unknown" : backend));
+                       PrometheusLabel(Text(s.name, sizeof(s.name))), s.window_first, s.window_last,
+                       PrometheusLabel(backend.empty() ? "unknown" : backend));
   };
   Family(&o, "kvasir_stage_decode_ms_per_token", "gauge",
          "Milliseconds a stage spends per decode token (batches of decode steps only).");

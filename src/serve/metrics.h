@@ -34,8 +34,8 @@ class Metrics {
   void ObserveDecode(int64_t tokens, double seconds);
   std::string Render(const MetricsGauges& gauges) const;
 
-  static constexpr std::array<double, 11> kFirstTokenBuckets = {
-      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  static constexpr std::array<double, 11> kFirstTokenBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                                0.5,   1,    2.5,   5,    10};
 
  private:
   mutable std::mutex mu_;

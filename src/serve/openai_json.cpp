@@ -31,8 +31,9 @@ json Finish(const std::string& reason) { return reason.empty() ? json(nullptr) :
 
 std::string NewAnswerId(Endpoint endpoint) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}-{:016x}{:08x}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
-                     rng(), static_cast<uint32_t>(rng()));
+  return fmt::format("{}-{:016x}{:08x}",
+                     endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", rng(),
+                     static_cast<uint32_t>(rng()));
 }
 
 std::string AnswerBody(const AnswerMeta& m, const std::string& text,
@@ -78,11 +79,11 @@ std::string DoneEvent() { return "data: [DONE]\n\n"; }
 std::string SseEvent(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
 
 std::string ModelsBody(const std::string& model, int64_t created) {
-  json j = {{"object", "list"},
-            {"data", json::array({{{"id", model},
-                                   {"object", "model"},
-                                   {"created", created},
-                                   {"owned_by", "kvasir"}}})}};
+  json j = {
+      {"object", "list"},
+      {"data",
+       json::array(
+           {{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "kvasir"}}})}};
   return Dump(j);
 }
 

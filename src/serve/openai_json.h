@@ -13,8 +13,8 @@ namespace kvasir::serve {
 // What every chunk of one answer repeats.
 struct AnswerMeta {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string id;     // "cmpl-..." or "chatcmpl-..."
-  std::string model;  // the served model's name
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  std::string model;    // the served model's name
   int64_t created = 0;  // Unix seconds
 };
 

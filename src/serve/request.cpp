@@ -92,9 +92,9 @@ bool ReadMessages(const json& v, std::vector<ChatTurn>* out, ApiError* e) {
     return false;
   }
   if (v.empty() || v.size() > kMaxMessages) {
-    *e = BadRequest("invalid_value", "messages",
-                    fmt::format("'messages' must hold 1 to {} messages, not {}", kMaxMessages,
-                                v.size()));
+    *e = BadRequest(
+        "invalid_value", "messages",
+        fmt::format("'messages' must hold 1 to {} messages, not {}", kMaxMessages, v.size()));
     return false;
   }
   for (size_t i = 0; i < v.size(); ++i) {
@@ -177,9 +177,9 @@ bool ReadLogitBias(const json& v, std::vector<std::pair<int32_t, float>>* out, A
     return false;
   }
   if (v.size() > kMaxLogitBias) {
-    *e = BadRequest("invalid_value", "logit_bias",
-                    fmt::format("'logit_bias' holds {} tokens, at most {}", v.size(),
-                                kMaxLogitBias));
+    *e = BadRequest(
+        "invalid_value", "logit_bias",
+        fmt::format("'logit_bias' holds {} tokens, at most {}", v.size(), kMaxLogitBias));
     return false;
   }
   for (const auto& [key, value] : v.items()) {
@@ -236,8 +236,8 @@ bool ParseResponseFormat(const json& v, ResponseFormat* out, ApiError* e) {
     out->kind = ResponseFormat::Kind::kText;
     return true;
   }
-  *e = Unsupported("response_format", fmt::format("structured output ('{}'); only 'text'",
-                                                  type.substr(0, 32)));
+  *e = Unsupported("response_format",
+                   fmt::format("structured output ('{}'); only 'text'", type.substr(0, 32)));
   return false;
 }
 
@@ -348,8 +348,8 @@ std::optional<CompletionRequest> ParseCompletionRequest(std::string_view body, E
   }
   if (!has_input) {
     const char* field = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
-    *error = BadRequest("missing_required_parameter", field,
-                        fmt::format("'{}' is required", field));
+    *error =
+        BadRequest("missing_required_parameter", field, fmt::format("'{}' is required", field));
     return std::nullopt;
   }
   return r;
@@ -383,8 +383,7 @@ std::optional<TokenizeRequest> ParseTokenizeRequest(std::string_view body, ApiEr
   return r;
 }
 
-std::optional<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body,
-                                                           ApiError* error) {
+std::optional<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body, ApiError* error) {
   auto j = ParseJsonObject(body, kJsonMaxDepth, error);
   if (!j) return std::nullopt;
   std::optional<std::vector<int32_t>> ids;
@@ -394,9 +393,9 @@ std::optional<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body
       return std::nullopt;
     }
     if (!value.is_array() || value.size() > static_cast<size_t>(kMaxTokensLimit)) {
-      *error = BadRequest("invalid_type", "tokens",
-                          fmt::format("'tokens' must be an array of at most {} token ids",
-                                      kMaxTokensLimit));
+      *error = BadRequest(
+          "invalid_type", "tokens",
+          fmt::format("'tokens' must be an array of at most {} token ids", kMaxTokensLimit));
       return std::nullopt;
     }
     ids.emplace();

@@ -45,7 +45,7 @@ struct SamplingFields {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias; ids not yet checked
-  std::optional<uint64_t> seed;                        // absent: a random one per request
+  std::optional<uint64_t> seed;                       // absent: a random one per request
 };
 
 // How the answer must be shaped. Only plain text today; JSON object and JSON schema outputs plug in
@@ -63,10 +63,10 @@ struct CompletionRequest {
   // max_tokens (or max_completion_tokens, which wins); absent: the endpoint's default.
   std::optional<int64_t> max_tokens;
   SamplingFields sampling;
-  std::vector<std::string> stop;   // non-empty strings; the text before the first one is returned
-  bool ignore_eos = false;         // llama-server's: generate past end-of-generation tokens
+  std::vector<std::string> stop;  // non-empty strings; the text before the first one is returned
+  bool ignore_eos = false;        // llama-server's: generate past end-of-generation tokens
   bool stream = false;
-  bool include_usage = false;      // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
   std::string user;
   ResponseFormat response_format;
 };

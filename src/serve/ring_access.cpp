@@ -103,9 +103,9 @@ void RingAccess::Refresh() {
 
 bool RingAccess::WaitUp(int timeout_ms) const {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                      [&] { return up_.load() || stopping_; }) &&
-         up_.load();
+  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+    return up_.load() || stopping_;
+  }) && up_.load();
 }
 
 void RingAccess::SetState(bool up, std::string why, std::vector<wire::StageStats> stages) {

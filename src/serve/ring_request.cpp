@@ -38,8 +38,8 @@ ring::GenerateMsg ToGenerate(const CompletionRequest& r, std::string prompt_text
   if (r.max_tokens) {
     w.max_tokens = static_cast<uint32_t>(*r.max_tokens);
   } else {
-    w.max_tokens = r.endpoint == Endpoint::kCompletions ? kDefaultCompletionTokens
-                                                        : kUntilContextEnds;
+    w.max_tokens =
+        r.endpoint == Endpoint::kCompletions ? kDefaultCompletionTokens : kUntilContextEnds;
   }
   w.flags = r.ignore_eos ? wire::kSamplingIgnoreEog : 0;
   if (s.presence_penalty != 0 || s.frequency_penalty != 0 || !s.logit_bias.empty()) {

@@ -2,6 +2,8 @@
 // them, a client that goes away is noticed by its producer, a slow reader is dropped without
 // holding anyone else's stream, and stopping the server ends every stream. Every wait is on an
 // event with a deadline.
+#include "net/http_stream.h"
+
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +16,6 @@
 #include <thread>
 
 #include "net/http_server.h"
-#include "net/http_stream.h"
 
 namespace kvasir::net {
 namespace {
@@ -160,8 +161,8 @@ TEST(HttpStreamTest, AClientThatClosesMidStreamIsNoticedByItsProducer) {
   EXPECT_TRUE(stream->gone());
   EXPECT_FALSE(stream->Write("data: two\n\n"));
   EXPECT_THAT(stream->why_gone(), HasSubstr("closed"));
-  ASSERT_TRUE((*server)->WaitFor([&] { return (*server)->stats().streams_dropped == 1; },
-                                 kDeadlineMs));
+  ASSERT_TRUE(
+      (*server)->WaitFor([&] { return (*server)->stats().streams_dropped == 1; }, kDeadlineMs));
 }
 
 TEST(HttpStreamTest, ASlowReaderIsDroppedWithoutStallingAnotherStream) {

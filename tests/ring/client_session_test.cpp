@@ -42,8 +42,7 @@ TEST(RingClientSessionTest, EndingEarlyFreesTheSessionOnEveryStageAndKeepsTheLin
 
   int seen = 0;
   auto r = (*client)->Generate(
-      Request("Once upon a time", 200), [&](const ring::TokenMsg&) { return ++seen < 3; },
-      nullptr);
+      Request("Once upon a time", 200), [&](const ring::TokenMsg&) { return ++seen < 3; }, nullptr);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->reason, wire::FinishReason::kClientClosed);
   EXPECT_EQ(seen, 3);
@@ -53,10 +52,13 @@ TEST(RingClientSessionTest, EndingEarlyFreesTheSessionOnEveryStageAndKeepsTheLin
   // The same link runs the next request exactly as a fresh client does.
   const Generation expected = GenerateOnRing(ring->head(), "The dog", Greedy(), 12);
   std::string text;
-  auto again = (*client)->Generate(Request("The dog", 12), [&](const ring::TokenMsg& t) {
-    text += t.piece;
-    return true;
-  }, nullptr);
+  auto again = (*client)->Generate(
+      Request("The dog", 12),
+      [&](const ring::TokenMsg& t) {
+        text += t.piece;
+        return true;
+      },
+      nullptr);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(text, expected.text);
   EXPECT_TRUE((*client)->usable());
@@ -91,8 +93,8 @@ TEST(RingClientSessionTest, RefusalsCarryACode) {
   ASSERT_TRUE((*client)->WaitReady(20000).ok());
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += " dog";
-  auto r = (*client)->Generate(Request(long_prompt, 4), [](const ring::TokenMsg&) { return true; },
-                               nullptr);
+  auto r = (*client)->Generate(
+      Request(long_prompt, 4), [](const ring::TokenMsg&) { return true; }, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kTooLarge) << r.status().message();
   EXPECT_NE(r.status().message().find("context"), std::string::npos) << r.status().message();
@@ -100,7 +102,8 @@ TEST(RingClientSessionTest, RefusalsCarryACode) {
   ring::GenerateMsg bad = Request("Once", 4);
   bad.sampling.flags |= wire::kSamplingExtra;
   bad.extra.logit_bias = {{1 << 20, 1.0f}};
-  auto refused = (*client)->Generate(bad, [](const ring::TokenMsg&) { return true; }, nullptr);
+  auto refused = (*client)->Generate(
+      bad, [](const ring::TokenMsg&) { return true; }, nullptr);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(refused.status().message().find("logit_bias"), std::string::npos);
@@ -117,10 +120,13 @@ TEST(RingClientSessionTest, ALogitBiasReachesTheLastStage) {
   g.sampling.flags |= wire::kSamplingExtra;
   g.extra.logit_bias = {{300, 100.0f}};
   std::vector<int32_t> ids;
-  auto r = (*client)->Generate(g, [&](const ring::TokenMsg& t) {
-    ids.push_back(t.token.id);
-    return true;
-  }, nullptr);
+  auto r = (*client)->Generate(
+      g,
+      [&](const ring::TokenMsg& t) {
+        ids.push_back(t.token.id);
+        return true;
+      },
+      nullptr);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(ids, std::vector<int32_t>(6, 300));
 }

@@ -389,9 +389,9 @@ TEST(LinkLimitsTest, APromptOverTheClientLimitCannotFitTheContext) {
   const uint32_t limit = MaxPromptBytes(**tok, n_ctx);
   EXPECT_GE(limit, 4u * n_ctx);
   EXPECT_LE(limit, wire::kMaxPromptBytes);
-  EXPECT_EQ(MaxClientPayload(limit),
-            sizeof(wire::GenerateBody) + limit + kMaxClientStopBytes +
-                sizeof(wire::SamplingExtraWire) + wire::kMaxLogitBias * sizeof(wire::LogitBiasWire));
+  EXPECT_EQ(MaxClientPayload(limit), sizeof(wire::GenerateBody) + limit + kMaxClientStopBytes +
+                                         sizeof(wire::SamplingExtraWire) +
+                                         wire::kMaxLogitBias * sizeof(wire::LogitBiasWire));
   // Texts just over the limit, of the kinds that pack most bytes into a token, never fit.
   std::mt19937 rng(1);
   for (int trial = 0; trial < 50; ++trial) {

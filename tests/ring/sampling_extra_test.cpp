@@ -89,9 +89,12 @@ Frame OpenFrame(const std::vector<uint8_t>& extra_bytes, uint32_t flags = wire::
   b.n_prompt = 1;
   b.sampling = Greedy(flags);
   Frame f{static_cast<uint16_t>(wire::MsgType::kOpenSession), {}};
-  f.payload.resize(sizeof(b) + 4);
+  // [body | one prompt id (zero) | extra_bytes]
+  f.payload.assign(sizeof(b) + 4 + extra_bytes.size(), 0);
   std::memcpy(f.payload.data(), &b, sizeof(b));
-  f.payload.insert(f.payload.end(), extra_bytes.begin(), extra_bytes.end());
+  if (!extra_bytes.empty()) {
+    std::memcpy(f.payload.data() + sizeof(b) + 4, extra_bytes.data(), extra_bytes.size());
+  }
   return f;
 }
 
@@ -111,8 +114,7 @@ TEST(SamplingExtraCodecTest, RefusesExtraBytesThatDoNotAddUp) {
   };
   EXPECT_EQ(error(OpenFrame(ExtraBytes(2, 2))), "(decoded)");
   EXPECT_NE(error(OpenFrame({1, 2, 3})).find("remain of its 16"), std::string::npos);
-  EXPECT_NE(error(OpenFrame(ExtraBytes(2, 1))).find("n_logit_bias 2 needs 16"),
-            std::string::npos);
+  EXPECT_NE(error(OpenFrame(ExtraBytes(2, 1))).find("n_logit_bias 2 needs 16"), std::string::npos);
   EXPECT_NE(error(OpenFrame(ExtraBytes(wire::kMaxLogitBias + 1, 0))).find("exceeds the limit"),
             std::string::npos);
   EXPECT_NE(error(OpenFrame(ExtraBytes(0, 0, 7))).find("reserved"), std::string::npos);
@@ -154,8 +156,8 @@ TEST(SamplingExtraTailTest, ABiasDecidesAGreedyPick) {
   ASSERT_TRUE(t.ok()) << t.status().message();
   const std::vector<float> logits = {0.0f, 1.0f, 4.0f, 2.0f};
   const wire::TokenBody b = (*t)->Sample(1, logits, 1, 64, [](int32_t) { return false; });
-  EXPECT_EQ(b.id, 1);          // 1 + 5 beats 4 - 100 and 2
-  EXPECT_EQ(b.logit, 1.0f);    // the raw logit travels, not the biased one
+  EXPECT_EQ(b.id, 1);        // 1 + 5 beats 4 - 100 and 2
+  EXPECT_EQ(b.logit, 1.0f);  // the raw logit travels, not the biased one
 }
 
 TEST(SamplingExtraTailTest, PenaltiesCountTheWindowAfterTheRepeatPenalty) {

@@ -19,9 +19,9 @@ namespace kvasir::serve {
 namespace {
 
 using nlohmann::json;
+using ::testing::HasSubstr;
 using testing::HttpAnswer;
 using testing::TestHttp;
-using ::testing::HasSubstr;
 
 constexpr const char* kModel = "models/stories260K.gguf";
 constexpr int kDeadlineMs = 30000;
@@ -132,8 +132,7 @@ TEST_F(ApiServerTest, StreamedChunksJoinToTheWholeAnswer) {
     const std::string target = chat ? "/v1/chat/completions" : "/v1/completions";
     const std::string input = chat ? R"("messages": [{"role": "user", "content": "Hi"}])"
                                    : R"("prompt": "Once upon a time")";
-    const HttpAnswer whole =
-        Post(target, "{" + input + R"(, "max_tokens": 30, "temperature": 0})");
+    const HttpAnswer whole = Post(target, "{" + input + R"(, "max_tokens": 30, "temperature": 0})");
     ASSERT_EQ(whole.status, 200) << whole.body;
     const json w = json::parse(whole.body);
     const std::string text = chat ? w["choices"][0]["message"]["content"].get<std::string>()
@@ -159,8 +158,8 @@ TEST_F(ApiServerTest, StreamedChunksJoinToTheWholeAnswer) {
 
 TEST_F(ApiServerTest, AStopStringIsNotShownAndEndsTheSession) {
   StartServer();
-  const auto full = testing::GenerateOnRing(ring_->head(), "Once upon a time", testing::Greedy(),
-                                            48);
+  const auto full =
+      testing::GenerateOnRing(ring_->head(), "Once upon a time", testing::Greedy(), 48);
   // A stop string that starts inside the text: a word from its middle, with the space before it.
   const size_t at = full.text.find(' ', full.text.size() / 2);
   ASSERT_NE(at, std::string::npos);
@@ -168,8 +167,11 @@ TEST_F(ApiServerTest, AStopStringIsNotShownAndEndsTheSession) {
   const std::string stop = full.text.substr(at, end - at);
   const std::string expected = full.text.substr(0, full.text.find(stop));
   for (const bool stream : {false, true}) {
-    const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0},
-                       {"stop", {"zzz", stop}}, {"stream", stream}};
+    const json body = {{"prompt", "Once upon a time"},
+                       {"max_tokens", 48},
+                       {"temperature", 0},
+                       {"stop", {"zzz", stop}},
+                       {"stream", stream}};
     const HttpAnswer a = Post("/v1/completions", body.dump());
     ASSERT_EQ(a.status, 200) << a.body;
     std::string text;
@@ -241,17 +243,29 @@ TEST_F(ApiServerTest, RefusalsHaveTheirStatusAndOpenAisShape) {
   };
   for (const Case& c : std::vector<Case>{
            {"POST", "/v1/completions", R"({"prompt": "x"})", {}, 401, "invalid_api_key"},
-           {"POST", "/v1/completions", R"({"prompt": "x"})",
-            {"Authorization: Bearer 0123456789abcdef-kez"}, 401, "invalid_api_key"},
+           {"POST",
+            "/v1/completions",
+            R"({"prompt": "x"})",
+            {"Authorization: Bearer 0123456789abcdef-kez"},
+            401,
+            "invalid_api_key"},
            {"GET", "/metrics", "", {}, 401, "invalid_api_key"},
            {"POST", "/v1/completions", "{bad", {auth}, 400, "invalid_json"},
-           {"POST", "/v1/completions", R"({"prompt": "x", "model": "other"})", {auth}, 404,
+           {"POST",
+            "/v1/completions",
+            R"({"prompt": "x", "model": "other"})",
+            {auth},
+            404,
             "model_not_found"},
            {"POST", "/v1/completions", std::string(5000, ' '), {auth}, 413, "request_too_large"},
            {"GET", "/v1/completions", "", {auth}, 405, "method_not_allowed"},
            {"GET", "/v2/nothing", "", {auth}, 404, "unknown_url"},
-           {"POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}]})",
-            {auth}, 400, "chat_template_missing"},
+           {"POST",
+            "/v1/chat/completions",
+            R"({"messages": [{"role": "user", "content": "x"}]})",
+            {auth},
+            400,
+            "chat_template_missing"},
        }) {
     SCOPED_TRACE(c.method + " " + c.target + " " + c.body.substr(0, 40));
     TestHttp h(server_->port());
@@ -326,8 +340,9 @@ TEST_F(ApiServerTest, SixteenConcurrentStreamsEachGetTheirOwnAnswer) {
   ServeOptions o;
   o.max_sessions = 16;
   StartServer(o);
-  const std::vector<std::string> prompts = {"Once upon a time", "The dog", "Lily saw", "Tom had",
-                                            "One day", "The sun", "A little bird", "Mom said"};
+  const std::vector<std::string> prompts = {"Once upon a time", "The dog", "Lily saw",
+                                            "Tom had",          "One day", "The sun",
+                                            "A little bird",    "Mom said"};
   std::vector<std::string> expected;
   for (const std::string& p : prompts) {
     expected.push_back(testing::GenerateOnRing(ring_->head(), p, testing::Greedy(), 32).text);
@@ -336,8 +351,10 @@ TEST_F(ApiServerTest, SixteenConcurrentStreamsEachGetTheirOwnAnswer) {
   std::vector<std::thread> clients;
   for (int i = 0; i < 16; ++i) {
     clients.emplace_back([&, i] {
-      const json body = {{"prompt", prompts[i % prompts.size()]}, {"max_tokens", 32},
-                         {"temperature", 0}, {"stream", true}};
+      const json body = {{"prompt", prompts[i % prompts.size()]},
+                         {"max_tokens", 32},
+                         {"temperature", 0},
+                         {"stream", true}};
       got[i] = Post("/v1/completions", body.dump());
     });
   }

@@ -69,7 +69,8 @@ class TestHttp {
     size_t at = head.find("\r\n");
     while (at != std::string::npos) {
       const size_t next = head.find("\r\n", at + 2);
-      const std::string line = head.substr(at + 2, next == std::string::npos ? next : next - at - 2);
+      const std::string line =
+          head.substr(at + 2, next == std::string::npos ? next : next - at - 2);
       const size_t colon = line.find(':');
       if (colon != std::string::npos) {
         std::string name = line.substr(0, colon);

@@ -41,8 +41,10 @@ TEST(MetricsTest, CountersHistogramAndStages) {
   g.max_sessions = 16;
   g.stages = {Stage("stage0", 0, 2), Stage("we\"ird\\", 2, 5)};
   const std::string text = m.Render(g);
-  EXPECT_THAT(text, HasSubstr("kvasir_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
-  EXPECT_THAT(text, HasSubstr("kvasir_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("kvasir_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("kvasir_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("kvasir_prompt_tokens_total 5\n"));
   EXPECT_THAT(text, HasSubstr("kvasir_generated_tokens_total 16\n"));
   EXPECT_THAT(text, HasSubstr("kvasir_time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n"));
@@ -54,10 +56,10 @@ TEST(MetricsTest, CountersHistogramAndStages) {
   EXPECT_THAT(text, HasSubstr("kvasir_sessions_busy 3\n"));
   EXPECT_THAT(text, HasSubstr("kvasir_sessions_deferred 1\n"));
   EXPECT_THAT(text, HasSubstr("kvasir_ring_up 1\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "kvasir_stage_decode_ms_per_token{stage=\"stage0\",layers=\"0:2\",backend=\"cpu\"} 2.5000\n"));
-  EXPECT_THAT(text, HasSubstr(
-      "kvasir_stage_sessions_open{stage=\"we\\\"ird\\\\\",layers=\"2:5\",backend=\"cpu\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("kvasir_stage_decode_ms_per_token{stage=\"stage0\",layers=\"0:2\","
+                              "backend=\"cpu\"} 2.5000\n"));
+  EXPECT_THAT(text, HasSubstr("kvasir_stage_sessions_open{stage=\"we\\\"ird\\\\\",layers=\"2:5\","
+                              "backend=\"cpu\"} 2\n"));
   // Every sample belongs to a family announced before it.
   std::istringstream lines(text);
   std::string line, family;

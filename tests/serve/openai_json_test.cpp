@@ -25,7 +25,8 @@ json EventJson(const std::string& event) {
 }
 
 TEST(OpenAiJsonTest, ACompletionAnswer) {
-  const json j = json::parse(AnswerBody(Meta(Endpoint::kCompletions), "Once", "length", {5, 16, 0}));
+  const json j =
+      json::parse(AnswerBody(Meta(Endpoint::kCompletions), "Once", "length", {5, 16, 0}));
   EXPECT_EQ(j["id"], "id-1");
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -78,7 +79,8 @@ TEST(OpenAiJsonTest, CompletionChunksCarryText) {
 }
 
 TEST(OpenAiJsonTest, TextThatIsNotUtf8NeverBreaksTheJson) {
-  const json j = EventJson(ChunkEvent(Meta(Endpoint::kCompletions), "a\xff\n\"b", "", false, false));
+  const json j =
+      EventJson(ChunkEvent(Meta(Endpoint::kCompletions), "a\xff\n\"b", "", false, false));
   EXPECT_EQ(j["choices"][0]["text"], "a\xEF\xBF\xBD\n\"b");
 }
 
@@ -96,8 +98,8 @@ TEST(OpenAiJsonTest, ErrorsAndModelsHaveOpenAisShape) {
   EXPECT_TRUE(j["error"]["code"].is_null());
   const json models = json::parse(ModelsBody("stories", 5));
   EXPECT_EQ(models["object"], "list");
-  EXPECT_EQ(models["data"][0], json({{"id", "stories"}, {"object", "model"}, {"created", 5},
-                                     {"owned_by", "kvasir"}}));
+  EXPECT_EQ(models["data"][0],
+            json({{"id", "stories"}, {"object", "model"}, {"created", 5}, {"owned_by", "kvasir"}}));
 }
 
 TEST(OpenAiJsonTest, AnswerIdsAreFreshAndShaped) {

@@ -108,18 +108,21 @@ TEST(RequestTest, ChatRefusalsNameTheMessageField) {
   EXPECT_EQ(tool.param, "messages[0].role");
   EXPECT_EQ(tool.code, "unsupported_parameter");
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
-      "image_url": {"url": "x"}}]}]})", chat).param, "messages[0].content[0].type");
+      "image_url": {"url": "x"}}]}]})",
+                    chat)
+                .param,
+            "messages[0].content[0].type");
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": 3}]})", chat).param,
             "messages[0].content");
-  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", chat)
-                .param,
-            "messages[0].name");
+  EXPECT_EQ(
+      Refusal(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", chat).param,
+      "messages[0].name");
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x", "mood": 1}]})", chat).param,
             "messages[0].mood");
   // A completion's field is not a chat field, and the reverse.
-  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})", chat)
-                .code,
-            "unknown_parameter");
+  EXPECT_EQ(
+      Refusal(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})", chat).code,
+      "unknown_parameter");
   EXPECT_EQ(Refusal(R"({"prompt": "y", "messages": []})").param, "messages");
 }
 
@@ -190,9 +193,9 @@ TEST(RequestTest, UnknownFieldsAreRefused) {
 }
 
 TEST(RequestTest, BodiesThatAreNotAJsonObjectAreRefused) {
-  for (const std::string& body : std::vector<std::string>{
-           "", "{", "[1, 2]", "\"text\"", "{\"prompt\": \"x\",}", "{\"prompt\": \"\xff\"}",
-           std::string(100000, '[')}) {
+  for (const std::string& body :
+       std::vector<std::string>{"", "{", "[1, 2]", "\"text\"", "{\"prompt\": \"x\",}",
+                                "{\"prompt\": \"\xff\"}", std::string(100000, '[')}) {
     const ApiError e = Refusal(body);
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.code, "invalid_json") << body.substr(0, 20);
@@ -204,8 +207,8 @@ TEST(RequestTest, BodiesThatAreNotAJsonObjectAreRefused) {
 
 TEST(RequestTest, TokenizeAndDetokenizeTakeLlamaServersShapes) {
   ApiError e;
-  auto t = ParseTokenizeRequest(R"({"content": "Hi", "add_special": true, "with_pieces": true})",
-                                &e);
+  auto t =
+      ParseTokenizeRequest(R"({"content": "Hi", "add_special": true, "with_pieces": true})", &e);
   ASSERT_TRUE(t.has_value()) << e.message;
   EXPECT_EQ(t->content, "Hi");
   EXPECT_TRUE(t->add_special);

@@ -27,7 +27,7 @@ TEST(StopFilterTest, WithoutStopStringsTextPassesAtOnce) {
 TEST(StopFilterTest, APossibleStartIsHeldBackUntilTheNextPieceTells) {
   StopFilter f({"The end"});
   EXPECT_EQ(f.Push("and so The"), "and so ");  // "The" may begin "The end"
-  EXPECT_EQ(f.Push(" cat"), "The cat");          // it did not
+  EXPECT_EQ(f.Push(" cat"), "The cat");        // it did not
   EXPECT_EQ(f.Push(" The e"), " ");
   EXPECT_EQ(f.Push("nd. More"), "");
   EXPECT_TRUE(f.stopped());
@@ -45,7 +45,7 @@ TEST(StopFilterTest, TheEarliestOfSeveralStopStringsWins) {
   StopFilter f({"bc", "ab"});
   EXPECT_EQ(f.Push("xabc"), "x");
   StopFilter g({"abcd", "bc"});
-  EXPECT_EQ(g.Push("a"), "");   // may begin "abcd"
+  EXPECT_EQ(g.Push("a"), "");    // may begin "abcd"
   EXPECT_EQ(g.Push("bc"), "a");  // "bc" occurs first, at 1
   EXPECT_TRUE(g.stopped());
 }
