@@ -8,14 +8,15 @@ set -euo pipefail
 build=(
   cmake ninja-build ccache pkg-config g++
   libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev
+  libboost-dev libsodium-dev libsqlite3-dev libpq-dev libpcre2-dev
 )
 # GoogleTest/Benchmark; clang-14 and its runtime for the fuzzers; openssl (test certificates),
 # nginx (fetch tests), iproute2/nftables/tcpdump (network-namespace tests), procps, curl and
-# chromium (the market end to end), python3 (the independent checks and the test summary).
+# chromium (the market end to end), python3 (the independent checks and the test summary),
+# postgresql (the market's store tests start a server of their own).
 tests=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
-  openssl nginx iproute2 nftables tcpdump procps curl chromium python3
+  openssl nginx iproute2 nftables tcpdump procps curl chromium python3 postgresql
 )
 
 packages=("${build[@]}")
