@@ -10,18 +10,19 @@ set -euo pipefail
 build=(
   cmake ninja-build ccache pkg-config g++
   libhwy-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  libboost-dev libsodium-dev libsqlite3-dev libpcre2-dev
+  libboost-dev libsodium-dev libsqlite3-dev libpq-dev libpcre2-dev
   ocl-icd-opencl-dev opencl-c-headers
 )
 # GoogleTest/Benchmark; clang-14 and its runtime for the fuzzers; openssl (test certificates),
 # nginx (fetch tests), iproute2/nftables/tcpdump (network-namespace tests), procps, curl and
 # chromium (the market end to end), python3 (the independent checks and the test summary), PoCL
 # (an OpenCL device on the CPU, on which every OpenCL test runs) and clinfo, nodejs and npm (the
-# `openai` npm package as the client of `kvasir serve`).
+# `openai` npm package as the client of `kvasir serve`), postgresql (the market's store tests
+# start a server of their own).
 tests=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
   openssl nginx iproute2 nftables tcpdump procps curl chromium python3 nodejs npm
-  pocl-opencl-icd clinfo
+  pocl-opencl-icd clinfo postgresql
 )
 
 packages=("${build[@]}")

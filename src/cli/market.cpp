@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "base/human.h"
 #include "base/log.h"
@@ -31,7 +32,7 @@ int AddModel(int argc, char** argv) {
   std::string db;
   market::ModelSpecOptions o;
   bool replace = false;
-  app.add_option("--db", db, "market database (SQLite)")->required();
+  app.add_option("--db", db, "market database: a SQLite file, or postgresql://...")->required();
   app.add_option("-m,--model", o.model_path, "local GGUF file (read and hashed)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -82,10 +83,13 @@ int Balances(int argc, char** argv) {
   CLI::App app{"Print who earned what, with the receipts behind it.", "kvasir market balances"};
   std::string db, node;
   bool json = false;
-  app.add_option("--db", db, "market database (SQLite)")->required()->check(CLI::ExistingFile);
+  app.add_option("--db", db, "market database: a SQLite file, or postgresql://...")->required();
   app.add_option("--node", node, "only this node's receipts (64 hex digits)");
   app.add_flag("--json", json, "print JSON (as GET /v1/balances)");
   if (auto code = ParseArgs(app, "market balances", argc, argv)) return *code;
+  if (!market::Db::IsPostgresUrl(db) && !std::filesystem::exists(db)) {
+    return UsageError(kCmd, "--db: " + db + ": no such file");
+  }
   if (!node.empty()) {
     auto key = ring::ParsePublicKey(node);
     if (!key.ok()) return UsageError(kCmd, "--node: " + key.status().message());
@@ -131,7 +135,9 @@ int Serve(int argc, char** argv) {
   std::string db, relay_secret_file, log_level = "info";
   market::MarketServerOptions so;
   market::MarketConfig config;
-  app.add_option("--db", db, "market database (SQLite; created when missing)")->required();
+  app.add_option("--db", db,
+                 "market database: a SQLite file (created when missing), or postgresql://...")
+      ->required();
   app.add_option("--listen", so.listen, "HOST:PORT to serve on")->capture_default_str();
   app.add_option("--relay", config.relay_url,
                  "ws[s]://HOST[:PORT] of the relay nodes behind NAT are given");
@@ -147,9 +153,30 @@ int Serve(int argc, char** argv) {
   app.add_option("--clock-skew", config.clock_skew_s,
                  "seconds a signed request's time may differ from the market's")
       ->capture_default_str();
+  double floor_mb_per_s = config.eviction.floor_bytes_per_s / 1e6;
+  app.add_option("--serve-deadline", config.eviction.deadline_s,
+                 "seconds a claim has to prove its bytes, and a complete ring's holders to serve, "
+                 "before they are evicted (plus the window's download time at --floor-bandwidth)")
+      ->capture_default_str();
+  app.add_option("--floor-bandwidth", floor_mb_per_s,
+                 "MB/s: the slowest download the serve deadline allows for")
+      ->capture_default_str();
+  app.add_option("--cooldown", config.eviction.cooldown_s,
+                 "seconds an evicted key waits before it may claim again (doubled each eviction)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
   if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
   if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+  if (!(config.eviction.deadline_s >= 1 && config.eviction.deadline_s <= 86400)) {
+    return UsageError(kCmd, "--serve-deadline must be from 1 to 86400 seconds");
+  }
+  if (!(floor_mb_per_s >= 0.01 && floor_mb_per_s <= 1e6)) {
+    return UsageError(kCmd, "--floor-bandwidth must be from 0.01 to 1000000 MB/s");
+  }
+  config.eviction.floor_bytes_per_s = floor_mb_per_s * 1e6;
+  if (!(config.eviction.cooldown_s >= 0 && config.eviction.cooldown_s <= market::kMaxCooldownSeconds)) {
+    return UsageError(kCmd, "--cooldown must be from 0 to 86400 seconds");
+  }
   if (config.lease_s < 3 || config.lease_s > 3600) {
     return UsageError(kCmd, "--lease must be from 3 to 3600 seconds");
   }
@@ -187,7 +214,7 @@ int Serve(int argc, char** argv) {
   (void)net::ParseHostPort(so.listen, &host, &port);
   std::printf("market: listening on %s:%u\n", host.c_str(), (*server)->port());
   std::fflush(stdout);
-  KV_LOG_INFO("market: database {}, lease {} s{}", db, config.lease_s,
+  KV_LOG_INFO("market: database {}, lease {} s{}", (*store)->db_name(), config.lease_s,
               config.relay_url.empty() ? "" : ", relay " + config.relay_url);
   while (true) {
     int sig = 0;

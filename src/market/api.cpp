@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <charconv>
+#include <optional>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -147,6 +148,33 @@ Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const Ap
   return by;
 }
 
+bool IsHex(const std::string& s, size_t digits) {
+  return s.size() == digits && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The optional "proof": {"nonce": 32 hex, "digests": [64 hex, ...]} of a heartbeat.
+Result<std::optional<ProofAnswer>> ProofField(const json& j) {
+  auto it = j.find("proof");
+  if (it == j.end()) return std::optional<ProofAnswer>();
+  if (!it->is_object()) return Error("field 'proof': must be an object");
+  ProofAnswer p;
+  KV_ASSIGN_OR_RETURN(p.nonce, StringField(*it, "nonce", 2 * kProofNonceBytes));
+  if (!IsHex(p.nonce, 2 * kProofNonceBytes)) {
+    return Error("field 'proof.nonce': must be {} lowercase hex digits", 2 * kProofNonceBytes);
+  }
+  auto d = it->find("digests");
+  if (d == it->end() || !d->is_array() || d->size() > 64) {
+    return Error("field 'proof.digests': must be an array of at most 64 digests");
+  }
+  for (const json& x : *d) {
+    if (!x.is_string() || !IsHex(x.get<std::string>(), 64)) {
+      return Error("field 'proof.digests': each must be 64 lowercase hex digits");
+    }
+    p.digests.push_back(x.get<std::string>());
+  }
+  return std::optional<ProofAnswer>(std::move(p));
+}
+
 std::string QueryValue(const std::string& query, const std::string& key) {
   size_t pos = 0;
   while (pos <= query.size()) {
@@ -191,6 +219,7 @@ ApiResponse ErrorResponse(const Status& status) {
 MarketApi::MarketApi(Store* store, MarketConfig config, CheckQueue* checks)
     : store_(store), config_(std::move(config)), checks_(checks) {
   store_->set_lease_s(config_.lease_s);
+  store_->set_eviction(config_.eviction);
 }
 
 void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring) {
@@ -340,7 +369,10 @@ ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
   if (!claim.ok()) return ErrorResponse(claim.status());
   auto epoch = IntField(*body, "serving_epoch", -1, INT64_MAX);
   if (!epoch.ok()) return ErrorResponse(epoch.status());
-  auto reply = store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s);
+  auto proof = ProofField(*body);
+  if (!proof.ok()) return ErrorResponse(proof.status());
+  auto reply = store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s,
+                                 proof->has_value() ? &**proof : nullptr);
   if (!reply.ok()) return ErrorResponse(reply.status());
   RequestChecks(reply->model_id, reply->ring);
   return Json(200, HeartbeatToJson(*reply, now, config_.relay_url, config_.relay_secret));

@@ -40,6 +40,7 @@ struct MarketConfig {
   int64_t clock_skew_s = 120;
   std::string relay_url;     // "wss://relay.example.org" (no path), or empty
   std::string relay_secret;  // the relay's secret, or empty (zero tokens)
+  EvictionPolicy eviction;   // when claims that do not serve are evicted
 };
 
 class MarketApi {

@@ -3,9 +3,14 @@
 // "POST /v1/heartbeat", "Grace", "Ready rings are checked").
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <nlohmann/json.hpp>
+#include <sodium.h>
 
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "market/signed_request.h"
 #include "market/store.h"
 #include "market/store_rows.h"
 
@@ -23,9 +28,24 @@ Result<ClaimInfo> Store::ReadClaim(int64_t claim) {
   return ClaimFromRow(s, 0);
 }
 
-Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double lease_s) {
+Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double lease_s) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT count, until FROM strikes WHERE node = ? AND "
+                                             "until > ?"));
+    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, req.node).Bind(2, now).Step());
+    if (row) {
+      // Committed: the sweep above may have evicted someone.
+      const int64_t count = s.Int(0);
+      const double wait = s.Real(1) - now;
+      KV_RETURN_IF_ERROR(txn->Commit());
+      return Error(StatusCode::kForbidden,
+                   "node {} was evicted {} time(s) for not serving its claims: it may claim "
+                   "again in {:.0f} s",
+                   Short(req.node), count, std::ceil(wait));
+    }
+  }
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
   if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
   ModelState& m = models[0];
@@ -61,45 +81,8 @@ Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double leas
     }
   }
   KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(req.model));
-  int64_t claim_id = 0;
-  if (w.claim) {
-    grant.renewed = true;
-    claim_id = w.claim->id;
-    // A new address must be checked again before the ring counts as ready.
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
-                                             "verified_epoch = CASE WHEN address = ? THEN "
-                                             "verified_epoch ELSE -1 END, address = ? WHERE id = "
-                                             "?"));
-    KV_RETURN_IF_ERROR(s.Bind(1, now + lease_s)
-                           .Bind(2, now)
-                           .Bind(3, req.address)
-                           .Bind(4, req.address)
-                           .Bind(5, claim_id)
-                           .Run());
-  } else {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, "
-                                             "address, behind_nat, rate, created, expires, "
-                                             "last_beat) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    s.Bind(1, model_row)
-        .Bind(2, req.ring)
-        .Bind(3, req.window)
-        .Bind(4, req.node)
-        .Bind(5, req.address)
-        .Bind(6, req.behind_nat ? 1 : 0)
-        .Bind(7, w.rate)
-        .Bind(8, now)
-        .Bind(9, now + lease_s)
-        .Bind(10, now);
-    if (Status st = s.Run(); !st.ok()) {
-      // Another process took it between our read and our write (UNIQUE constraints).
-      return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
-                   req.window, req.ring, req.model, st.message());
-    }
-    claim_id = db_->LastInsertId();
-    KV_RETURN_IF_ERROR(BumpEpoch(model_row, req.ring));
-  }
   {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT tensors FROM windows WHERE model = ? AND "
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT tensors, samples FROM windows WHERE model = ? AND "
                                              "ring = ? AND window = ?"));
     KV_ASSIGN_OR_RETURN(bool row,
                         s.Bind(1, model_row).Bind(2, req.ring).Bind(3, req.window).Step());
@@ -117,6 +100,62 @@ Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double leas
       grant.window.tensors.push_back(
           {t["name"].get<std::string>(), t["sha256"].get<std::string>()});
     }
+    KV_ASSIGN_OR_RETURN(grant.window.samples, SamplesFromJson(s.Text(1)));
+  }
+  int64_t claim_id = 0;
+  if (w.claim) {
+    grant.renewed = true;
+    claim_id = w.claim->id;
+    // A new address must be checked again before the ring counts as ready.
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
+                                             "verified_epoch = CASE WHEN address = ? THEN "
+                                             "verified_epoch ELSE -1 END, address = ? WHERE id = "
+                                             "?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, now + lease_s)
+                           .Bind(2, now)
+                           .Bind(3, req.address)
+                           .Bind(4, req.address)
+                           .Bind(5, claim_id)
+                           .Run());
+  } else {
+    // The challenge: a fresh nonce and kRangesPerChallenge of the window's samples.
+    std::string nonce(kProofNonceBytes, '\0');
+    randombytes_buf(nonce.data(), nonce.size());
+    std::string picks;
+    const size_t n = grant.window.samples.size();
+    for (int i = 0; n > 0 && i < kRangesPerChallenge; ++i) {
+      if (!picks.empty()) picks += ',';
+      picks += std::to_string(randombytes_uniform(static_cast<uint32_t>(n)));
+    }
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, "
+                                             "address, behind_nat, rate, created, expires, "
+                                             "last_beat, proven, proof_nonce, proof_picks) "
+                                             "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                                             "RETURNING id"));
+    s.Bind(1, model_row)
+        .Bind(2, req.ring)
+        .Bind(3, req.window)
+        .Bind(4, req.node)
+        .Bind(5, req.address)
+        .Bind(6, req.behind_nat ? 1 : 0)
+        .Bind(7, w.rate)
+        .Bind(8, now)
+        .Bind(9, now + lease_s)
+        .Bind(10, now)
+        .Bind(11, n == 0 ? 1 : 0)
+        .Bind(12, ToHex(nonce))
+        .Bind(13, picks);
+    grant.window.samples.clear();  // the market's secret: never sent
+    auto inserted = s.Step();
+    if (!inserted.ok() || !*inserted) {
+      const Status st = inserted.ok() ? Error("no id returned") : inserted.status();
+      // Another process took it between our read and our write (UNIQUE constraints).
+      return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
+                   req.window, req.ring, req.model, st.message());
+    }
+    claim_id = s.Int(0);
+    KV_RETURN_IF_ERROR(s.Run());  // SQLite commits no statement left halfway
+    KV_RETURN_IF_ERROR(BumpEpoch(model_row, req.ring));
   }
   KV_ASSIGN_OR_RETURN(grant.claim, ReadClaim(claim_id));
   KV_RETURN_IF_ERROR(txn->Commit());
@@ -129,8 +168,9 @@ Result<ClaimGrant> Store::Claim(const ClaimRequest& req, double now, double leas
   return grant;
 }
 
-Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
-                                        int64_t serving_epoch, double now, double lease_s) {
+Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t claim,
+                                        int64_t serving_epoch, double now, double lease_s,
+                                        const ProofAnswer* proof) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
@@ -138,21 +178,38 @@ Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
     return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
                  Short(c.node), Short(node));
   }
+  if (proof != nullptr && !c.proven) {
+    if (Status st = CheckProof(c, *proof); !st.ok()) {
+      if (st.code() != StatusCode::kForbidden) return st;
+      // Wrong bytes: the claim is evicted, and that is kept.
+      KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(c.model));
+      KV_RETURN_IF_ERROR(Evict(c.id, model_row, c.ring, c.node, now));
+      KV_RETURN_IF_ERROR(txn->Commit());
+      return Error(StatusCode::kForbidden, "{}; the claim is evicted", st.message());
+    }
+  }
   if (silent_) {
     // The market answers again after a silence: the nodes that kept trying must not lose their
     // claims for it, so every claim the silence kept gets a full lease from now.
-    KV_ASSIGN_OR_RETURN(auto g, db_->Prepare("UPDATE claims SET expires = max(expires, ?)"));
+    KV_ASSIGN_OR_RETURN(auto g, db_->Prepare("UPDATE claims SET expires = CASE WHEN expires > ?1 "
+                                             "THEN expires ELSE ?1 END"));
     KV_RETURN_IF_ERROR(g.Bind(1, now + lease_s_).Run());
+    KV_RETURN_IF_ERROR(SetMeta(kMetaSilenceEnd, now));
   }
-  KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
+  // One row every heartbeat would write: written at most once a second (what a silence of half
+  // a lease needs), so concurrent heartbeats do not all conflict on it.
+  if (silent_ || now - last_beat_ >= 1 || now < last_beat_) {
+    KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
+  }
   // serving_since: when it first reported this epoch (a report of -1 clears it).
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
-                                           "serving_since = CASE WHEN ?3 < 0 THEN 0 WHEN "
+                                           "serving_since = CASE WHEN CAST(?3 AS BIGINT) < 0 THEN 0 WHEN "
                                            "serving_epoch = ?3 THEN serving_since ELSE ?2 END, "
                                            "serving_epoch = ?3 WHERE id = ?4"));
   KV_RETURN_IF_ERROR(
       s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model));
+  // Only the claim's ring: a heartbeat costs the same whatever the size of its model.
+  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model, c.ring));
   if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
     return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
   }
@@ -160,11 +217,17 @@ Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
   reply.ring = models[0].rings[static_cast<size_t>(c.ring)];
   reply.model_id = models[0].model_id;
   KV_ASSIGN_OR_RETURN(reply.claim, ReadClaim(claim));
+  if (reply.claim.proven && reply.claim.serving_epoch == reply.ring.epoch) {
+    // It serves: the evictions it had are forgiven.
+    KV_ASSIGN_OR_RETURN(auto f, db_->Prepare("DELETE FROM strikes WHERE node = ?"));
+    KV_RETURN_IF_ERROR(f.Bind(1, node).Run());
+  }
+  if (!reply.claim.proven) KV_RETURN_IF_ERROR(ReadChallenge(claim, &reply));
   KV_RETURN_IF_ERROR(txn->Commit());
   return reply;
 }
 
-Status Store::Release(const std::string& node, int64_t claim, double now) {
+Status Store::ReleaseOnce(const std::string& node, int64_t claim, double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
@@ -179,7 +242,7 @@ Status Store::Release(const std::string& node, int64_t claim, double now) {
   return txn->Commit();
 }
 
-Status Store::RecordCheck(int64_t claim, const std::string& node, const std::string& address,
+Status Store::RecordCheckOnce(int64_t claim, const std::string& node, const std::string& address,
                           int64_t epoch, const Status& outcome, double now) {
   // No sweep: this only marks rows that are there, and a checker's Store need not know the lease.
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));

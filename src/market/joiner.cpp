@@ -16,7 +16,9 @@
 #include "base/human.h"
 #include "base/log.h"
 #include "market/api.h"
+#include "gguf/gguf_file.h"
 #include "market/market_client.h"
+#include "market/proof.h"
 #include "market/signed_request.h"
 #include "net/stream.h"
 #include "relay/ws_stream.h"
@@ -107,6 +109,7 @@ struct Joiner::Impl {
   bool beat_now = false;
   bool hb_stop = false;
   int64_t serving_epoch = -1;
+  std::optional<json> proof;  // the answer to the claim's challenge, sent until it is proven
 
   std::deque<std::vector<uint8_t>> receipts;  // guarded by mu
 
@@ -120,6 +123,9 @@ struct Joiner::Impl {
   void ServeClaim(const Grant& g);
   void HeartbeatLoop(int64_t claim, double interval_s);
   void ReceiptLoop();
+  // Answers the challenge of the heartbeat reply `beat`, if it has one, from the slice (the answer
+  // goes with the next heartbeat, which is sent at once).
+  Status AnswerChallenge(const std::string& slice, const json& beat);
   Result<std::unique_ptr<ring::Stage>> StartStage(const Grant& g, const std::string& slice,
                                                   const json& beat);
   Result<std::unique_ptr<ring::Stage>> StageFromBeat(const Grant& g, const std::string& slice,
@@ -231,14 +237,15 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
 
 void Joiner::Impl::HeartbeatLoop(int64_t claim, double interval_s) {
   while (true) {
-    int64_t epoch = -1;
+    json body;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (hb_stop) return;
-      epoch = serving_epoch;
+      body = {{"claim", claim}, {"serving_epoch", serving_epoch}};
+      if (proof) body["proof"] = *proof;
       beat_now = false;
     }
-    auto reply = client->PostSigned("/v1/heartbeat", {{"claim", claim}, {"serving_epoch", epoch}});
+    auto reply = client->PostSigned("/v1/heartbeat", body);
     {
       std::lock_guard<std::mutex> lock(mu);
       if (reply.ok()) {
@@ -258,6 +265,40 @@ void Joiner::Impl::HeartbeatLoop(int64_t claim, double interval_s) {
     cv.wait_for(lock, std::chrono::duration<double>(interval_s),
                 [&] { return hb_stop || beat_now; });
   }
+}
+
+Status Joiner::Impl::AnswerChallenge(const std::string& slice, const json& beat) {
+  auto it = beat.find("challenge");
+  if (it == beat.end()) {
+    std::lock_guard<std::mutex> lock(mu);
+    proof.reset();
+    return Status::Ok();
+  }
+  std::string nonce_hex;
+  std::vector<ProofRange> ranges;
+  try {
+    nonce_hex = it->at("nonce").get<std::string>();
+    for (const auto& r : it->at("ranges")) {
+      ranges.push_back({r.at("tensor").get<std::string>(), r.at("offset").get<uint64_t>(),
+                        r.at("length").get<uint32_t>()});
+    }
+  } catch (const std::exception& e) {
+    return Error("the market's challenge is malformed: {}", e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (proof && proof->value("nonce", std::string()) == nonce_hex) return Status::Ok();
+  }
+  KV_ASSIGN_OR_RETURN(std::string nonce, FromHex(nonce_hex, kProofNonceBytes));
+  KV_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(slice));
+  KV_ASSIGN_OR_RETURN(auto digests, market::AnswerChallenge(file, nonce, ranges));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    proof = json{{"nonce", nonce_hex}, {"digests", digests}};
+    beat_now = true;
+  }
+  cv.notify_all();
+  return Status::Ok();
 }
 
 void Joiner::Impl::ReceiptLoop() {
@@ -365,6 +406,7 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
     last_beat.reset();
     lost = hb_stop = beat_now = false;
     serving_epoch = -1;
+    proof.reset();
   }
   std::thread heartbeat([this, &g] { HeartbeatLoop(g.claim, std::min(g.lease_s / 3, o.poll_s)); });
 
@@ -407,6 +449,9 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       beat = last_beat;
     }
     if (!beat) continue;
+    if (Status st = AnswerChallenge(f.out_path, *beat); !st.ok()) {
+      KV_LOG_ERROR("join: cannot answer the market's challenge: {}", st.message());
+    }
     int64_t epoch = -1;
     bool complete = false;
     Neighbours want;

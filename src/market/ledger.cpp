@@ -28,6 +28,10 @@ Result<uint64_t> CheckedAdd(uint64_t a, uint64_t b, const std::string& what) {
 std::string NotReadyReason(const RingState& ring) {
   for (const WindowState& w : ring.windows) {
     if (!w.claim) return fmt::format("window {} is uncovered", w.window);
+    if (!w.claim->proven) {
+      return fmt::format("window {}'s holder {} has not proved that it holds the window's bytes",
+                         w.window, Short(w.claim->node));
+    }
     if (w.claim->serving_epoch != ring.epoch) {
       return fmt::format("window {}'s holder {} does not serve epoch {}", w.window,
                          Short(w.claim->node), ring.epoch);
@@ -43,7 +47,7 @@ std::string NotReadyReason(const RingState& ring) {
 
 }  // namespace
 
-Result<ReceiptRecord> Store::CreditReceipt(const std::string& receipt_id,
+Result<ReceiptRecord> Store::CreditReceiptOnce(const std::string& receipt_id,
                                            const std::string& model_id,
                                            const std::vector<ReceiptShare>& shares,
                                            const std::string& payload, double now,
@@ -245,7 +249,7 @@ Result<std::vector<ReceiptRecord>> Store::Receipts(const std::string& node, int 
         auto s, db_->Prepare("SELECT id, model, ring, tokens, time FROM receipts WHERE ? = '' OR "
                              "id IN (SELECT receipt FROM credits WHERE node = ?) ORDER BY time "
                              "DESC, id LIMIT ?"));
-    s.Bind(1, node).Bind(2, node).Bind(3, node.empty() ? limit : -1);
+    s.Bind(1, node).Bind(2, node).Bind(3, node.empty() ? int64_t{limit} : INT64_MAX);
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;

@@ -78,6 +78,7 @@ json MapToJson(const std::vector<ModelState>& models, double now, double lease_s
           // The market's check of the holder for this epoch (holders behind NAT are not dialed).
           if (w.claim->checked()) jw["checked"] = w.claim->verified_epoch == r.epoch;
           if (!w.claim->check_error.empty()) jw["check_error"] = w.claim->check_error;
+          jw["proven"] = w.claim->proven;
         }
         windows.push_back(std::move(jw));
       }
@@ -143,6 +144,13 @@ json HeartbeatToJson(const HeartbeatReply& reply, double now, const std::string&
     const ClaimInfo& next = *r.windows[(w + 1) % n].claim;
     out["pred"] = PeerJson(pred, reply.claim, true, relay_url, relay_secret);
     out["next"] = PeerJson(next, reply.claim, false, relay_url, relay_secret);
+  }
+  if (!reply.claim.proven) {
+    json ranges = json::array();
+    for (const ProofRange& p : reply.challenge) {
+      ranges.push_back({{"tensor", p.tensor}, {"offset", p.offset}, {"length", p.length}});
+    }
+    out["challenge"] = {{"nonce", reply.challenge_nonce}, {"ranges", ranges}};
   }
   return out;
 }

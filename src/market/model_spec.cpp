@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "gguf/gguf_file.h"
 #include "market/api.h"
+#include "market/proof.h"
 #include "model/arch/registry.h"
 #include "model/model_id.h"
 #include "planner/device_profile.h"
@@ -100,6 +102,16 @@ Result<ModelSpec> BuildModelSpec(const ModelSpecOptions& o, const HashProgressFn
     ring.push_back(std::move(w));
   }
   spec.rings.assign(static_cast<size_t>(o.rings), ring);
+  // Each window of each ring keeps samples of its own, so holders of one ring learn nothing of
+  // what another ring's holders are asked.
+  std::mt19937_64 rng(std::random_device{}());
+  for (auto& r : spec.rings) {
+    for (WindowSpec& w : r) {
+      std::vector<std::string> names;
+      for (const TensorDigest& t : w.tensors) names.push_back(t.name);
+      KV_ASSIGN_OR_RETURN(w.samples, SampleRanges(file, names, kSamplesPerWindow, rng));
+    }
+  }
   spec.max_rows_per_s = o.max_rows_per_s > 0 ? o.max_rows_per_s : RingRowsPerSecond(cost, cuts);
   return spec;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "market/store_rows.h"
@@ -25,7 +26,8 @@ CREATE TABLE IF NOT EXISTS rings(
 CREATE TABLE IF NOT EXISTS windows(
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
   window INT NOT NULL, first INT NOT NULL, last INT NOT NULL, bytes INT NOT NULL,
-  memory INT NOT NULL, tensors TEXT NOT NULL, PRIMARY KEY(model, ring, window));
+  memory INT NOT NULL, tensors TEXT NOT NULL, samples TEXT NOT NULL DEFAULT '[]',
+  PRIMARY KEY(model, ring, window));
 CREATE TABLE IF NOT EXISTS claims(
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
@@ -33,8 +35,11 @@ CREATE TABLE IF NOT EXISTS claims(
   rate REAL NOT NULL, created REAL NOT NULL, expires REAL NOT NULL, last_beat REAL NOT NULL,
   serving_epoch INT NOT NULL DEFAULT -1, serving_since REAL NOT NULL DEFAULT 0,
   verified_epoch INT NOT NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0,
-  check_error TEXT NOT NULL DEFAULT '',
+  check_error TEXT NOT NULL DEFAULT '', proven INT NOT NULL DEFAULT 1,
+  proof_nonce TEXT NOT NULL DEFAULT '', proof_picks TEXT NOT NULL DEFAULT '',
   UNIQUE(model, ring, window), UNIQUE(node));
+CREATE TABLE IF NOT EXISTS strikes(
+  node TEXT PRIMARY KEY, count INT NOT NULL, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS nonces(
   node TEXT NOT NULL, nonce TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY(node, nonce));
 CREATE TABLE IF NOT EXISTS demand(
@@ -51,6 +56,9 @@ CREATE INDEX IF NOT EXISTS credits_node ON credits(node);
 CREATE TABLE IF NOT EXISTS balances(
   node TEXT PRIMARY KEY, credit REAL NOT NULL, work INT NOT NULL, receipts INT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS claims_expires ON claims(expires);
+CREATE INDEX IF NOT EXISTS nonces_expires ON nonces(expires);
+CREATE INDEX IF NOT EXISTS demand_time ON demand(time);
 )sql";
 
 // Columns added since the first schema: a database made by an older market gets them (with
@@ -69,14 +77,30 @@ constexpr AddedColumn kAddedColumns[] = {
     {"claims", "verified_epoch", "INT NOT NULL DEFAULT -1"},
     {"claims", "verified_at", "REAL NOT NULL DEFAULT 0"},
     {"claims", "check_error", "TEXT NOT NULL DEFAULT ''"},
+    {"windows", "samples", "TEXT NOT NULL DEFAULT '[]'"},
+    {"claims", "proven", "INT NOT NULL DEFAULT 1"},
+    {"claims", "proof_nonce", "TEXT NOT NULL DEFAULT ''"},
+    {"claims", "proof_picks", "TEXT NOT NULL DEFAULT ''"},
 };
+
+// The same schema in PostgreSQL's types: 64-bit integers, doubles, bytea, serial ids, and the
+// column `window` quoted (a reserved word there).
+std::string PostgresSchema() {
+  std::string s = kSchema;
+  s = std::regex_replace(s, std::regex("INTEGER PRIMARY KEY AUTOINCREMENT|INTEGER PRIMARY KEY"),
+                         "BIGSERIAL PRIMARY KEY");
+  s = std::regex_replace(s, std::regex("\\bINT\\b"), "BIGINT");
+  s = std::regex_replace(s, std::regex("\\bREAL\\b"), "DOUBLE PRECISION");
+  s = std::regex_replace(s, std::regex("\\bBLOB\\b"), "BYTEA");
+  return std::regex_replace(s, std::regex("\\bwindow\\b"), "\"window\"");
+}
 
 }  // namespace
 
 const char* const kClaimColumns =
     "c.id, m.name, c.ring, c.window, c.node, c.address, c.behind_nat, c.rate, c.created, "
     "c.expires, c.last_beat, c.serving_epoch, c.serving_since, c.verified_epoch, c.verified_at, "
-    "c.check_error";
+    "c.check_error, c.proven";
 
 ClaimInfo ClaimFromRow(const Stmt& s, int c0) {
   // Column order of kClaimColumns.
@@ -97,6 +121,7 @@ ClaimInfo ClaimFromRow(const Stmt& s, int c0) {
   c.verified_epoch = s.Int(c0 + 13);
   c.verified_at = s.Real(c0 + 14);
   c.check_error = s.Text(c0 + 15);
+  c.proven = s.Int(c0 + 16) != 0;
   return c;
 }
 
@@ -110,6 +135,15 @@ double RewardRate(int64_t recent_demand, int uncovered_windows, int total_window
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   KV_ASSIGN_OR_RETURN(auto db, Db::Open(path));
+  if (db->postgres()) {
+    // Processes starting together must not create the tables at once (the catalog's own unique
+    // keys would refuse one of them).
+    KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_lock(7305)"));
+    Status made = db->Exec(PostgresSchema());
+    KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_unlock(7305)"));
+    KV_RETURN_IF_ERROR(made);
+    return std::unique_ptr<Store>(new Store(std::move(db)));
+  }
   KV_RETURN_IF_ERROR(db->Exec(kSchema));
   for (const AddedColumn& c : kAddedColumns) {
     KV_ASSIGN_OR_RETURN(auto s, db->Prepare(fmt::format("SELECT 1 FROM pragma_table_info('{}') "
@@ -136,7 +170,7 @@ Status Store::SetMeta(const char* key, double value) {
   return s.Bind(1, std::string_view(key)).Bind(2, value).Run();
 }
 
-Status Store::Resume(double now) {
+Status Store::ResumeOnce(double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(SetMeta(kMetaResumedAt, now));
   return txn->Commit();
@@ -163,6 +197,7 @@ Status Store::Sweep(double now) {
   KV_ASSIGN_OR_RETURN(const double resumed_at, Meta(kMetaResumedAt));
   double lease_clock = now, silence_start = now;
   silent_ = last_beat > 0 && now - last_beat > lease_s_ / 2;
+  last_beat_ = last_beat;
   if (silent_) {
     silence_start = last_beat + lease_s_ / 2;
     const double origin = std::max(silence_start, resumed_at);
@@ -190,11 +225,18 @@ Status Store::Sweep(double now) {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM nonces WHERE expires <= ?"));
     KV_RETURN_IF_ERROR(s.Bind(1, now).Run());
   }
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM demand WHERE time < ?"));
-  return s.Bind(1, now - kRecentSeconds).Run();
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM demand WHERE time < ?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, now - kRecentSeconds).Run());
+  }
+  // Nobody could report serving during a silence; and deadlines are coarse, so the scan (over
+  // every claim) runs at most once a second.
+  if (silent_ || (now >= evict_scan_at_ && now - evict_scan_at_ < 1)) return Status::Ok();
+  evict_scan_at_ = now;
+  return EvictIdle(now);
 }
 
-Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
+Status Store::AddModelOnce(const ModelSpec& spec, bool replace, double now) {
   // 0 is allowed (the model earns nothing until it is added again with a bound).
   if (!(spec.max_rows_per_s >= 0) || !std::isfinite(spec.max_rows_per_s)) {
     return Error("model '{}': max_rows_per_s must be a number of token rows per second, not {}",
@@ -221,16 +263,18 @@ Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
   }
   KV_ASSIGN_OR_RETURN(auto ins, db_->Prepare("INSERT INTO models(name, model_id, url, n_layer, "
                                              "ctx, added, max_rows_per_s) VALUES(?, ?, ?, ?, ?, "
-                                             "?, ?)"));
-  KV_RETURN_IF_ERROR(ins.Bind(1, spec.name)
+                                             "?, ?) RETURNING id"));
+  KV_ASSIGN_OR_RETURN(const bool inserted, ins.Bind(1, spec.name)
                          .Bind(2, spec.model_id)
                          .Bind(3, spec.url)
                          .Bind(4, spec.n_layer)
                          .Bind(5, spec.ctx)
                          .Bind(6, now)
                          .Bind(7, spec.max_rows_per_s)
-                         .Run());
-  const int64_t model_row = db_->LastInsertId();
+                         .Step());
+  if (!inserted) return Error("{}: model '{}': no id returned", db_->path(), spec.name);
+  const int64_t model_row = ins.Int(0);
+  KV_RETURN_IF_ERROR(ins.Run());  // SQLite commits no statement left halfway
   for (size_t r = 0; r < spec.rings.size(); ++r) {
     KV_ASSIGN_OR_RETURN(auto ring, db_->Prepare("INSERT INTO rings(model, ring) VALUES(?, ?)"));
     KV_RETURN_IF_ERROR(ring.Bind(1, model_row).Bind(2, static_cast<int>(r)).Run());
@@ -239,8 +283,8 @@ Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
       nlohmann::json tensors = nlohmann::json::array();
       for (const auto& t : win.tensors) tensors.push_back({{"name", t.name}, {"sha256", t.sha256}});
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO windows(model, ring, window, first, "
-                                               "last, bytes, memory, tensors) VALUES(?, ?, ?, ?, "
-                                               "?, ?, ?, ?)"));
+                                               "last, bytes, memory, tensors, samples) VALUES(?, "
+                                               "?, ?, ?, ?, ?, ?, ?, ?)"));
       KV_RETURN_IF_ERROR(s.Bind(1, model_row)
                              .Bind(2, static_cast<int>(r))
                              .Bind(3, static_cast<int>(w))
@@ -249,13 +293,15 @@ Status Store::AddModel(const ModelSpec& spec, bool replace, double now) {
                              .Bind(6, static_cast<int64_t>(win.bytes))
                              .Bind(7, static_cast<int64_t>(win.memory))
                              .Bind(8, tensors.dump())
+                             .Bind(9, SamplesToJson(win.samples))
                              .Run());
     }
   }
   return txn->Commit();
 }
 
-Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string& only) {
+Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string& only,
+                                                  int only_ring) {
   std::vector<ModelState> models;
   std::vector<int64_t> rows;
   {
@@ -305,9 +351,9 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
     }
     {
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT ring, window, first, last, bytes, memory "
-                                               "FROM windows WHERE model = ? ORDER BY ring, "
-                                               "window"));
-      s.Bind(1, rows[i]);
+                                               "FROM windows WHERE model = ?1 AND (?2 < 0 OR "
+                                               "ring = ?2) ORDER BY ring, window"));
+      s.Bind(1, rows[i]).Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
@@ -326,9 +372,9 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       // Every claim left after the sweep is live.
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format(
                                       "SELECT {} FROM claims c JOIN models m ON m.id = c.model "
-                                      "WHERE c.model = ?",
+                                      "WHERE c.model = ?1 AND (?2 < 0 OR c.ring = ?2)",
                                       kClaimColumns)));
-      s.Bind(1, rows[i]);
+      s.Bind(1, rows[i]).Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
@@ -357,7 +403,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
           continue;
         }
         const ClaimInfo& c = *w.claim;
-        if (c.serving_epoch != r.epoch) r.serving = r.ready = false;
+        if (c.serving_epoch != r.epoch || !c.proven) r.serving = r.ready = false;
         if (c.checked() && c.verified_epoch != r.epoch) r.ready = false;
         r.ready_since =
             std::max({r.ready_since, c.serving_since, c.checked() ? c.verified_at : 0.0});
@@ -368,7 +414,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
   return models;
 }
 
-Result<std::vector<ModelState>> Store::Map(double now) {
+Result<std::vector<ModelState>> Store::MapOnce(double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, ""));
@@ -376,7 +422,7 @@ Result<std::vector<ModelState>> Store::Map(double now) {
   return models;
 }
 
-Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& model,
+Result<std::pair<ModelState, RingState>> Store::PickRingOnce(const std::string& model,
                                                          const std::string& source, double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
@@ -431,19 +477,19 @@ Result<std::pair<ModelState, RingState>> Store::PickRing(const std::string& mode
   return std::pair<ModelState, RingState>{m, *best};
 }
 
-Result<bool> Store::UseNonce(const std::string& node, const std::string& nonce, double now,
+Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& nonce, double now,
                              double keep_s) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT OR IGNORE INTO nonces(node, nonce, expires) "
-                                           "VALUES(?, ?, ?)"));
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO nonces(node, nonce, expires) VALUES(?, "
+                                           "?, ?) ON CONFLICT DO NOTHING"));
   KV_RETURN_IF_ERROR(s.Bind(1, node).Bind(2, nonce).Bind(3, now + keep_s).Run());
   const bool fresh = db_->Changes() == 1;
   KV_RETURN_IF_ERROR(txn->Commit());
   return fresh;
 }
 
-Result<std::pair<int64_t, int64_t>> Store::Counts(double now) {
+Result<std::pair<int64_t, int64_t>> Store::CountsOnce(double now) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT (SELECT count(*) FROM models), (SELECT "

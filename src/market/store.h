@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "market/sqlite.h"
+#include "market/proof.h"
+#include "market/sql.h"
 
 namespace kvasir::market {
 
@@ -31,6 +32,20 @@ inline constexpr double kRecentSeconds = 600;
 inline constexpr double kMaxForgivenSilenceSeconds = 600;
 // A ring's unused credit allowance is kept for at most this many seconds of its rate.
 inline constexpr double kCreditBurstSeconds = 60;
+// The longest cool-down an evicted key waits before it may claim again.
+inline constexpr double kMaxCooldownSeconds = 86400;
+
+// When claims that do not serve are evicted (docs/MARKET.md, "Claims must serve"). A claim in a
+// complete ring must serve the ring's epoch (and have proved that it holds its window's bytes)
+// within deadline_s + the window's bytes / floor_bytes_per_s of the ring becoming complete (or
+// of the market process starting, if later); an evicted key may claim again only after
+// cooldown_s x 2^(evictions - 1) (at most kMaxCooldownSeconds), and its count of evictions is
+// forgotten once one of its claims serves.
+struct EvictionPolicy {
+  double deadline_s = 60;
+  double floor_bytes_per_s = 10e6;
+  double cooldown_s = 60;
+};
 
 struct TensorDigest {
   std::string name;
@@ -42,6 +57,9 @@ struct WindowSpec {
   uint64_t bytes = 0;       // weights held
   uint64_t memory = 0;      // weights + KV at ctx + runtime
   std::vector<TensorDigest> tensors;
+  // Ranges of the window's tensors with their bytes, for challenging holders (proof.h); none for
+  // a window added by an older market, whose holders are not challenged.
+  std::vector<RangeSample> samples;
 };
 
 struct ModelSpec {
@@ -71,6 +89,9 @@ struct ClaimInfo {
   int64_t verified_epoch = -1;  // the ring epoch for which the market's check of it passed
   double verified_at = 0;
   std::string check_error;  // why the last check failed, or empty
+  // Whether the holder proved that it holds the window's bytes (always, for a window without
+  // samples). Until it has, it does not count as serving.
+  bool proven = true;
   // Whether the market dials it before its ring is ready (it has an address).
   bool checked() const { return !behind_nat; }
 };
@@ -124,6 +145,15 @@ struct HeartbeatReply {
   ClaimInfo claim;
   RingState ring;
   std::string model_id;  // 32 hex digits
+  // While the claim has not proved its bytes: the challenge to answer (nonce as 32 hex digits).
+  std::string challenge_nonce;
+  std::vector<ProofRange> challenge;
+};
+
+// A holder's answer to its claim's challenge, sent with a heartbeat.
+struct ProofAnswer {
+  std::string nonce;                 // 32 hex digits, the challenge's
+  std::vector<std::string> digests;  // 64 hex digits each, in the challenge's order
 };
 
 // One signer's share of a receipt, as the caller verified it.
@@ -163,12 +193,16 @@ double RewardRate(int64_t recent_demand, int uncovered_windows, int total_window
 class Store {
  public:
   // Opens or creates the database and its schema (adding the columns a database made by an
-  // older market lacks).
+  // older market lacks): a SQLite file, or a `postgresql://` URL (sql.h). Several Stores, in one
+  // process or several, may share one database.
   static Result<std::unique_ptr<Store>> Open(const std::string& path);
 
   // The lease the market runs with: the silence that stops leases is half of it, and the grace
   // after one is all of it. MarketApi sets it from its configuration.
   void set_lease_s(double lease_s) { lease_s_ = lease_s; }
+  void set_eviction(const EvictionPolicy& policy) { eviction_ = policy; }
+  // The database, as messages name it (a path, or a URL without its password).
+  const std::string& db_name() const { return db_->path(); }
   // Marks the start of a market process: the time it was down counts as silence with no limit
   // (only the silence after the start is limited to kMaxForgivenSilenceSeconds).
   Status Resume(double now);
@@ -179,13 +213,16 @@ class Store {
 
   // Takes (or renews, when the node holds it) a window for lease_s. kNotFound for an unknown
   // model, ring or window; kConflict when another node holds the window or this node holds
-  // another claim; kInvalidInput when window 0 is claimed without an address.
+  // another claim; kInvalidInput when window 0 is claimed without an address; kForbidden while
+  // the node cools down after an eviction (the message says for how long).
   Result<ClaimGrant> Claim(const ClaimRequest& request, double now, double lease_s);
   // Renews the node's claim and records the epoch it serves (-1: not serving). kNotFound when
   // the claim is gone, kForbidden when it is another node's. The first heartbeat after a silence
-  // gives every claim a full lease from `now`.
+  // gives every claim a full lease from `now`. `proof` answers the claim's challenge: a wrong
+  // answer evicts the claim (kForbidden, naming the range that did not match).
   Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
-                                   double now, double lease_s);
+                                   double now, double lease_s,
+                                   const ProofAnswer* proof = nullptr);
   // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
   Status Release(const std::string& node, int64_t claim, double now);
 
@@ -230,17 +267,65 @@ class Store {
 
  private:
   explicit Store(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  // Runs `once` (one transaction) again while it failed for a concurrent transaction of another
+  // connection (PostgreSQL's serialization failures: each round of a conflict lets one of its
+  // transactions commit), at most kMaxAttempts times in all, after a short random wait that grows.
+  template <class F>
+  auto Retry(F&& once) -> decltype(once()) {
+    constexpr int kMaxAttempts = 64;
+    for (int attempt = 1;; ++attempt) {
+      auto r = once();
+      if (r.ok() || !db_->TakeRetryable() || attempt == kMaxAttempts) return r;
+      BackOff(attempt);
+    }
+  }
+  static void BackOff(int attempt);
+  // The public methods' single attempts.
+  Status ResumeOnce(double now);
+  Status AddModelOnce(const ModelSpec& spec, bool replace, double now);
+  Result<ClaimGrant> ClaimOnce(const ClaimRequest& request, double now, double lease_s);
+  Result<HeartbeatReply> HeartbeatOnce(const std::string& node, int64_t claim,
+                                       int64_t serving_epoch, double now, double lease_s,
+                                       const ProofAnswer* proof);
+  Status ReleaseOnce(const std::string& node, int64_t claim, double now);
+  Result<std::vector<ModelState>> MapOnce(double now);
+  Result<std::pair<ModelState, RingState>> PickRingOnce(const std::string& model,
+                                                        const std::string& source, double now);
+  Status RecordCheckOnce(int64_t claim, const std::string& node, const std::string& address,
+                         int64_t epoch, const Status& outcome, double now);
+  Result<bool> UseNonceOnce(const std::string& node, const std::string& nonce, double now,
+                            double keep_s);
+  Result<ReceiptRecord> CreditReceiptOnce(const std::string& receipt_id,
+                                          const std::string& model_id,
+                                          const std::vector<ReceiptShare>& shares,
+                                          const std::string& payload, double now,
+                                          const std::function<Status()>& verify);
+  Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
   // Expires what is due (claims by the lease clock, old nonces and demand) and notes whether the
   // market is in a silence. Every transaction starts with it.
   Status Sweep(double now);
   Result<double> Meta(const char* key);
   Status SetMeta(const char* key, double value);
   Status BumpEpoch(int64_t model_row, int ring);
+  // Evicts the claims of complete rings that missed their deadline to serve (EvictionPolicy).
+  Status EvictIdle(double now);
+  // Deletes a claim as evicted (epoch bumped, the node's cool-down started).
+  Status Evict(int64_t claim, int64_t model_row, int ring, const std::string& node, double now);
+  // Checks `proof` against the claim's challenge; marks the claim proven when it matches.
+  Status CheckProof(const ClaimInfo& c, const ProofAnswer& proof);
+  // The claim's challenge (nonce and ranges, without their bytes) into `reply`.
+  Status ReadChallenge(int64_t claim, HeartbeatReply* reply);
   Result<int64_t> ModelRow(const std::string& name);
-  Result<std::vector<ModelState>> ReadModels(double now, const std::string& only);
+  // Every model, or only the one named `only`; with `only_ring` >= 0, the windows and claims of
+  // that ring only (the other rings come without them: what a heartbeat needs).
+  Result<std::vector<ModelState>> ReadModels(double now, const std::string& only,
+                                             int only_ring = -1);
   Result<ClaimInfo> ReadClaim(int64_t claim);
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
+  EvictionPolicy eviction_;
+  double evict_scan_at_ = 0;  // `now` of the last scan for idle claims
+  double last_beat_ = 0;  // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;  // as of the last Sweep: no heartbeat answered for half a lease
 };
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "market/sqlite.h"
+#include "market/sql.h"
 #include "market/store.h"
 
 namespace kvasir::market {
@@ -18,6 +18,8 @@ ClaimInfo ClaimFromRow(const Stmt& s, int c0);
 // process.
 inline constexpr const char* kMetaLastBeat = "last_beat";
 inline constexpr const char* kMetaResumedAt = "resumed_at";
+// When the last silence ended (its first heartbeat answered): deadlines to serve start again then.
+inline constexpr const char* kMetaSilenceEnd = "silence_end";
 
 // The first 8 hex digits of a key, for messages.
 inline std::string Short(const std::string& hex) { return hex.substr(0, 8); }

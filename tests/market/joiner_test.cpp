@@ -8,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <set>
 #include <thread>
 
 #include <signal.h>
@@ -83,6 +87,7 @@ class JoinerTest : public ::testing::Test {
     mo.model_path = model_;
     mo.url = nginx_->Url("/stories260K.gguf");
     mo.windows = 3;
+    mo.rings = Rings();
     mo.ctx = 256;
     auto spec = BuildModelSpec(mo);
     ASSERT_TRUE(spec.ok()) << spec.status().message();
@@ -90,7 +95,7 @@ class JoinerTest : public ::testing::Test {
     auto checker = StartStoreChecker(dir_.File("market.sqlite"));
     ASSERT_TRUE(checker.ok()) << checker.status().message();
     checker_ = std::move(checker).value();
-    api_ = std::make_unique<MarketApi>(store_.get(), MarketConfig{Lease(), 120, "", ""},
+    api_ = std::make_unique<MarketApi>(store_.get(), MarketConfig{Lease(), 120, "", "", Eviction()},
                                        checker_.get());
     MarketServerOptions so;
     so.listen = "127.0.0.1:0";
@@ -118,6 +123,8 @@ class JoinerTest : public ::testing::Test {
   }
   virtual double Lease() const { return 4; }
   virtual bool Tls() const { return false; }
+  virtual int Rings() const { return 1; }
+  virtual EvictionPolicy Eviction() const { return {}; }
 
   void AddNode(int n) {
     nodes_.push_back(std::make_unique<Node>(url_, n, dir_.File("cache-" + std::to_string(n))));
@@ -289,6 +296,128 @@ TEST_F(JoinerTest, AJoinerRefusesAnImpostorNeighbour) {
   EXPECT_EQ(ring["windows"][1]["state"], "claimed");
   auto pick = client_->Get("/v1/rings/stories260K");
   EXPECT_EQ(pick.status().code(), StatusCode::kUnavailable);
+}
+
+// The Sybil squat replayed: 50 keys claim every window they can (each as soon as one is uncovered,
+// a faster loop than any joiner's), say they serve, and never fetch a byte; six honest joiners
+// want the same two rings. Every squatter is evicted at its deadline (it never proves its bytes)
+// and cools down for longer than the test, no honest holder is ever evicted, and both rings end
+// up served by honest joiners: within the time the squatters' keys last (50 keys over 6 windows:
+// 9 rounds of the deadline) plus a few deadlines for the joiners.
+class JoinerSybilTest : public JoinerTest {
+ protected:
+  int Rings() const override { return 2; }
+  EvictionPolicy Eviction() const override { return {kDeadline, 1e12, 3600}; }
+  static constexpr double kDeadline = 4;
+};
+
+TEST_F(JoinerSybilTest, SquattersThatNeverServeAreEvictedAndHonestJoinersServe) {
+  constexpr int kSquatters = 50;
+  struct Squatter {
+    std::optional<MarketClient> client;
+    std::string key;
+    int64_t claim = 0;
+    int claims = 0;
+    bool evicted = false, cooling = false;
+  };
+  std::vector<Squatter> sq(kSquatters);
+  for (int i = 0; i < kSquatters; ++i) {
+    auto k = std::make_shared<const ring::NodeKey>(KeyN(200 + i));
+    sq[i].key = ring::PublicKeyHex(k->public_key());
+    sq[i].client.emplace(std::move(MarketClient::Create(url_, k)).value());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> honest_evicted{0};
+  std::thread attack([&] {
+    for (; !stop; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {  // its pace
+      const json m = Map();
+      if (m.is_null()) continue;
+      for (Squatter& s : sq) {
+        if (s.cooling) continue;
+        if (s.claim != 0) {
+          // Lies that it serves the ring's current epoch.
+          for (const auto& r : m["models"][0]["rings"]) {
+            for (const auto& w : r["windows"]) {
+              if (w.value("claim", int64_t{0}) != s.claim) continue;
+              auto b = s.client->PostSigned(
+                  "/v1/heartbeat", {{"claim", s.claim}, {"serving_epoch", r["epoch"]}});
+              if (!b.ok()) s.claim = 0;
+            }
+          }
+          if (m.dump().find(s.key) == std::string::npos) {
+            s.claim = 0;
+            s.evicted = true;
+          }
+          continue;
+        }
+        for (const auto& r : m["models"][0]["rings"]) {
+          for (const auto& w : r["windows"]) {
+            if (s.claim != 0 || s.cooling || w["state"] != "uncovered") continue;
+            auto g = s.client->PostSigned("/v1/claims", {{"model", "stories260K"},
+                                                         {"ring", r["ring"]},
+                                                         {"window", w["window"]},
+                                                         {"address", "127.0.0.1:9"}});
+            if (g.ok()) {
+              s.claim = (*g)["claim"].get<int64_t>();
+              ++s.claims;
+            } else if (g.status().code() == StatusCode::kForbidden) {
+              s.cooling = true;
+            }
+          }
+        }
+      }
+    }
+  });
+  const auto t0 = Clock::now();
+  for (int n = 1; n <= 6; ++n) AddNode(n);
+  std::vector<std::string> honest;
+  for (const auto& n : nodes_) honest.push_back(n->key_hex);
+  // Honest holders never lose a claim: a holder seen once stays until the end.
+  std::set<std::string> seen;
+  const double bound = (kSquatters / 6 + 1) * (kDeadline + 1) + 6 * kDeadline;
+  const bool served = WaitMap(bound, [&](const json& m) {
+    bool both = true;
+    for (const auto& r : m["models"][0]["rings"]) {
+      both = both && r["ready"].get<bool>();
+      for (const auto& w : r["windows"]) {
+        const std::string h = w.value("holder", std::string());
+        if (std::find(honest.begin(), honest.end(), h) != honest.end()) seen.insert(h);
+      }
+    }
+    for (const std::string& h : seen) {
+      if (m.dump().find(h) == std::string::npos) ++honest_evicted;
+    }
+    return both;
+  });
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  stop = true;
+  attack.join();
+  EXPECT_TRUE(served) << "after " << took << " s (bound " << bound << " s)";
+  EXPECT_EQ(honest_evicted.load(), 0);
+  const json m = Map();
+  for (const auto& r : m["models"][0]["rings"]) {
+    for (const auto& w : r["windows"]) {
+      const std::string h = w.value("holder", std::string());
+      EXPECT_NE(std::find(honest.begin(), honest.end(), h), honest.end()) << w;
+    }
+  }
+  // Every squatter that got a window lost it at its deadline and now cools down; together they
+  // claimed at least as often as the windows they held in turn.
+  int claimed = 0;
+  for (Squatter& s : sq) {
+    if (s.claims == 0) continue;
+    ++claimed;
+    auto g = s.client->PostSigned("/v1/claims", {{"model", "stories260K"},
+                                                 {"ring", 0},
+                                                 {"window", 1},
+                                                 {"address", "127.0.0.1:9"}});
+    EXPECT_EQ(g.status().code(), StatusCode::kForbidden) << g.status().message();
+    EXPECT_NE(g.status().message().find("evicted"), std::string::npos) << g.status().message();
+  }
+  EXPECT_GE(claimed, 6);
+  std::printf("sybil: %d of %d squatter keys claimed; both rings served by honest joiners after "
+              "%.1f s (bound %.1f s)\n",
+              claimed, kSquatters, took, bound);
 }
 
 // `kvasir join` over TLS (the market's certificate given with --ca), with a long lease: SIGINT

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "market/sqlite.h"
+#include "market/sql.h"
 #include "market_fixture.h"
 #include "market_test_util.h"
 
@@ -21,7 +21,7 @@ using nlohmann::json;
 // Leases long enough that nothing expires while the tests move the clock by hours.
 class CreditTest : public MarketFixture {
  protected:
-  void SetUp() override { Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", ""}); }
+  void SetUp() override { Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", "", {}}); }
 };
 
 TEST_F(CreditTest, ASessionEarnsForNoMoreRowsThanTheContext) {
@@ -57,6 +57,9 @@ TEST_F(CreditTest, ClaimsThatNeverServedEarnNothing) {
 }
 
 TEST_F(CreditTest, ASessionCannotHaveRunBeforeTheRingWasReady) {
+  MarketConfig config{7200, 120, "", "", {}};
+  config.eviction.deadline_s = 1000;  // the holders take 100 s to serve, and are not evicted
+  MakeApi(config);
   const auto ids = FillRing(kT0);
   MakeReady(ids, kT0 + 100);
   // Ready for 0.125 s at 1000 rows/s: 125 rows at most.
@@ -125,7 +128,7 @@ TEST_F(CreditTest, ABalanceThatWouldOverflowRefusesTheReceipt) {
   ASSERT_EQ(Submit(Session(20, 1), kT0 + 10).status, 200);
   {
     // A balance at the edge of what the ledger can count.
-    auto db = Db::Open(dir_.File("market.sqlite"));
+    auto db = Db::Open(db_);
     ASSERT_TRUE(db.ok());
     auto s = (*db)->Prepare("UPDATE balances SET work = ? WHERE node = ?");
     ASSERT_TRUE(s.ok());
@@ -149,7 +152,7 @@ TEST_F(CreditTest, ABalanceThatWouldOverflowRefusesTheReceipt) {
 class DemandTest : public MarketFixture {
  protected:
   void SetUp() override {
-    Open(kvasir::testing::TestModel("tiny", 2), MarketConfig{7200, 120, "", ""});
+    Open(kvasir::testing::TestModel("tiny", 2), MarketConfig{7200, 120, "", "", {}});
   }
   void AskFrom(int addresses, double now) {
     for (int i = 0; i < addresses; ++i) {

@@ -11,6 +11,7 @@
 
 #include "market/api.h"
 #include "market_test_util.h"
+#include "pg_server.h"
 #include "test_assets.h"
 
 namespace kvasir::market {
@@ -22,10 +23,14 @@ class MarketFixture : public ::testing::Test {
   void SetUp() override { Open(kvasir::testing::TestModel()); }
   // A fresh database with `model`, and the API with `config` (the lease is what tests vary).
   void Open(const ModelSpec& model, MarketConfig config = {}) {
-    auto s = Store::Open(dir_.File("market.sqlite"));
+    std::string why;
+    db_ = kvasir::testing::MarketDbTarget(dir_, &why);
+    if (db_.empty()) KV_SKIP_OR_FAIL("PostgreSQL: " + why);
+    auto s = Store::Open(db_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     store_ = std::move(s).value();
-    ASSERT_TRUE(store_->AddModel(model, false, kT0).ok());
+    Status added = store_->AddModel(model, false, kT0);
+    ASSERT_TRUE(added.ok()) << added.message();
     MakeApi(std::move(config));
   }
   void MakeApi(MarketConfig c) {
@@ -35,7 +40,7 @@ class MarketFixture : public ::testing::Test {
   void Reopen(MarketConfig c = {}) {
     api_.reset();
     store_.reset();
-    auto s = Store::Open(dir_.File("market.sqlite"));
+    auto s = Store::Open(db_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     store_ = std::move(s).value();
     MakeApi(std::move(c));
@@ -111,6 +116,7 @@ class MarketFixture : public ::testing::Test {
   }
 
   kvasir::testing::TempDir dir_;
+  std::string db_;  // what the store opens: a SQLite file, or a PostgreSQL URL (pg_server.h)
   std::unique_ptr<Store> store_;
   kvasir::testing::FakeChecks checks_;
   std::unique_ptr<MarketApi> api_;

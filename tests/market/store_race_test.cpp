@@ -41,7 +41,7 @@ class StoreRaceTest : public MarketFixture {
     std::vector<std::thread> threads;
     for (int i = 0; i < kRacers; ++i) {
       threads.emplace_back([&, i] {
-        auto s = Store::Open(dir_.File("market.sqlite"));
+        auto s = Store::Open(db_);
         ASSERT_TRUE(s.ok()) << s.status().message();
         ++ready;
         while (!go.load()) std::this_thread::yield();
@@ -101,7 +101,7 @@ TEST_F(StoreRaceTest, ExactlyOneOfManyProcessesWinsAWindow) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       close(go[1]);
-      auto s = Store::Open(dir_.File("market.sqlite"));
+      auto s = Store::Open(db_);
       if (!s.ok()) _exit(2);
       char c;
       (void)!read(go[0], &c, 1);  // returns at EOF: the parent closed its end

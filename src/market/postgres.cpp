@@ -1,0 +1,194 @@
+// The PostgreSQL back end of sql.h, over libpq. Parameters go as text with the type they were
+// bound as (bigint, double precision, text), blobs as binary bytea; rows come back as text.
+#include <fmt/format.h>
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "market/sql.h"
+
+namespace kvasir::market {
+namespace {
+
+// Parameter types (pg_type OIDs): each parameter is sent with the type it was bound as.
+constexpr unsigned kInt8Oid = 20, kTextOid = 25, kFloat8Oid = 701, kByteaOid = 17;
+
+// `?N` -> `$N`, each bare `?` -> `$N` numbered as SQLite does, and the column `window` quoted. The store's SQL has
+// no `?` or `window` inside string literals.
+std::string Translate(std::string_view sql) {
+  std::string out;
+  int next = 0;
+  for (size_t i = 0; i < sql.size(); ++i) {
+    const char c = sql[i];
+    if (c == '?') {
+      size_t j = i + 1;
+      while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9') ++j;
+      // As SQLite numbers them: a bare `?` is one more than the largest number so far.
+      const int n = j > i + 1 ? std::atoi(std::string(sql.substr(i + 1, j - i - 1)).c_str())
+                              : next + 1;
+      next = std::max(next, n);
+      out += '$' + std::to_string(n);
+      i = j - 1;
+      continue;
+    }
+    auto word = [&](size_t at) {
+      return at < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[at])) != 0 ||
+                                 sql[at] == '_');
+    };
+    if (c == 'w' && sql.substr(i, 6) == "window" && !word(i + 6) && (i == 0 || !word(i - 1))) {
+      out += "\"window\"";
+      i += 5;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+class PgDb;
+
+class PgStmt final : public StmtImpl {
+ public:
+  PgStmt(PgDb* db, std::string sql) : db_(db), sql_(std::move(sql)) {}
+  ~PgStmt() override { PQclear(result_); }
+  Status BindInt(int i, int64_t v) override { return Set(i, std::to_string(v), kInt8Oid); }
+  Status BindReal(int i, double v) override { return Set(i, fmt::format("{}", v), kFloat8Oid); }
+  Status BindText(int i, std::string_view v) override { return Set(i, std::string(v), kTextOid); }
+  Status BindBlob(int i, std::string_view v) override { return Set(i, std::string(v), kByteaOid); }
+  Result<bool> Step() override;
+  int64_t Int(int col) const override {
+    const char* v = PQgetvalue(result_, row_, col);
+    if (v[0] == 't' && v[1] == '\0') return 1;  // a boolean
+    return std::strtoll(v, nullptr, 10);
+  }
+  double Real(int col) const override { return std::strtod(PQgetvalue(result_, row_, col), nullptr); }
+  std::string Text(int col) const override {
+    return std::string(PQgetvalue(result_, row_, col),
+                       static_cast<size_t>(PQgetlength(result_, row_, col)));
+  }
+  bool IsNull(int col) const override { return PQgetisnull(result_, row_, col) != 0; }
+
+ private:
+  Status Set(int i, std::string v, unsigned type) {
+    if (i < 1 || i > 64) return Error("parameter {} of '{}': out of range", i, sql_.substr(0, 60));
+    if (static_cast<size_t>(i) > values_.size()) {
+      values_.resize(static_cast<size_t>(i));
+      types_.resize(static_cast<size_t>(i));
+    }
+    values_[static_cast<size_t>(i - 1)] = std::move(v);
+    types_[static_cast<size_t>(i - 1)] = type;
+    return Status::Ok();
+  }
+  PgDb* db_;
+  std::string sql_;
+  std::vector<std::optional<std::string>> values_;
+  std::vector<unsigned> types_;
+  PGresult* result_ = nullptr;
+  int row_ = -1, rows_ = 0;
+  bool ran_ = false;
+};
+
+class PgDb final : public Db {
+ public:
+  PgDb(PGconn* conn, std::string name) : Db(std::move(name)), conn_(conn) {}
+  ~PgDb() override { PQfinish(conn_); }
+  Result<Stmt> Prepare(std::string_view sql) override {
+    return Stmt(std::make_unique<PgStmt>(this, Translate(sql)));
+  }
+  Status Exec(std::string_view sql) override {
+    PGresult* r = PQexec(conn_, std::string(sql).c_str());
+    Status s = Check(r, sql);
+    PQclear(r);
+    return s;
+  }
+  int64_t Changes() const override { return changes_; }
+  Status Begin() override { return Exec("BEGIN ISOLATION LEVEL SERIALIZABLE"); }
+  bool postgres() const override { return true; }
+
+  PGconn* conn() { return conn_; }
+  void set_changes(int64_t n) { changes_ = n; }
+  // OK for a result that succeeded; otherwise the error, marking a retryable one.
+  Status Check(PGresult* r, std::string_view sql) {
+    const ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
+    const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    const std::string code = state != nullptr ? state : "";
+    // 40001 serialization_failure, 40P01 deadlock_detected: run the transaction again.
+    if (code == "40001" || code == "40P01") retryable_ = true;
+    // Connection trouble and too many clients may pass; anything else is the statement's fault.
+    const bool passing = code.starts_with("08") || code == "53300" || code == "57P01" ||
+                         PQstatus(conn_) != CONNECTION_OK;
+    std::string why = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(conn_);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (PQstatus(conn_) != CONNECTION_OK) PQreset(conn_);
+    return Status::Error(fmt::format("{}: '{}': {}", path_, sql.substr(0, 60), why),
+                         passing || retryable_ ? StatusCode::kUnavailable
+                                               : StatusCode::kInvalidInput);
+  }
+
+ private:
+  PGconn* conn_;
+  int64_t changes_ = 0;
+};
+
+Result<bool> PgStmt::Step() {
+  if (!ran_) {
+    ran_ = true;
+    std::vector<const char*> values(values_.size());
+    std::vector<int> lengths(values_.size()), formats(values_.size());
+    std::vector<unsigned> types(values_.size());
+    for (size_t i = 0; i < values_.size(); ++i) {
+      values[i] = values_[i] ? values_[i]->data() : nullptr;
+      lengths[i] = values_[i] ? static_cast<int>(values_[i]->size()) : 0;
+      formats[i] = types_[i] == kByteaOid ? 1 : 0;  // bytea as raw bytes, the rest as text
+      types[i] = types_[i];
+    }
+    result_ = PQexecParams(db_->conn(), sql_.c_str(), static_cast<int>(values.size()),
+                           types.data(), values.data(), lengths.data(), formats.data(), 0);
+    KV_RETURN_IF_ERROR(db_->Check(result_, sql_));
+    rows_ = PQntuples(result_);
+    const char* n = PQcmdTuples(result_);
+    db_->set_changes(n != nullptr && n[0] != '\0' ? std::strtoll(n, nullptr, 10) : 0);
+  }
+  if (row_ + 1 >= rows_) {
+    row_ = rows_;
+    return false;
+  }
+  ++row_;
+  return true;
+}
+
+// The URL without its password, for messages.
+std::string Redacted(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos) return url;
+  const size_t colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon) + ":***" + url.substr(at);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Db>> OpenPostgres(const std::string& url) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  const std::string name = Redacted(url);
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    std::string why = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (conn != nullptr) PQfinish(conn);
+    return Status::Error(fmt::format("{}: cannot connect: {}", name, why), StatusCode::kUnavailable);
+  }
+  // Notices ("relation already exists, skipping") are not the market's log.
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  auto db = std::make_unique<PgDb>(conn, name);
+  // No statement waits longer than this for a row another process holds.
+  KV_RETURN_IF_ERROR(db->Exec("SET lock_timeout = '5s'"));
+  return std::unique_ptr<Db>(std::move(db));
+}
+
+}  // namespace kvasir::market

@@ -1,0 +1,121 @@
+// The SQL the market's store runs, over either back end: SQLite (a file, the default) or
+// PostgreSQL (`postgresql://...`, libpq). Statements are written once, in the subset both speak:
+// positional parameters (`?`, or `?N` for the N-th), `INSERT ... ON CONFLICT`, `RETURNING`, no
+// scalar min/max. The PostgreSQL back end rewrites the parameters to `$N` and quotes the column
+// `window` (a reserved word there). Every failure is a Status naming the database and the
+// statement; nothing here throws or aborts on bad data. A Db is not thread-safe: one per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "base/status.h"
+
+namespace kvasir::market {
+
+// One back end's prepared statement (sql.cpp's users never see it).
+class StmtImpl {
+ public:
+  virtual ~StmtImpl() = default;
+  virtual Status BindInt(int i, int64_t v) = 0;
+  virtual Status BindReal(int i, double v) = 0;
+  virtual Status BindText(int i, std::string_view v) = 0;
+  virtual Status BindBlob(int i, std::string_view v) = 0;
+  virtual Result<bool> Step() = 0;
+  virtual int64_t Int(int col) const = 0;
+  virtual double Real(int col) const = 0;
+  virtual std::string Text(int col) const = 0;
+  virtual bool IsNull(int col) const = 0;
+};
+
+class Stmt {
+ public:
+  explicit Stmt(std::unique_ptr<StmtImpl> impl) : impl_(std::move(impl)) {}
+  Stmt(Stmt&&) noexcept = default;
+  Stmt& operator=(Stmt&&) = delete;
+
+  // Parameters are 1-based, in the order of the statement's `?` (or as numbered, `?N`).
+  Stmt& Bind(int i, int64_t v) { return Keep(impl_->BindInt(i, v)); }
+  Stmt& Bind(int i, int v) { return Bind(i, static_cast<int64_t>(v)); }
+  Stmt& Bind(int i, double v) { return Keep(impl_->BindReal(i, v)); }
+  Stmt& Bind(int i, std::string_view v) { return Keep(impl_->BindText(i, v)); }
+  Stmt& BindBlob(int i, std::string_view v) { return Keep(impl_->BindBlob(i, v)); }
+
+  // Steps once: true with a row, false when done. A failed bind is returned here.
+  Result<bool> Step() {
+    if (!bind_error_.ok()) return bind_error_;
+    return impl_->Step();
+  }
+  // Runs to completion (for statements without rows).
+  Status Run() {
+    while (true) {
+      KV_ASSIGN_OR_RETURN(bool row, Step());
+      if (!row) return Status::Ok();
+    }
+  }
+
+  // Columns are 0-based. A boolean column reads as 0 or 1.
+  int64_t Int(int col) const { return impl_->Int(col); }
+  double Real(int col) const { return impl_->Real(col); }
+  std::string Text(int col) const { return impl_->Text(col); }
+  bool IsNull(int col) const { return impl_->IsNull(col); }
+
+ private:
+  Stmt& Keep(Status s) {
+    if (!s.ok() && bind_error_.ok()) bind_error_ = std::move(s);
+    return *this;
+  }
+  std::unique_ptr<StmtImpl> impl_;
+  Status bind_error_;
+};
+
+class Db {
+ public:
+  // `target` is a SQLite file (created when missing; WAL mode, synchronous=NORMAL, foreign keys
+  // on, a 5 s busy timeout) or a `postgresql://` / `postgres://` URL (libpq's syntax).
+  static Result<std::unique_ptr<Db>> Open(const std::string& target);
+  static bool IsPostgresUrl(std::string_view target);
+  virtual ~Db() = default;
+
+  virtual Result<Stmt> Prepare(std::string_view sql) = 0;
+  // Runs statements without parameters or rows (schema, pragmas, BEGIN/COMMIT).
+  virtual Status Exec(std::string_view sql) = 0;
+  // Rows changed by the last statement that finished.
+  virtual int64_t Changes() const = 0;
+  // Starts a transaction whose reads and writes are as if alone: BEGIN IMMEDIATE on SQLite (the
+  // write lock up front), SERIALIZABLE on PostgreSQL (which may fail it later: see Retryable).
+  virtual Status Begin() = 0;
+  virtual bool postgres() const = 0;
+  // True once after a statement failed because of a concurrent transaction (PostgreSQL's
+  // serialization failure or deadlock): the whole transaction may be run again.
+  bool TakeRetryable() { return std::exchange(retryable_, false); }
+  // How messages name the database (a path, or a URL without its password).
+  const std::string& path() const { return path_; }
+
+ protected:
+  explicit Db(std::string path) : path_(std::move(path)) {}
+  bool retryable_ = false;
+  std::string path_;
+};
+
+// Rolled back when destroyed without Commit().
+class Transaction {
+ public:
+  static Result<std::unique_ptr<Transaction>> Begin(Db* db);
+  ~Transaction();
+  Status Commit();
+
+ private:
+  explicit Transaction(Db* db) : db_(db) {}
+  Db* db_;
+  bool done_ = false;
+};
+
+// The back ends (sqlite.cpp, postgres.cpp).
+Result<std::unique_ptr<Db>> OpenSqlite(const std::string& path);
+Result<std::unique_ptr<Db>> OpenPostgres(const std::string& url);
+
+}  // namespace kvasir::market

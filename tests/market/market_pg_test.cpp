@@ -1,0 +1,152 @@
+// Several `kvasir market` processes on one PostgreSQL database (docs/MARKET.md, "The store"):
+// 32 claimers racing through two processes for one window, exactly one wins; a process killed
+// (SIGKILL) while claims go through it loses none it answered, and the other process goes on.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "market/market_client.h"
+#include "market/market_server.h"
+#include "market_test_util.h"
+#include "net/server_process.h"
+#include "pg_server.h"
+
+namespace kvasir::market {
+namespace {
+
+using kvasir::testing::KeyN;
+
+class MarketPostgresTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    auto* pg = kvasir::testing::PgServer::Shared(&why);
+    if (pg == nullptr) KV_SKIP_OR_FAIL("PostgreSQL: " + why);
+    url_ = pg->NewDatabase();
+    ASSERT_NE(url_, "");
+    auto store = Store::Open(url_);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    ASSERT_TRUE((*store)->AddModel(kvasir::testing::TestModel("tiny", 16), false, UnixNow()).ok());
+    for (int i = 0; i < 2; ++i) StartMarket();
+  }
+  void StartMarket() {
+    markets_.push_back(std::make_unique<testing::ServerProcess>(std::vector<std::string>{
+        "market", "--db", url_, "--listen", "127.0.0.1:0", "--log-level", "warn"}));
+    const std::string line = markets_.back()->WaitForLine("market: listening on", 60000);
+    ASSERT_NE(line, "") << markets_.back()->output();
+    urls_.push_back("http://127.0.0.1:" +
+                    std::to_string(testing::ServerProcess::PortIn(line)));
+  }
+  MarketClient Client(int market, std::shared_ptr<const ring::NodeKey> key) {
+    net::HttpRequestOptions http;
+    http.timeout_ms = 10000;
+    return std::move(MarketClient::Create(urls_[static_cast<size_t>(market)], std::move(key), http))
+        .value();
+  }
+  std::string url_;
+  std::vector<std::unique_ptr<testing::ServerProcess>> markets_;
+  std::vector<std::string> urls_;
+};
+
+TEST_F(MarketPostgresTest, ExactlyOneOf32ClaimersRacingThroughTwoProcessesWins) {
+  constexpr int kClaimers = 32;
+  std::atomic<int> won{0}, lost{0}, other{0};
+  std::atomic<bool> go{false};
+  std::mutex mu;
+  std::string others;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaimers; ++i) {
+    threads.emplace_back([&, i] {
+      MarketClient c = Client(i % 2, std::make_shared<const ring::NodeKey>(KeyN(100 + i)));
+      while (!go) std::this_thread::yield();
+      auto r = c.PostSigned("/v1/claims",
+                            {{"model", "tiny"}, {"ring", 0}, {"window", 1}, {"address", ":7001"}});
+      if (r.ok()) {
+        ++won;
+      } else if (r.status().code() == StatusCode::kConflict) {
+        ++lost;
+      } else {
+        ++other;
+        std::lock_guard<std::mutex> lock(mu);
+        others += r.status().message() + "\n";
+      }
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(lost.load(), kClaimers - 1);
+  EXPECT_EQ(other.load(), 0) << others;
+  for (int m = 0; m < 2; ++m) {
+    auto map = Client(m, nullptr).Get("/v1/map");
+    ASSERT_TRUE(map.ok());
+    EXPECT_EQ((*map)["models"][0]["rings"][0]["windows"][1]["state"], "claimed");
+  }
+}
+
+TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
+  // 48 nodes claim a window each (16 rings of 3) through market 0, 8 at a time; market 0 is
+  // killed once 12 claims were answered.
+  constexpr int kNodes = 48;
+  std::mutex mu;
+  std::vector<std::pair<int, int64_t>> answered;  // node, claim
+  std::atomic<int> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = next++; i < kNodes; i = next++) {
+        MarketClient c = Client(0, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
+        auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
+                                             {"ring", i / 3},
+                                             {"window", i % 3},
+                                             {"address", ":7001"}});
+        if (!r.ok()) continue;  // market 0 is gone
+        std::lock_guard<std::mutex> lock(mu);
+        answered.emplace_back(i, (*r)["claim"].get<int64_t>());
+      }
+    });
+  }
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (answered.size() >= 12) break;
+    }
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(::kill(markets_[0]->pid(), SIGKILL), 0);
+  for (auto& t : threads) t.join();
+  // Every answered claim is there, seen through market 1; a claim that was under way when the
+  // process died is either there whole or not at all, and claiming it again through market 1
+  // settles it (renewed or new), never a second holder.
+  auto map = Client(1, nullptr).Get("/v1/map");
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  const auto& rings = (*map)["models"][0]["rings"];
+  for (auto [i, claim] : answered) {
+    const auto& w = rings[static_cast<size_t>(i / 3)]["windows"][static_cast<size_t>(i % 3)];
+    EXPECT_EQ(w.value("claim", int64_t{0}), claim) << w;
+    EXPECT_EQ(w.value("holder", std::string()), ring::PublicKeyHex(KeyN(300 + i).public_key()));
+  }
+  EXPECT_LT(answered.size(), size_t{kNodes});  // the kill came mid-way
+  for (int i = 0; i < kNodes; ++i) {
+    MarketClient c = Client(1, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
+    auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
+                                         {"ring", i / 3},
+                                         {"window", i % 3},
+                                         {"address", ":7001"}});
+    EXPECT_TRUE(r.ok()) << i << ": " << r.status().message();
+  }
+  auto after = Client(1, nullptr).Get("/v1/map");
+  ASSERT_TRUE(after.ok());
+  for (int i = 0; i < kNodes; ++i) {
+    const auto& w =
+        (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"][static_cast<size_t>(i % 3)];
+    EXPECT_EQ(w.value("holder", std::string()), ring::PublicKeyHex(KeyN(300 + i).public_key()));
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::market
