@@ -15,6 +15,7 @@
 # `kvasir synth` into build/bench-models (or $KVASIR_BENCH_MODELS) when missing.
 # Prints a markdown table of medians over all samples (ROUNDS x 3 per binary and cell).
 set -euo pipefail
+. "$(dirname "$0")/bench-models.sh"
 cd "$(dirname "$0")/.."
 before=${1:?usage: $0 BEFORE AFTER [TYPES] [THREADS] [ROUNDS] [MAX_SLOWER]}
 after=${2:?usage: $0 BEFORE AFTER [TYPES] [THREADS] [ROUNDS] [MAX_SLOWER]}
@@ -23,20 +24,12 @@ threads=${4:-1 2}
 rounds=${5:-4}
 max_slower=${6:-0.03}
 models=${KVASIR_BENCH_MODELS:-build/bench-models}
-vocab=${KVASIR_ASSETS:-../shared}/vocab/ggml-vocab-llama-spm.gguf
 read -r -a flags_before <<<"${KVASIR_BENCH_FLAGS_BEFORE:-}"
 read -r -a flags_after <<<"${KVASIR_BENCH_FLAGS_AFTER:-}"
-mkdir -p "$models"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-for t in $types; do
-  m="$models/tinyllama-8l-$t.gguf"
-  if [ ! -f "$m" ]; then
-    "$after" synth --arch llama --layers 8 --embd 2048 --heads 32 --kv-heads 4 --ff 5632 \
-      --vocab-from "$vocab" --type "$t" --seed 1 -o "$m" 2>/dev/null
-  fi
-done
+for t in $types; do bench_model "$after" "$t" >/dev/null; done
 
 for t in $types; do
   m="$models/tinyllama-8l-$t.gguf"

@@ -9,22 +9,16 @@
 #   TOKENS  tokens generated after the prompt "Once upon a time", default 16 (one thread)
 # Prints one line per type: both counts and AFTER / BEFORE; the generated texts must be equal.
 set -euo pipefail
+. "$(dirname "$0")/bench-models.sh"
 cd "$(dirname "$0")/.."
 before=${1:?usage: $0 BEFORE AFTER [TYPES] [TOKENS]}
 after=${2:?usage: $0 BEFORE AFTER [TYPES] [TOKENS]}
 types=${3:-q4_0 q4_k_m}
 tokens=${4:-16}
-models=${KVASIR_BENCH_MODELS:-build/bench-models}
-vocab=${KVASIR_ASSETS:-../shared}/vocab/ggml-vocab-llama-spm.gguf
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-mkdir -p "$models"
 for t in $types; do
-  m="$models/tinyllama-8l-$t.gguf"
-  if [ ! -f "$m" ]; then
-    "$after" synth --arch llama --layers 8 --embd 2048 --heads 32 --kv-heads 4 --ff 5632 \
-      --vocab-from "$vocab" --type "$t" --seed 1 -o "$m" 2>/dev/null
-  fi
+  m=$(bench_model "$after" "$t")
   for which in before after; do
     bin=$before
     [ "$which" = after ] && bin=$after

@@ -10,6 +10,7 @@
 #   ROUNDS       alternations per (type, threads), default 2; each runs -r 3 of both tools
 # Prints a markdown table: medians over all rounds, and the ratio kvasir / llama.cpp.
 set -euo pipefail
+. "$(dirname "$0")/bench-models.sh"
 cd "$(dirname "$0")/.."
 llama_bench=${1:?usage: $0 LLAMA_BENCH [TYPES] [THREADS] [ROUNDS]}
 types=${2:-q4_0 q4_k_m q5_k_m q6_k q8_0 f16}
@@ -17,18 +18,10 @@ threads=${3:-1 2}
 rounds=${4:-2}
 bin=${KVASIR_BIN:-./build/bin/kvasir}
 models=${KVASIR_BENCH_MODELS:-build/bench-models}
-vocab=${KVASIR_ASSETS:-../shared}/vocab/ggml-vocab-llama-spm.gguf
-mkdir -p "$models"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-for t in $types; do
-  m="$models/tinyllama-8l-$t.gguf"
-  if [ ! -f "$m" ]; then
-    "$bin" synth --arch llama --layers 8 --embd 2048 --heads 32 --kv-heads 4 --ff 5632 \
-      --vocab-from "$vocab" --type "$t" --seed 1 -o "$m" 2>/dev/null
-  fi
-done
+for t in $types; do bench_model "$bin" "$t" >/dev/null; done
 
 for t in $types; do
   m="$models/tinyllama-8l-$t.gguf"

@@ -121,10 +121,11 @@ Result<std::string> CompleteAddress(const std::string& text, const std::string& 
     return Error("field 'address': {}", s.message());
   }
   if (port == 0) return Error("field 'address': port 0 cannot be dialed");
-  if (!(host.empty() || host == "0.0.0.0" || host == "::") && !DialableHost(host)) {
+  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
+  if (!wildcard && !DialableHost(host)) {
     return Error("field 'address': '{}' is neither an IP address nor a host name", host);
   }
-  if (host.empty() || host == "0.0.0.0" || host == "::") {
+  if (wildcard) {
     if (remote_ip.empty()) return Error("field 'address': no host, and the source is unknown");
     host = remote_ip;
   }

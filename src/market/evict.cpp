@@ -26,9 +26,9 @@ Status Store::Evict(int64_t claim, int64_t model_row, int ring, const std::strin
     if (row) count = s.Int(0);
   }
   ++count;
-  const double wait = std::min(kMaxCooldownSeconds,
-                               eviction_.cooldown_s * std::ldexp(1.0, static_cast<int>(
-                                                                          std::min<int64_t>(count - 1, 40))));
+  const int doublings = static_cast<int>(std::min<int64_t>(count - 1, 40));
+  const double wait = std::min(
+      kMaxCooldownSeconds, eviction_.cooldown_s * std::ldexp(1.0, doublings));
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO strikes(node, count, until) VALUES(?, ?, "
                                            "?) ON CONFLICT(node) DO UPDATE SET count = "
                                            "excluded.count, until = excluded.until"));
@@ -99,52 +99,15 @@ Status Store::EvictIdle(double now) {
   return Status::Ok();
 }
 
-Status Store::CheckProof(const ClaimInfo& c, const ProofAnswer& proof) {
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
-      "SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN windows w ON w.model = "
-      "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
-  KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, c.id).Step());
-  if (!row) return Error(StatusCode::kNotFound, "claim {} is gone", c.id);
-  const std::string nonce_hex = s.Text(0), picks = s.Text(1);
-  KV_ASSIGN_OR_RETURN(auto samples, SamplesFromJson(s.Text(2)));
-  KV_ASSIGN_OR_RETURN(std::string nonce, FromHex(nonce_hex, kProofNonceBytes));
-  if (proof.nonce != nonce_hex) {
-    return Error(StatusCode::kForbidden, "claim {}: the proof answers nonce {}, not the claim's {}",
-                 c.id, proof.nonce.substr(0, 32), nonce_hex);
-  }
-  size_t i = 0, pos = 0;
-  while (pos < picks.size()) {
-    size_t end = picks.find(',', pos);
-    if (end == std::string::npos) end = picks.size();
-    size_t pick = 0;
-    const auto [p, ec] = std::from_chars(picks.data() + pos, picks.data() + end, pick);
-    pos = end + 1;
-    if (ec != std::errc() || pick >= samples.size()) return Error("{}: claim {}: a challenge names a missing sample", db_->path(), c.id);
-    const RangeSample& sample = samples[pick];
-    if (i >= proof.digests.size() || proof.digests[i] != ProofDigest(nonce, sample.bytes)) {
-      return Error(StatusCode::kForbidden,
-                   "claim {}: the proof's digest {} of tensor {} bytes [{}, +{}) does not match "
-                   "the model's: node {} does not hold window {} of ring {} of '{}'",
-                   c.id, i, sample.range.tensor, sample.range.offset, sample.range.length,
-                   Short(c.node), c.window, c.ring, c.model);
-    }
-    ++i;
-  }
-  if (i != proof.digests.size()) {
-    return Error(StatusCode::kForbidden, "claim {}: the proof has {} digests, the challenge {}",
-                 c.id, proof.digests.size(), i);
-  }
-  KV_ASSIGN_OR_RETURN(auto u, db_->Prepare("UPDATE claims SET proven = 1 WHERE id = ?"));
-  return u.Bind(1, c.id).Run();
-}
-
-Status Store::ReadChallenge(int64_t claim, HeartbeatReply* reply) {
+Result<Store::Challenge> Store::LoadChallenge(int64_t claim) {
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
       "SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN windows w ON w.model = "
       "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
   KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
-  if (!row) return Error(StatusCode::kNotFound, "claim {} is gone", claim);
-  reply->challenge_nonce = s.Text(0);
+  if (!row)
+    return Error(StatusCode::kNotFound, "claim {} is gone", claim);
+  Challenge out;
+  out.nonce_hex = s.Text(0);
   const std::string picks = s.Text(1);
   KV_ASSIGN_OR_RETURN(auto samples, SamplesFromJson(s.Text(2)));
   for (size_t pos = 0; pos < picks.size();) {
@@ -154,10 +117,47 @@ Status Store::ReadChallenge(int64_t claim, HeartbeatReply* reply) {
     const auto [p, ec] = std::from_chars(picks.data() + pos, picks.data() + end, pick);
     pos = end + 1;
     if (ec != std::errc() || pick >= samples.size()) {
-      return Error("{}: claim {}: a challenge names a missing sample", db_->path(), claim);
+      return Error("{}: claim {}: a challenge names a missing sample",
+                   db_->path(), claim);
     }
-    reply->challenge.push_back(samples[pick].range);
+    out.picked.push_back(std::move(samples[pick]));
   }
+  return out;
+}
+
+Status Store::CheckProof(const ClaimInfo &c, const ProofAnswer &proof) {
+  KV_ASSIGN_OR_RETURN(Challenge ch, LoadChallenge(c.id));
+  KV_ASSIGN_OR_RETURN(std::string nonce,
+                      FromHex(ch.nonce_hex, kProofNonceBytes));
+  if (proof.nonce != ch.nonce_hex) {
+    return Error(StatusCode::kForbidden,
+                 "claim {}: the proof answers nonce {}, not the claim's {}",
+                 c.id, proof.nonce.substr(0, 32), ch.nonce_hex);
+  }
+  if (proof.digests.size() != ch.picked.size()) {
+    return Error(StatusCode::kForbidden,
+                 "claim {}: the proof has {} digests, the challenge {}", c.id,
+                 proof.digests.size(), ch.picked.size());
+  }
+  for (size_t i = 0; i < ch.picked.size(); ++i) {
+    const RangeSample &sample = ch.picked[i];
+    if (proof.digests[i] != ProofDigest(nonce, sample.bytes)) {
+      return Error(StatusCode::kForbidden,
+                   "claim {}: the proof's digest {} of tensor {} bytes [{}, +{}) does not match "
+                   "the model's: node {} does not hold window {} of ring {} of '{}'",
+                   c.id, i, sample.range.tensor, sample.range.offset, sample.range.length,
+                   Short(c.node), c.window, c.ring, c.model);
+    }
+  }
+  KV_ASSIGN_OR_RETURN(auto u, db_->Prepare("UPDATE claims SET proven = 1 WHERE id = ?"));
+  return u.Bind(1, c.id).Run();
+}
+
+Status Store::ReadChallenge(int64_t claim, HeartbeatReply* reply) {
+  KV_ASSIGN_OR_RETURN(Challenge ch, LoadChallenge(claim));
+  reply->challenge_nonce = std::move(ch.nonce_hex);
+  for (RangeSample &sample : ch.picked)
+    reply->challenge.push_back(std::move(sample.range));
   return Status::Ok();
 }
 

@@ -311,6 +311,13 @@ class Store {
   Status EvictIdle(double now);
   // Deletes a claim as evicted (epoch bumped, the node's cool-down started).
   Status Evict(int64_t claim, int64_t model_row, int ring, const std::string& node, double now);
+  // A claim's challenge: its nonce (hex) and the samples it picked, with their
+  // bytes.
+  struct Challenge {
+    std::string nonce_hex;
+    std::vector<RangeSample> picked;
+  };
+  Result<Challenge> LoadChallenge(int64_t claim);
   // Checks `proof` against the claim's challenge; marks the claim proven when it matches.
   Status CheckProof(const ClaimInfo& c, const ProofAnswer& proof);
   // The claim's challenge (nonce and ranges, without their bytes) into `reply`.

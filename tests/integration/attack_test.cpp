@@ -31,12 +31,12 @@
 namespace kvasir {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::AttackRing;
 using testing::Clock;
 using testing::Flood;
 using testing::Greedy;
-using testing::RawClient;
+using ::testing::HasSubstr;
+using testing::RawRingClient;
 using testing::SecondsSince;
 
 constexpr const char* kStories = "models/stories260K.gguf";
@@ -210,9 +210,10 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
   const pid_t head = ring_->stage(0).pid();
   const int threads_idle = testing::ThreadsOf(head);
   {
-    std::vector<std::unique_ptr<RawClient>> liars;
+    std::vector<std::unique_ptr<RawRingClient>> liars;
     for (int i = 0; i < 32; ++i) {
-      auto c = RawClient::Connect(port, fmt::format("127.0.0.{}", 2 + i % 4));
+      auto c =
+          RawRingClient::Connect(port, fmt::format("127.0.0.{}", 2 + i % 4));
       ASSERT_TRUE(c.ok()) << c.status().message();
       std::vector<uint8_t> bytes = RecordLength(64u << 20);
       bytes.push_back(0);
@@ -229,9 +230,10 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
   ring_->ExpectPeakBounded("32 clients announcing 64 MiB records");
 
   const uint32_t limit = ClientRecordLimit();
-  std::vector<std::unique_ptr<RawClient>> holders;
+  std::vector<std::unique_ptr<RawRingClient>> holders;
   for (int i = 0; i < 200; ++i) {
-    auto c = RawClient::Connect(port, fmt::format("127.0.1.{}", 1 + i % 50));
+    auto c =
+        RawRingClient::Connect(port, fmt::format("127.0.1.{}", 1 + i % 50));
     ASSERT_TRUE(c.ok()) << i << ": " << c.status().message();
     std::vector<uint8_t> bytes = RecordLength(limit - 16);
     bytes.resize(bytes.size() + limit - 200, 0x5a);
@@ -248,9 +250,10 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
     }
   });
   std::atomic<int> non_readers_dropped{0};
-  Flood non_readers(24, [&](int i, const std::atomic<bool>& running) {
-    auto c = RawClient::Connect(port, fmt::format("127.0.2.{}", 1 + i));
-    if (!c.ok()) return;
+  Flood non_readers(24, [&](int i, const std::atomic<bool> &running) {
+    auto c = RawRingClient::Connect(port, fmt::format("127.0.2.{}", 1 + i));
+    if (!c.ok())
+      return;
     ring::PingMsg ping;
     while (running.load()) {
       if (!(*c)->SendBatch(ping, 256).ok()) {
@@ -413,7 +416,7 @@ TEST_F(AttackTest, ASecondCopyOfAStageDoesNotStorm) {
 // (it is not silent): its queue at the head fills and it is dropped; another client's tokens never
 // wait a second meanwhile.
 TEST_F(AttackTest, AStoppedClientDoesNotStallOthers) {
-  auto slow = RawClient::Connect(ring_->port(0), "127.0.0.9");
+  auto slow = RawRingClient::Connect(ring_->port(0), "127.0.0.9");
   ASSERT_TRUE(slow.ok()) << slow.status().message();
   ring::GenerateMsg g;
   g.prompt = kPrompt;
@@ -502,7 +505,7 @@ TEST_F(AttackTest, AFrozenStageEndsSessionsInTime) {
 
 // Client requests at and past the limits are refused with an error; the link stays usable.
 TEST_F(AttackTest, BadClientRequestsAreRefused) {
-  auto c = RawClient::Connect(ring_->port(0));
+  auto c = RawRingClient::Connect(ring_->port(0));
   ASSERT_TRUE(c.ok()) << c.status().message();
   auto expect_refused = [&](const ring::Message& m, const std::string& needle) {
     ASSERT_TRUE((*c)->Send(m).ok());

@@ -15,6 +15,7 @@
 #include <future>
 #include <thread>
 
+#include "loopback_socket.h"
 #include "net/http_server.h"
 
 namespace kvasir::net {
@@ -29,15 +30,7 @@ constexpr int kDeadlineMs = 10000;
 class Peer {
  public:
   explicit Peer(uint16_t port, int rcvbuf = 0) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    timeval tv{kDeadlineMs / 1000, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    fd_ = testing::ConnectLoopback(port, kDeadlineMs, &connected_, "", rcvbuf);
   }
   ~Peer() { Close(); }
   void Close() {

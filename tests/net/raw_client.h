@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "net/loopback_socket.h"
+
 namespace kvasir::testing {
 
 // A blocking TCP client from a chosen loopback address, with every read bounded by kDeadlineMs.
@@ -20,18 +22,7 @@ class RawClient {
   static constexpr int kDeadlineMs = 10000;
 
   RawClient(uint16_t port, const std::string& source = "127.0.0.1") {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    timeval tv{kDeadlineMs / 1000, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source.c_str(), &src.sin_addr);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof(src));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    fd_ = ConnectLoopback(port, kDeadlineMs, &connected_, source);
   }
   ~RawClient() { ::close(fd_); }
   bool connected() const { return connected_; }

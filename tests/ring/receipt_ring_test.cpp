@@ -98,7 +98,7 @@ int PromptTokens(const std::string& prompt) {
 }
 
 // A client link to the head at `port` (authenticating it by the ring secret), HELLO exchanged.
-std::unique_ptr<ring::Link> RawClient(uint16_t port) {
+std::unique_ptr<ring::Link> RawRingClient(uint16_t port) {
   auto raw = net::DialTcp("127.0.0.1", port, 5000);
   EXPECT_TRUE(raw.ok()) << raw.status().message();
   if (!raw.ok()) return nullptr;
@@ -205,7 +205,7 @@ TEST(RingReceiptTest, ASessionTheClientClosesGetsAnAgreeingReceipt) {
                                  if (i == 0) o.on_receipt = receipts.Callback();
                                });
   ASSERT_NE(ring, nullptr);
-  auto client = RawClient(PortOf(ring->head()));
+  auto client = RawRingClient(PortOf(ring->head()));
   ASSERT_NE(client, nullptr);
   ring::GenerateMsg req;
   req.prompt = "Once upon a time";
@@ -337,7 +337,7 @@ TEST(RingReceiptTest, HeadWithoutCallbackSendsNone) {
   Flush(head);
   EXPECT_EQ(seen.load(), 0);
 
-  auto client = RawClient(fake->stage().port());
+  auto client = RawRingClient(fake->stage().port());
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->Send(ReceiptMsg{{1, 2, 3}}).ok());
   auto reply = client->Receive();

@@ -395,9 +395,10 @@ class Borrowed final : public net::Stream {
 
 }  // namespace
 
-Result<std::unique_ptr<RawClient>> RawClient::Connect(uint16_t port, const std::string& source) {
+Result<std::unique_ptr<RawRingClient>>
+RawRingClient::Connect(uint16_t port, const std::string &source) {
   KV_ASSIGN_OR_RETURN(int fd, DialFrom(port, source));
-  auto c = std::unique_ptr<RawClient>(new RawClient());
+  auto c = std::unique_ptr<RawRingClient>(new RawRingClient());
   c->tcp_ = std::make_unique<FdStream>(fd);
   c->tcp_->SetReadTimeout(10000);
   // A write the head never takes fails after a while instead of hanging the test.
@@ -419,11 +420,11 @@ Result<std::unique_ptr<RawClient>> RawClient::Connect(uint16_t port, const std::
   return c;
 }
 
-Status RawClient::Send(const ring::Message& m) {
+Status RawRingClient::Send(const ring::Message &m) {
   return secure_->WriteAll(ring::EncodeMessage(m));
 }
 
-Status RawClient::SendBatch(const ring::Message& m, int n) {
+Status RawRingClient::SendBatch(const ring::Message &m, int n) {
   const std::vector<uint8_t> frame = ring::EncodeMessage(m);
   batch_.clear();
   batching_ = true;
@@ -434,9 +435,11 @@ Status RawClient::SendBatch(const ring::Message& m, int n) {
   return tcp_->WriteAll(batch_);
 }
 
-Status RawClient::SendRaw(std::span<const uint8_t> bytes) { return tcp_->WriteAll(bytes); }
+Status RawRingClient::SendRaw(std::span<const uint8_t> bytes) {
+  return tcp_->WriteAll(bytes);
+}
 
-Result<ring::Message> RawClient::Receive(int ms) {
+Result<ring::Message> RawRingClient::Receive(int ms) {
   tcp_->SetReadTimeout(ms);
   uint8_t buf[16 * 1024];
   while (true) {
@@ -452,7 +455,7 @@ Result<ring::Message> RawClient::Receive(int ms) {
   }
 }
 
-uint16_t RawClient::local_port() const {
+uint16_t RawRingClient::local_port() const {
   sockaddr_in a{};
   socklen_t len = sizeof(a);
   getsockname(tcp_->fd(), reinterpret_cast<sockaddr*>(&a), &len);

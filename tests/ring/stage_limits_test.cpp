@@ -29,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using testing::Greedy;
 using testing::LocalRing;
-using testing::RawClient;
+using testing::RawRingClient;
 
 constexpr const char* kStories = "models/stories260K.gguf";
 
@@ -97,7 +97,7 @@ TEST(StageLimitsTest, AClientRecordOverTheLimitIsRefusedAtItsLength) {
   KV_REQUIRE_ASSET(kStories);
   auto ring = LocalRing::Start(Model(), 3);
   ASSERT_NE(ring, nullptr);
-  auto c = RawClient::Connect(PortOf(ring->head()));
+  auto c = RawRingClient::Connect(PortOf(ring->head()));
   ASSERT_TRUE(c.ok()) << c.status().message();
   // 64 MiB announced: refused on the length alone, before anything more arrives.
   ASSERT_TRUE((*c)->SendRaw(RecordLength(64u << 20)).ok());
@@ -105,7 +105,7 @@ TEST(StageLimitsTest, AClientRecordOverTheLimitIsRefusedAtItsLength) {
                         fmt::format("exceeds the {}-byte limit", ClientRecordLimit(256)));
   EXPECT_FALSE((*c)->Receive(10000).ok()) << "then the head closes the link";
   // A GENERATE over the limit, whole, gets the same answer.
-  auto big = RawClient::Connect(PortOf(ring->head()));
+  auto big = RawRingClient::Connect(PortOf(ring->head()));
   ASSERT_TRUE(big.ok());
   ring::GenerateMsg g;
   g.sampling = ring::SamplingToWire(Greedy(), 4, false);
@@ -113,7 +113,7 @@ TEST(StageLimitsTest, AClientRecordOverTheLimitIsRefusedAtItsLength) {
   ASSERT_TRUE((*big)->Send(g).ok());
   ExpectErrorContaining((*big)->Receive(10000), wire::ErrorCode::kTooLarge, "limit");
   // Stop strings are bounded too (they live as long as the session).
-  auto stops = RawClient::Connect(PortOf(ring->head()));
+  auto stops = RawRingClient::Connect(PortOf(ring->head()));
   ASSERT_TRUE(stops.ok());
   g.prompt = "Once upon a time";
   g.stops.assign(3, std::string(2000, 's'));
@@ -139,15 +139,15 @@ TEST(StageLimitsTest, WhenClientBuffersAreFullTheLongestHoldersAreDropped) {
   const uint32_t limit = ClientRecordLimit(256);
   ASSERT_GT(limit, 4096u);
   const std::vector<uint8_t> part(limit - 100, 0x5a);
-  auto hold = [&](std::unique_ptr<RawClient>& c) {
+  auto hold = [&](std::unique_ptr<RawRingClient> &c) {
     std::vector<uint8_t> bytes = RecordLength(limit - 16);
     bytes.insert(bytes.end(), part.begin(), part.end());
     ASSERT_TRUE(c->SendRaw(bytes).ok());
   };
-  std::vector<std::unique_ptr<RawClient>> first, second;
+  std::vector<std::unique_ptr<RawRingClient>> first, second;
   const size_t per = kBudget / part.size() + 1;  // more than the budget holds
   for (size_t i = 0; i < per; ++i) {
-    auto c = RawClient::Connect(port);
+    auto c = RawRingClient::Connect(port);
     ASSERT_TRUE(c.ok()) << c.status().message();
     first.push_back(std::move(c).value());
     hold(first.back());
@@ -157,7 +157,7 @@ TEST(StageLimitsTest, WhenClientBuffersAreFullTheLongestHoldersAreDropped) {
     ASSERT_TRUE(WaitFor([&] { return testing::ServerHasRead(port, c->local_port()); }, 10000));
   }
   for (size_t i = 0; i < per; ++i) {
-    auto c = RawClient::Connect(port);
+    auto c = RawRingClient::Connect(port);
     ASSERT_TRUE(c.ok()) << c.status().message();
     second.push_back(std::move(c).value());
     hold(second.back());
@@ -232,7 +232,7 @@ TEST(StageLimitsTest, HandshakeSlotsGoToFreshAddressesUnderAFlood) {
   const auto start = Clock::now();
   while (SecondsSince(start) < 2.5 || served < 5) {
     const auto t0 = Clock::now();
-    auto c = RawClient::Connect(port, "127.0.0.1");
+    auto c = RawRingClient::Connect(port, "127.0.0.1");
     worst = std::max(worst, SecondsSince(t0));
     ASSERT_TRUE(c.ok()) << c.status().message();
     ++served;
@@ -352,9 +352,9 @@ TEST(StageLimitsTest, EndedConnectionsAreFreedWithoutANewOne) {
   ASSERT_EQ(testing::GenerateOnRing(ring->head(), "Once", Greedy(), 2).ids.size(), 2u);
   const int before = ThreadsOfThisProcess();
   {
-    std::vector<std::unique_ptr<RawClient>> clients;
+    std::vector<std::unique_ptr<RawRingClient>> clients;
     for (int i = 0; i < 24; ++i) {
-      auto c = RawClient::Connect(PortOf(ring->head()));
+      auto c = RawRingClient::Connect(PortOf(ring->head()));
       ASSERT_TRUE(c.ok()) << c.status().message();
       clients.push_back(std::move(c).value());
     }

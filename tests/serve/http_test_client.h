@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "net/loopback_socket.h"
+
 namespace kvasir::testing {
 
 struct HttpAnswer {
@@ -28,14 +30,7 @@ class TestHttp {
   static constexpr int kDeadlineMs = 30000;
 
   explicit TestHttp(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    timeval tv{kDeadlineMs / 1000, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    fd_ = ConnectLoopback(port, kDeadlineMs, &connected_);
   }
   ~TestHttp() { Close(); }
   void Close() {
