@@ -95,19 +95,25 @@ Result<std::unique_ptr<RingClient>> RingClient::Connect(const std::string& head,
         h.protocol_version = wire::kProtocolVersion;
         h.role = static_cast<uint32_t>(wire::Role::kClient);
         std::snprintf(h.name, sizeof(h.name), "client");
-        KV_RETURN_IF_ERROR(link->Send(HelloMsg{h}));
+        Status sent = link->Send(HelloMsg{h});
         link->SetReceiveDeadline(10000);
-        KV_ASSIGN_OR_RETURN(Message reply, link->Receive());
-        if (auto* e = std::get_if<ErrorMsg>(&reply)) {
-          return Error("{} refused the client: {}", head, e->message);
+        Result<Message> reply = sent.ok() ? link->Receive() : Result<Message>(sent);
+        if (!reply.ok()) {
+          // The head cut the connection before its HELLO: it sheds pending connections when many
+          // arrive at once (docs/PROTOCOL.md, "Limits"). That passes: try again.
+          last = reply.status();
+        } else {
+          if (auto* e = std::get_if<ErrorMsg>(&*reply)) {
+            return Error("{} refused the client: {}", head, e->message);
+          }
+          auto* hello = std::get_if<HelloMsg>(&*reply);
+          if (hello == nullptr) {
+            return Error("{} answered HELLO with {}", head, MessageName(*reply));
+          }
+          auto client = std::unique_ptr<RingClient>(new RingClient(std::move(link), options));
+          client->head_hello_ = hello->hello;
+          return client;
         }
-        auto* hello = std::get_if<HelloMsg>(&reply);
-        if (hello == nullptr) {
-          return Error("{} answered HELLO with {}", head, MessageName(reply));
-        }
-        auto client = std::unique_ptr<RingClient>(new RingClient(std::move(link), options));
-        client->head_hello_ = hello->hello;
-        return client;
       }
     } else {
       last = stream.status();

@@ -76,7 +76,10 @@ int64_t UnixNow() {
 }  // namespace
 
 ApiServer::ApiServer(ServeOptions options, RingAccess* ring)
-    : o_(std::move(options)), ring_(ring), queue_(o_.max_sessions, o_.max_waiting) {
+    : o_(std::move(options)),
+      ring_(ring),
+      queue_(o_.max_sessions, o_.max_waiting),
+      local_queue_(1, 16) {
   if (!o_.api_key.empty()) {
     const Sha256Digest d = Digest(o_.api_key);
     key_digest_.assign(d.begin(), d.end());
@@ -124,6 +127,7 @@ ApiServer::~ApiServer() { Stop(); }
 void ApiServer::Stop() {
   if (http_) http_->Stop();
   queue_.Stop();
+  local_queue_.Stop();
 }
 
 MetricsGauges ApiServer::Gauges() const {
@@ -206,8 +210,25 @@ void ApiServer::Handle(net::HttpServerRequest req, net::HttpResponder reply) {
   if (path == "/v1/completions") return Complete(req, Endpoint::kCompletions, respond);
   if (path == "/v1/chat/completions") return Complete(req, Endpoint::kChatCompletions, respond);
   if (path == "/health") return respond(Health());
-  if (path == "/tokenize") return respond(Tokenize(req));
-  if (path == "/detokenize") return respond(Detokenize(req));
+  if (path == "/tokenize" || path == "/detokenize") {
+    auto shared = std::make_shared<net::HttpServerRequest>(std::move(req));
+    const bool tokenize = path == "/tokenize";
+    const bool queued = local_queue_.Submit(
+        [this, shared, respond, tokenize] {
+          respond(tokenize ? Tokenize(*shared) : Detokenize(*shared));
+        },
+        [respond] { respond(ErrorResponse(Unavailable("the server is stopping"))); });
+    if (!queued) {
+      ApiError busy;
+      busy.status = 429;
+      busy.type = "rate_limit_error";
+      busy.code = "too_many_requests";
+      busy.message = "too many tokenize and detokenize requests at once; try again shortly";
+      busy.retry_after_s = 1;
+      respond(ErrorResponse(busy));
+    }
+    return;
+  }
   if (path == "/metrics") {
     net::HttpServerResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -252,6 +273,9 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
   std::random_device rd;
   const uint64_t seed = (uint64_t{rd()} << 32) | rd();
   job->generate = ToGenerate(*req, std::move(*text), seed);
+  // The prompt now lives in the GENERATE alone: a waiting request holds it once.
+  req->prompt.clear();
+  req->messages.clear();
   job->request = std::move(*req);
   const std::string input = endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
   if (Status s = ring::CheckEncodable(job->generate); !s.ok()) {

@@ -68,6 +68,9 @@ class ApiServer {
   RingAccess* ring_;
   Metrics metrics_;
   SessionQueue queue_;
+  // Work that needs no ring but may take a while (tokenizing a large text): off the server's
+  // thread, one at a time, a few waiting.
+  SessionQueue local_queue_;
   std::string key_digest_;  // SHA-256 of the API key
   int64_t created_ = 0;     // when the server started (Unix seconds): the model's "created"
   std::unique_ptr<net::HttpServer> http_;
