@@ -107,7 +107,8 @@ void TokenTrie::Summarize() {
   std::vector<bool> any_bad(n, false);
   for (uint32_t i = static_cast<uint32_t>(n) - 1; i >= 1; --i) {
     if (starts[i]) {
-      classes[i] |= uint64_t{1} << CharClassOf(nodes_[i].byte);
+      // A byte that cannot start a character has no class (the subtree is never skipped).
+      if (!bad[i]) classes[i] |= uint64_t{1} << CharClassOf(nodes_[i].byte);
       depth_chars[i] = static_cast<uint8_t>(std::min(255, depth_chars[i] + 1));
     }
     any_bad[i] = any_bad[i] || bad[i];
