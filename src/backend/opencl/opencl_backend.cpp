@@ -256,8 +256,7 @@ Result<std::unique_ptr<DeviceBuffer>> ClBackend::Alloc(int64_t n, std::string_vi
 Result<std::unique_ptr<DeviceMatrix>> ClBackend::UploadMatrix(const HostMatrix& m) {
   if (!SupportsType(m.view.type)) {
     return Error("tensor {} has type {}, which backend {} cannot run (it runs: {})", m.name,
-                 TensorTypeName(static_cast<uint32_t>(m.view.type)), info_.address,
-                 ClTypeNames());
+                 TensorTypeName(static_cast<uint32_t>(m.view.type)), info_.address, ClTypeNames());
   }
   // Rows are packed on the device (no padding between them), so that f32 and f16 rows are
   // aligned for the kernels' loads: [count, rows, packed] bytes.
