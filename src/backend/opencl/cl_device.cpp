@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/human.h"
+#include "gguf/tensor_type.h"
 
 namespace kvasir::opencl {
 namespace {
@@ -230,6 +231,14 @@ bool ClSupportsType(TensorType t) {
 }
 
 std::vector<TensorType> ClTypes() { return {std::begin(kTypes), std::end(kTypes)}; }
+
+std::string ClTypeNames() {
+  std::string out;
+  for (TensorType t : kTypes) {
+    out += (out.empty() ? "" : ", ") + TensorTypeName(static_cast<uint32_t>(t));
+  }
+  return out;
+}
 
 DeviceInfo ToDeviceInfo(const ClDevice& d, uint64_t memory) {
   DeviceInfo info;

@@ -73,6 +73,9 @@ Result<uint64_t> MemoryLimit(const ClDevice& d);
 // The weight types the kernels multiply: f32, f16, q8_0, q4_0, q4_k, q5_k, q6_k.
 bool ClSupportsType(TensorType t);
 std::vector<TensorType> ClTypes();
+// "f32, f16, q8_0, ...": for messages. (The library uses only backend.h's inline parts, so not
+// the registry's TypeList.)
+std::string ClTypeNames();
 
 // What `kvasir devices` lists for d.
 DeviceInfo ToDeviceInfo(const ClDevice& d, uint64_t memory);

@@ -256,8 +256,7 @@ Result<std::unique_ptr<DeviceBuffer>> ClBackend::Alloc(int64_t n, std::string_vi
 Result<std::unique_ptr<DeviceMatrix>> ClBackend::UploadMatrix(const HostMatrix& m) {
   if (!SupportsType(m.view.type)) {
     return Error("tensor {} has type {}, which backend {} cannot run (it runs: {})", m.name,
-                 TensorTypeName(static_cast<uint32_t>(m.view.type)), info_.address,
-                 TypeList(ClTypes()));
+                 TensorTypeName(static_cast<uint32_t>(m.view.type)), info_.address, ClTypeNames());
   }
   // Rows are packed on the device (no padding between them), so that f32 and f16 rows are
   // aligned for the kernels' loads: [count, rows, packed] bytes.
@@ -357,7 +356,7 @@ Result<std::vector<DeviceInfo>> Devices() {
 }
 
 Result<std::unique_ptr<Backend>> Open(const BackendSpec& spec, const BackendOptions& options) {
-  KV_CHECK(spec.index.size() == 2, "opencl spec {} without platform and device", spec.ToString());
+  KV_CHECK(spec.index.size() == 2, "opencl spec with {} device numbers", spec.index.size());
   KV_ASSIGN_OR_RETURN(ClDevice d, FindClDevice(spec.index[0], spec.index[1]));
   KV_ASSIGN_OR_RETURN(uint64_t limit, MemoryLimit(d));
   KV_ASSIGN_OR_RETURN(const DecodePath path, ChooseDecodePath(d));

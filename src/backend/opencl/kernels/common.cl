@@ -20,7 +20,9 @@ inline float half_to_float(uint h) {
 }
 
 // Two little-endian bytes at p as half bits (p need not be aligned).
-inline float load_half(__global const uchar* p) { return half_to_float((uint)p[0] | (uint)p[1] << 8); }
+inline float load_half(__global const uchar* p) {
+  return half_to_float((uint)p[0] | (uint)p[1] << 8);
+}
 
 // f rounded to the nearest half (ties to even) and back to float: the CPU's F32ToF16 then
 // F16ToF32, as the Q8_0 activation scale is stored.

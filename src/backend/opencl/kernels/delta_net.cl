@@ -4,6 +4,13 @@
 inline float silu(float x) { return x / (1.0f + exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : log(1.0f + exp(x)); }
 
+// Input row u (u >= 0: x; before it, the saved state) of channel c.
+inline float input_at(__global const float* x, long x_off, __global const float* state, long s_off,
+                      int u, int hist, int channels, int c) {
+  return u >= 0 ? x[x_off + (size_t)u * channels + c]
+                : state[s_off + (size_t)(hist + u) * channels + c];
+}
+
 // One work-item per channel, rows in order. x, out: [n, channels]; w: [channels, kernel]; state
 // [kernel - 1, channels], the last inputs before x, oldest first, updated. Global: (channels).
 __kernel void causal_conv_silu(__global const float* x, long x_off, int n, int channels,
@@ -17,17 +24,15 @@ __kernel void causal_conv_silu(__global const float* x, long x_off, int n, int c
     float sum = 0.0f;
     for (int j = 0; j < kernel_size; ++j) {
       const int u = t - hist + j;  // input row; before 0, the saved state
-      const float in =
-          u >= 0 ? x[x_off + (size_t)u * channels + c] : state[s_off + (size_t)(hist + u) * channels + c];
-      sum += in * wc[j];
+      sum += input_at(x, x_off, state, s_off, u, hist, channels, c) * wc[j];
     }
     out[o_off + (size_t)t * channels + c] = silu(sum);
   }
   // The last `hist` inputs; slot j reads slot j + n (higher) before it is overwritten.
   for (int j = 0; j < hist; ++j) {
     const int u = n - hist + j;
-    state[s_off + (size_t)j * channels + c] =
-        u >= 0 ? x[x_off + (size_t)u * channels + c] : state[s_off + (size_t)(hist + u) * channels + c];
+    const float in = input_at(x, x_off, state, s_off, u, hist, channels, c);
+    state[s_off + (size_t)j * channels + c] = in;
   }
 }
 

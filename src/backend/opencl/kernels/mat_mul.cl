@@ -246,7 +246,8 @@ QUANT_TYPE(q6_k, 0)
                                 long out_off) {                                                   \
     const int c = get_global_id(0), i = get_global_id(1);                                         \
     if (c >= cols) return;                                                                        \
-    out[out_off + (size_t)i * cols + c] = LOAD_##TYPE(w + (size_t)ids[ids_off + i] * row_bytes, c); \
+    __global const uchar* row = w + (size_t)ids[ids_off + i] * row_bytes;                         \
+    out[out_off + (size_t)i * cols + c] = LOAD_##TYPE(row, c);                                    \
   }
 
 #define FLOAT_TYPE(TYPE) \
