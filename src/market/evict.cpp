@@ -27,8 +27,8 @@ Status Store::Evict(int64_t claim, int64_t model_row, int ring, const std::strin
   }
   ++count;
   const int doublings = static_cast<int>(std::min<int64_t>(count - 1, 40));
-  const double wait = std::min(
-      kMaxCooldownSeconds, eviction_.cooldown_s * std::ldexp(1.0, doublings));
+  const double wait =
+      std::min(kMaxCooldownSeconds, eviction_.cooldown_s * std::ldexp(1.0, doublings));
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO strikes(node, count, until) VALUES(?, ?, "
                                            "?) ON CONFLICT(node) DO UPDATE SET count = "
                                            "excluded.count, until = excluded.until"));
@@ -104,8 +104,7 @@ Result<Store::Challenge> Store::LoadChallenge(int64_t claim) {
       "SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN windows w ON w.model = "
       "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
   KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
-  if (!row)
-    return Error(StatusCode::kNotFound, "claim {} is gone", claim);
+  if (!row) return Error(StatusCode::kNotFound, "claim {} is gone", claim);
   Challenge out;
   out.nonce_hex = s.Text(0);
   const std::string picks = s.Text(1);
@@ -117,30 +116,26 @@ Result<Store::Challenge> Store::LoadChallenge(int64_t claim) {
     const auto [p, ec] = std::from_chars(picks.data() + pos, picks.data() + end, pick);
     pos = end + 1;
     if (ec != std::errc() || pick >= samples.size()) {
-      return Error("{}: claim {}: a challenge names a missing sample",
-                   db_->path(), claim);
+      return Error("{}: claim {}: a challenge names a missing sample", db_->path(), claim);
     }
-    out.picked.push_back(std::move(samples[pick]));
+    out.picked.push_back(samples[pick]);  // a sample may be picked twice
   }
   return out;
 }
 
-Status Store::CheckProof(const ClaimInfo &c, const ProofAnswer &proof) {
+Status Store::CheckProof(const ClaimInfo& c, const ProofAnswer& proof) {
   KV_ASSIGN_OR_RETURN(Challenge ch, LoadChallenge(c.id));
-  KV_ASSIGN_OR_RETURN(std::string nonce,
-                      FromHex(ch.nonce_hex, kProofNonceBytes));
+  KV_ASSIGN_OR_RETURN(std::string nonce, FromHex(ch.nonce_hex, kProofNonceBytes));
   if (proof.nonce != ch.nonce_hex) {
-    return Error(StatusCode::kForbidden,
-                 "claim {}: the proof answers nonce {}, not the claim's {}",
+    return Error(StatusCode::kForbidden, "claim {}: the proof answers nonce {}, not the claim's {}",
                  c.id, proof.nonce.substr(0, 32), ch.nonce_hex);
   }
   if (proof.digests.size() != ch.picked.size()) {
-    return Error(StatusCode::kForbidden,
-                 "claim {}: the proof has {} digests, the challenge {}", c.id,
-                 proof.digests.size(), ch.picked.size());
+    return Error(StatusCode::kForbidden, "claim {}: the proof has {} digests, the challenge {}",
+                 c.id, proof.digests.size(), ch.picked.size());
   }
   for (size_t i = 0; i < ch.picked.size(); ++i) {
-    const RangeSample &sample = ch.picked[i];
+    const RangeSample& sample = ch.picked[i];
     if (proof.digests[i] != ProofDigest(nonce, sample.bytes)) {
       return Error(StatusCode::kForbidden,
                    "claim {}: the proof's digest {} of tensor {} bytes [{}, +{}) does not match "
@@ -156,8 +151,7 @@ Status Store::CheckProof(const ClaimInfo &c, const ProofAnswer &proof) {
 Status Store::ReadChallenge(int64_t claim, HeartbeatReply* reply) {
   KV_ASSIGN_OR_RETURN(Challenge ch, LoadChallenge(claim));
   reply->challenge_nonce = std::move(ch.nonce_hex);
-  for (RangeSample &sample : ch.picked)
-    reply->challenge.push_back(std::move(sample.range));
+  for (RangeSample& sample : ch.picked) reply->challenge.push_back(std::move(sample.range));
   return Status::Ok();
 }
 

@@ -212,8 +212,7 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
   {
     std::vector<std::unique_ptr<RawRingClient>> liars;
     for (int i = 0; i < 32; ++i) {
-      auto c =
-          RawRingClient::Connect(port, fmt::format("127.0.0.{}", 2 + i % 4));
+      auto c = RawRingClient::Connect(port, fmt::format("127.0.0.{}", 2 + i % 4));
       ASSERT_TRUE(c.ok()) << c.status().message();
       std::vector<uint8_t> bytes = RecordLength(64u << 20);
       bytes.push_back(0);
@@ -232,8 +231,7 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
   const uint32_t limit = ClientRecordLimit();
   std::vector<std::unique_ptr<RawRingClient>> holders;
   for (int i = 0; i < 200; ++i) {
-    auto c =
-        RawRingClient::Connect(port, fmt::format("127.0.1.{}", 1 + i % 50));
+    auto c = RawRingClient::Connect(port, fmt::format("127.0.1.{}", 1 + i % 50));
     ASSERT_TRUE(c.ok()) << i << ": " << c.status().message();
     std::vector<uint8_t> bytes = RecordLength(limit - 16);
     bytes.resize(bytes.size() + limit - 200, 0x5a);
@@ -250,10 +248,9 @@ TEST_F(AttackTest, AnonymousClientsCannotExhaustTheHeadsMemory) {
     }
   });
   std::atomic<int> non_readers_dropped{0};
-  Flood non_readers(24, [&](int i, const std::atomic<bool> &running) {
+  Flood non_readers(24, [&](int i, const std::atomic<bool>& running) {
     auto c = RawRingClient::Connect(port, fmt::format("127.0.2.{}", 1 + i));
-    if (!c.ok())
-      return;
+    if (!c.ok()) return;
     ring::PingMsg ping;
     while (running.load()) {
       if (!(*c)->SendBatch(ping, 256).ok()) {

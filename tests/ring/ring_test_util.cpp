@@ -395,8 +395,8 @@ class Borrowed final : public net::Stream {
 
 }  // namespace
 
-Result<std::unique_ptr<RawRingClient>>
-RawRingClient::Connect(uint16_t port, const std::string &source) {
+Result<std::unique_ptr<RawRingClient>> RawRingClient::Connect(uint16_t port,
+                                                              const std::string& source) {
   KV_ASSIGN_OR_RETURN(int fd, DialFrom(port, source));
   auto c = std::unique_ptr<RawRingClient>(new RawRingClient());
   c->tcp_ = std::make_unique<FdStream>(fd);
@@ -420,11 +420,11 @@ RawRingClient::Connect(uint16_t port, const std::string &source) {
   return c;
 }
 
-Status RawRingClient::Send(const ring::Message &m) {
+Status RawRingClient::Send(const ring::Message& m) {
   return secure_->WriteAll(ring::EncodeMessage(m));
 }
 
-Status RawRingClient::SendBatch(const ring::Message &m, int n) {
+Status RawRingClient::SendBatch(const ring::Message& m, int n) {
   const std::vector<uint8_t> frame = ring::EncodeMessage(m);
   batch_.clear();
   batching_ = true;
@@ -435,9 +435,7 @@ Status RawRingClient::SendBatch(const ring::Message &m, int n) {
   return tcp_->WriteAll(batch_);
 }
 
-Status RawRingClient::SendRaw(std::span<const uint8_t> bytes) {
-  return tcp_->WriteAll(bytes);
-}
+Status RawRingClient::SendRaw(std::span<const uint8_t> bytes) { return tcp_->WriteAll(bytes); }
 
 Result<ring::Message> RawRingClient::Receive(int ms) {
   tcp_->SetReadTimeout(ms);

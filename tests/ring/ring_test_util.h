@@ -158,9 +158,9 @@ class FdStream final : public net::Stream {
 // messages or raw bytes on the encrypted stream's socket (a record that never completes, a
 // length that lies), and reads what the head answers with a deadline.
 class RawRingClient {
-public:
-  static Result<std::unique_ptr<RawRingClient>>
-  Connect(uint16_t port, const std::string &source = "127.0.0.1");
+ public:
+  static Result<std::unique_ptr<RawRingClient>> Connect(uint16_t port,
+                                                        const std::string& source = "127.0.0.1");
   // One message as one encrypted record.
   Status Send(const ring::Message& m);
   // `n` copies of `m`, one record each, in one write (a client that pipelines requests).
@@ -174,13 +174,12 @@ public:
   uint16_t local_port() const;
 
  private:
-   RawRingClient() = default;
-   std::unique_ptr<FdStream> tcp_;
-   std::vector<uint8_t> batch_; // what SendBatch seals before writing it
-   bool batching_ = false;
-   std::unique_ptr<ring::SecureStream>
-       secure_; // over tcp_ (or batch_), not owning it
-   ring::FrameDecoder decoder_;
+  RawRingClient() = default;
+  std::unique_ptr<FdStream> tcp_;
+  std::vector<uint8_t> batch_;  // what SendBatch seals before writing it
+  bool batching_ = false;
+  std::unique_ptr<ring::SecureStream> secure_;  // over tcp_ (or batch_), not owning it
+  ring::FrameDecoder decoder_;
 };
 
 // Greedy sampling (temperature 0): the sampling every exactness test compares under.

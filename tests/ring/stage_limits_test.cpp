@@ -139,7 +139,7 @@ TEST(StageLimitsTest, WhenClientBuffersAreFullTheLongestHoldersAreDropped) {
   const uint32_t limit = ClientRecordLimit(256);
   ASSERT_GT(limit, 4096u);
   const std::vector<uint8_t> part(limit - 100, 0x5a);
-  auto hold = [&](std::unique_ptr<RawRingClient> &c) {
+  auto hold = [&](std::unique_ptr<RawRingClient>& c) {
     std::vector<uint8_t> bytes = RecordLength(limit - 16);
     bytes.insert(bytes.end(), part.begin(), part.end());
     ASSERT_TRUE(c->SendRaw(bytes).ok());

@@ -29,9 +29,7 @@ class TestHttp {
  public:
   static constexpr int kDeadlineMs = 30000;
 
-  explicit TestHttp(uint16_t port) {
-    fd_ = ConnectLoopback(port, kDeadlineMs, &connected_);
-  }
+  explicit TestHttp(uint16_t port) { fd_ = ConnectLoopback(port, kDeadlineMs, &connected_); }
   ~TestHttp() { Close(); }
   void Close() {
     if (fd_ >= 0) ::close(fd_);
