@@ -4,6 +4,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "base/check.h"
+
 namespace kvasir {
 
 int32_t ArgMax(std::span<const float> values) {
@@ -17,6 +19,13 @@ int32_t ArgMax(std::span<const float> values) {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
+  Weigh(logits, history, &weighted_);
+  return Draw(weighted_);
+}
+
+void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> history,
+                    std::vector<Weighted>* out) {
+  out->clear();
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
   candidates_.resize(logits.size());
   for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
@@ -34,12 +43,13 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     }
   }
 
-  if (params_.temperature <= 0.0f) {
+  if (greedy()) {
     int32_t best = 0;
     for (int32_t i = 1; i < n_vocab; ++i) {
       if (candidates_[i].first > candidates_[best].first) best = i;
     }
-    return best;
+    out->push_back({1.0, best});
+    return;
   }
 
   // Highest logits first; ties broken by id so the order (and the sample) is deterministic.
@@ -76,21 +86,27 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     while (n < keep && p[n] >= floor) ++n;
     keep = n;
   }
-  candidates_.resize(keep);
 
-  // Sample from the survivors at the requested temperature.
-  std::vector<double> w(keep);
-  double total = 0.0;
+  // The survivors' weights at the requested temperature.
+  out->resize(keep);
   for (size_t i = 0; i < keep; ++i) {
-    total += w[i] = std::exp((candidates_[i].first - max_logit) / params_.temperature);
+    (*out)[i] = {std::exp((candidates_[i].first - max_logit) / params_.temperature),
+                 candidates_[i].second};
   }
+}
+
+int32_t Sampler::Draw(std::span<const Weighted> weights) {
+  KV_CHECK(!weights.empty(), "Sampler::Draw: nothing to draw from");
+  if (greedy()) return weights[0].id;
+  double total = 0.0;
+  for (const Weighted& w : weights) total += w.weight;
   std::uniform_real_distribution<double> uni(0.0, total);
   double r = uni(rng_);
-  for (size_t i = 0; i < keep; ++i) {
-    r -= w[i];
-    if (r < 0) return candidates_[i].second;
+  for (const Weighted& w : weights) {
+    r -= w.weight;
+    if (r < 0) return w.id;
   }
-  return candidates_[keep - 1].second;
+  return weights.back().id;
 }
 
 }  // namespace kvasir

@@ -25,12 +25,28 @@ class Sampler {
   // Picks a token from `logits` (n_vocab values). `history` holds previous tokens (prompt and
   // generated) for the repetition penalty.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+
+  // Sample in two steps, for a caller that restricts the choice further (a grammar):
+  // Weigh leaves in `out` the tokens Sample would draw from, with their unnormalised weights at
+  // the temperature, highest first (greedy: the argmax alone, weight 1); Draw picks one of
+  // `weights` as Sample does, advancing the RNG (greedy: the first, without it).
+  // Sample(l, h) == Draw(Weigh(l, h)) exactly.
+  struct Weighted {
+    double weight;
+    int32_t id;
+  };
+  void Weigh(std::span<const float> logits, std::span<const int32_t> history,
+             std::vector<Weighted>* out);
+  int32_t Draw(std::span<const Weighted> weights);
+
   const SamplingParams& params() const { return params_; }
+  bool greedy() const { return params_.temperature <= 0.0f; }
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<Weighted> weighted_;
 };
 
 // Index of the largest value; the first one wins ties.

@@ -49,6 +49,7 @@ TokenMsg PresentToken(const TokenMsg& t, const Tokenizer& tokenizer, int n_promp
     out.piece.clear();
   }
   out.token.piece_bytes = static_cast<uint32_t>(out.piece.size());
+  for (TokenLogprob& lp : out.logprobs) lp.piece = tokenizer.TokenToPiece(lp.id);
   return out;
 }
 

@@ -19,8 +19,9 @@ uint32_t MaxPromptBytes(const Tokenizer& tokenizer, int n_ctx) {
 }
 
 uint32_t MaxClientPayload(uint32_t max_prompt_bytes) {
-  const uint64_t extra =
-      sizeof(wire::SamplingExtraWire) + uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire);
+  const uint64_t extra = sizeof(wire::SamplingExtraWire) +
+                         uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire) +
+                         sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes;
   const uint64_t generate =
       sizeof(wire::GenerateBody) + uint64_t{max_prompt_bytes} + kMaxClientStopBytes + extra;
   const uint64_t error = sizeof(wire::ErrorBody) + wire::kMaxErrorMessage;
@@ -31,7 +32,10 @@ uint32_t MaxStagePayload(int n_ctx, int n_embd) {
   const uint64_t rows = static_cast<uint64_t>(std::max(n_ctx, 1));
   const uint64_t width = static_cast<uint64_t>(std::max(n_embd, 1));
   const uint64_t hidden = sizeof(wire::HiddenBody) + rows * width * sizeof(float);
-  const uint64_t open = sizeof(wire::OpenSessionBody) + uint64_t{kMaxOpenPromptTokens} * 4;
+  const uint64_t open = sizeof(wire::OpenSessionBody) + uint64_t{kMaxOpenPromptTokens} * 4 +
+                        sizeof(wire::SamplingExtraWire) +
+                        uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire) +
+                        sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes;
   const uint64_t stats =
       sizeof(wire::StatsBody) + uint64_t{wire::kMaxStatsRecords} * sizeof(wire::StageStats);
   const uint64_t receipt =

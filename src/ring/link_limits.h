@@ -21,13 +21,13 @@ inline constexpr uint32_t kMaxOpenPromptTokens = 1u << 18;
 uint32_t MaxPromptBytes(const Tokenizer& tokenizer, int n_ctx);
 
 // The largest payload a head takes from a client: GENERATE with a prompt of `max_prompt_bytes`,
-// kMaxClientStopBytes of stop strings and the most extra sampling (every other client message is
-// smaller).
+// kMaxClientStopBytes of stop strings, the most extra sampling and the largest grammar (every other
+// client message is smaller).
 uint32_t MaxClientPayload(uint32_t max_prompt_bytes);
 
 // The largest payload a stage takes from a neighbour: HIDDEN of `n_ctx` rows of `n_embd` f32,
-// OPEN_SESSION of kMaxOpenPromptTokens, STATS of 1024 records or a full RECEIPT, whichever is
-// largest, at most wire::kMaxPayload.
+// OPEN_SESSION of kMaxOpenPromptTokens (with the most extra sampling and the largest grammar),
+// STATS of 1024 records or a full RECEIPT, whichever is largest, at most wire::kMaxPayload.
 uint32_t MaxStagePayload(int n_ctx, int n_embd);
 
 }  // namespace kvasir::ring

@@ -114,42 +114,94 @@ Result<Message> DecodeError(const Frame& f) {
   return Message(std::move(m));
 }
 
-// The SamplingExtraWire and its logit biases at `p` (`left` bytes from there to the end of the
-// payload), which must hold exactly them.
-Status DecodeExtra(MsgType t, const uint8_t* p, size_t left, SamplingExtra* out) {
-  wire::SamplingExtraWire e{};
-  if (left < sizeof(e)) {
-    return Error("{}: the sampling flags announce extra sampling, but {} bytes remain of its {}",
-                 Name(t), left, sizeof(e));
-  }
-  std::memcpy(&e, p, sizeof(e));
-  if (e.n_logit_bias > wire::kMaxLogitBias) {
-    return Error("{}: n_logit_bias {} exceeds the limit of {}", Name(t), e.n_logit_bias,
-                 wire::kMaxLogitBias);
-  }
-  if (e.reserved != 0) return Error("{}: extra sampling's reserved field is not zero", Name(t));
-  const uint64_t biases = uint64_t{e.n_logit_bias} * sizeof(wire::LogitBiasWire);
-  if (left - sizeof(e) != biases) {
-    return Error("{}: {} bytes follow the extra sampling, but n_logit_bias {} needs {}", Name(t),
-                 left - sizeof(e), e.n_logit_bias, biases);
-  }
-  out->presence_penalty = e.presence_penalty;
-  out->frequency_penalty = e.frequency_penalty;
-  out->logit_bias.resize(e.n_logit_bias);
-  for (uint32_t i = 0; i < e.n_logit_bias; ++i) {
-    wire::LogitBiasWire b{};
-    std::memcpy(&b, p + sizeof(e) + i * sizeof(b), sizeof(b));
-    out->logit_bias[i] = {b.id, b.bias};
-  }
-  return Status::Ok();
+bool HasExtra(const wire::SamplingWire& w) { return (w.flags & wire::kSamplingExtra) != 0; }
+bool HasOutput(const wire::SamplingWire& w) {
+  return (w.flags & (wire::kSamplingGrammar | wire::kSamplingLogprobs)) != 0;
 }
 
-bool HasExtra(const wire::SamplingWire& w) { return (w.flags & wire::kSamplingExtra) != 0; }
-
 uint64_t ExtraBytes(const wire::SamplingWire& w, const SamplingExtra& e) {
-  return HasExtra(w) ? sizeof(wire::SamplingExtraWire) +
-                           uint64_t{e.logit_bias.size()} * sizeof(wire::LogitBiasWire)
-                     : 0;
+  uint64_t bytes = 0;
+  if (HasExtra(w)) {
+    bytes += sizeof(wire::SamplingExtraWire) +
+             uint64_t{e.logit_bias.size()} * sizeof(wire::LogitBiasWire);
+  }
+  if (HasOutput(w)) bytes += sizeof(wire::SamplingOutputWire) + e.grammar.size();
+  return bytes;
+}
+
+// The sampling tails at `p` (`left` bytes from there to the end of the payload), which must hold
+// exactly what the flags of `w` announce: the SamplingExtraWire and its logit biases, then the
+// SamplingOutputWire and the grammar text.
+Status DecodeSamplingTails(MsgType t, const wire::SamplingWire& w, const uint8_t* p, size_t left,
+                           SamplingExtra* out) {
+  if (HasExtra(w)) {
+    wire::SamplingExtraWire e{};
+    if (left < sizeof(e)) {
+      return Error("{}: the sampling flags announce extra sampling, but {} bytes remain of its {}",
+                   Name(t), left, sizeof(e));
+    }
+    std::memcpy(&e, p, sizeof(e));
+    if (e.n_logit_bias > wire::kMaxLogitBias) {
+      return Error("{}: n_logit_bias {} exceeds the limit of {}", Name(t), e.n_logit_bias,
+                   wire::kMaxLogitBias);
+    }
+    if (e.reserved != 0) return Error("{}: extra sampling's reserved field is not zero", Name(t));
+    const uint64_t biases = uint64_t{e.n_logit_bias} * sizeof(wire::LogitBiasWire);
+    if (left - sizeof(e) < biases) {
+      return Error("{}: {} bytes follow the extra sampling, but n_logit_bias {} needs {}", Name(t),
+                   left - sizeof(e), e.n_logit_bias, biases);
+    }
+    out->presence_penalty = e.presence_penalty;
+    out->frequency_penalty = e.frequency_penalty;
+    out->logit_bias.resize(e.n_logit_bias);
+    for (uint32_t i = 0; i < e.n_logit_bias; ++i) {
+      wire::LogitBiasWire b{};
+      std::memcpy(&b, p + sizeof(e) + i * sizeof(b), sizeof(b));
+      out->logit_bias[i] = {b.id, b.bias};
+    }
+    p += sizeof(e) + biases;
+    left -= sizeof(e) + biases;
+  }
+  if (HasOutput(w)) {
+    wire::SamplingOutputWire o{};
+    if (left < sizeof(o)) {
+      return Error(
+          "{}: the sampling flags announce a grammar or logprobs, but {} bytes remain of "
+          "their {}",
+          Name(t), left, sizeof(o));
+    }
+    std::memcpy(&o, p, sizeof(o));
+    const bool grammar = (w.flags & wire::kSamplingGrammar) != 0;
+    if (grammar != (o.grammar_bytes != 0)) {
+      return Error("{}: grammar_bytes {} {} the kSamplingGrammar flag", Name(t), o.grammar_bytes,
+                   grammar ? "is zero under" : "is set without");
+    }
+    if (o.grammar_bytes > wire::kMaxGrammarBytes) {
+      return Error("{}: grammar_bytes {} exceeds the {} KiB limit", Name(t), o.grammar_bytes,
+                   wire::kMaxGrammarBytes >> 10);
+    }
+    const bool logprobs = (w.flags & wire::kSamplingLogprobs) != 0;
+    if (!logprobs && o.top_logprobs != 0) {
+      return Error("{}: top_logprobs {} without the kSamplingLogprobs flag", Name(t),
+                   o.top_logprobs);
+    }
+    if (o.top_logprobs > wire::kMaxTopLogprobs) {
+      return Error("{}: top_logprobs {} exceeds the limit of {}", Name(t), o.top_logprobs,
+                   wire::kMaxTopLogprobs);
+    }
+    if (left - sizeof(o) < o.grammar_bytes) {
+      return Error("{}: grammar_bytes {} but {} bytes remain", Name(t), o.grammar_bytes,
+                   left - sizeof(o));
+    }
+    out->top_logprobs = o.top_logprobs;
+    out->grammar.assign(reinterpret_cast<const char*>(p + sizeof(o)), o.grammar_bytes);
+    p += sizeof(o) + o.grammar_bytes;
+    left -= sizeof(o) + o.grammar_bytes;
+  }
+  if (left != 0) {
+    return Error("{}: {} bytes follow the last field the sampling flags announce", Name(t), left);
+  }
+  return Status::Ok();
 }
 
 Result<Message> DecodeGenerate(const Frame& f) {
@@ -192,8 +244,8 @@ Result<Message> DecodeGenerate(const Frame& f) {
     p += len;
     left -= len;
   }
-  if (HasExtra(b.sampling)) {
-    KV_RETURN_IF_ERROR(DecodeExtra(MsgType::kGenerate, p, left, &m.extra));
+  if (HasExtra(b.sampling) || HasOutput(b.sampling)) {
+    KV_RETURN_IF_ERROR(DecodeSamplingTails(MsgType::kGenerate, b.sampling, p, left, &m.extra));
   } else if (left != 0) {
     return Error("GENERATE: {} bytes follow the prompt and {} stop strings", left, b.n_stop);
   }
@@ -206,14 +258,14 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   KV_RETURN_IF_ERROR(CheckSession(MsgType::kOpenSession, b.session));
   const uint64_t ids = uint64_t{b.n_prompt} * sizeof(int32_t);
   OpenSessionMsg m;
-  if (HasExtra(b.sampling)) {
+  if (HasExtra(b.sampling) || HasOutput(b.sampling)) {
     const size_t left = f.payload.size() - sizeof(b);
     if (left < ids) {
       return Error("OPEN_SESSION: tail is {} bytes, but n_prompt {} x i32 needs {}", left,
                    b.n_prompt, ids);
     }
-    KV_RETURN_IF_ERROR(
-        DecodeExtra(MsgType::kOpenSession, Tail(f, sizeof(b)) + ids, left - ids, &m.extra));
+    KV_RETURN_IF_ERROR(DecodeSamplingTails(MsgType::kOpenSession, b.sampling,
+                                           Tail(f, sizeof(b)) + ids, left - ids, &m.extra));
   } else {
     KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
   }
@@ -249,9 +301,46 @@ Result<Message> DecodeToken(const Frame& f) {
   if (b.id < 0) return Error("TOKEN: id {} is negative", b.id);
   if (b.finished > 1) return Error("TOKEN: finished {} is not 0 or 1", b.finished);
   KV_RETURN_IF_ERROR(CheckReason(MsgType::kToken, b.reason));
-  KV_RETURN_IF_ERROR(
-      CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
-  m.piece.assign(reinterpret_cast<const char*>(Tail(f, sizeof(b))), b.piece_bytes);
+  if (b.n_logprobs > 1 + wire::kMaxTopLogprobs) {
+    return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
+                 1 + wire::kMaxTopLogprobs);
+  }
+  if (b.n_logprobs == 0) {
+    KV_RETURN_IF_ERROR(
+        CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
+    m.piece.assign(reinterpret_cast<const char*>(Tail(f, sizeof(b))), b.piece_bytes);
+    return Message(std::move(m));
+  }
+  const uint8_t* p = Tail(f, sizeof(b));
+  size_t left = f.payload.size() - sizeof(b);
+  if (left < b.piece_bytes) {
+    return Error("TOKEN: piece_bytes {} but the tail holds {} bytes", b.piece_bytes, left);
+  }
+  m.piece.assign(reinterpret_cast<const char*>(p), b.piece_bytes);
+  p += b.piece_bytes;
+  left -= b.piece_bytes;
+  m.logprobs.resize(b.n_logprobs);
+  for (TokenLogprob& lp : m.logprobs) {
+    wire::LogprobWire w{};
+    if (left < sizeof(w)) {
+      return Error("TOKEN: logprob {} of {}: the tail ends before it", &lp - m.logprobs.data(),
+                   b.n_logprobs);
+    }
+    std::memcpy(&w, p, sizeof(w));
+    p += sizeof(w);
+    left -= sizeof(w);
+    if (w.id < 0) return Error("TOKEN: logprob token id {} is negative", w.id);
+    if (!(w.logprob <= 0)) return Error("TOKEN: logprob {} is not a log-probability", w.logprob);
+    if (left < w.piece_bytes) {
+      return Error("TOKEN: logprob piece_bytes {} but {} bytes remain", w.piece_bytes, left);
+    }
+    lp.id = w.id;
+    lp.logprob = w.logprob;
+    lp.piece.assign(reinterpret_cast<const char*>(p), w.piece_bytes);
+    p += w.piece_bytes;
+    left -= w.piece_bytes;
+  }
+  if (left != 0) return Error("TOKEN: {} bytes follow the last logprob", left);
   return Message(std::move(m));
 }
 
@@ -373,13 +462,18 @@ std::vector<uint8_t> Encode(const ErrorMsg& m) {
 }
 
 void PutExtra(FrameBuilder& fb, const wire::SamplingWire& w, const SamplingExtra& e) {
-  if (!HasExtra(w)) return;
-  wire::SamplingExtraWire x{};
-  x.presence_penalty = e.presence_penalty;
-  x.frequency_penalty = e.frequency_penalty;
-  x.n_logit_bias = static_cast<uint32_t>(e.logit_bias.size());
-  fb.Put(x);
-  for (const LogitBias& b : e.logit_bias) fb.Put(wire::LogitBiasWire{b.id, b.bias});
+  if (HasExtra(w)) {
+    wire::SamplingExtraWire x{};
+    x.presence_penalty = e.presence_penalty;
+    x.frequency_penalty = e.frequency_penalty;
+    x.n_logit_bias = static_cast<uint32_t>(e.logit_bias.size());
+    fb.Put(x);
+    for (const LogitBias& b : e.logit_bias) fb.Put(wire::LogitBiasWire{b.id, b.bias});
+  }
+  if (HasOutput(w)) {
+    fb.Put(wire::SamplingOutputWire{static_cast<uint32_t>(e.grammar.size()), e.top_logprobs});
+    fb.PutBytes(e.grammar.data(), e.grammar.size());
+  }
 }
 
 std::vector<uint8_t> Encode(const GenerateMsg& m) {
@@ -429,12 +523,23 @@ std::vector<uint8_t> Encode(const HiddenMsg& m) {
   return fb.Finish();
 }
 
+uint64_t TokenTailBytes(const TokenMsg& m) {
+  uint64_t bytes = m.piece.size();
+  for (const TokenLogprob& lp : m.logprobs) bytes += sizeof(wire::LogprobWire) + lp.piece.size();
+  return bytes;
+}
+
 std::vector<uint8_t> Encode(const TokenMsg& m) {
   wire::TokenBody b = m.token;
   b.piece_bytes = static_cast<uint32_t>(m.piece.size());
-  FrameBuilder fb(MsgType::kToken, sizeof(b) + m.piece.size());
+  b.n_logprobs = static_cast<uint16_t>(m.logprobs.size());
+  FrameBuilder fb(MsgType::kToken, sizeof(b) + TokenTailBytes(m));
   fb.Put(b);
   fb.PutBytes(m.piece.data(), m.piece.size());
+  for (const TokenLogprob& lp : m.logprobs) {
+    fb.Put(wire::LogprobWire{lp.id, lp.logprob, static_cast<uint32_t>(lp.piece.size())});
+    fb.PutBytes(lp.piece.data(), lp.piece.size());
+  }
   return fb.Finish();
 }
 
@@ -539,11 +644,26 @@ wire::MsgType MessageType(const Message& m) {
 
 namespace {
 
-// Extra sampling travels only under its flag, within its count.
+// Extra sampling, grammars and logprobs travel only under their flags, within their counts.
 Status CheckExtraEncodable(MsgType t, const wire::SamplingWire& w, const SamplingExtra& e) {
   if (!HasExtra(w) &&
       (e.presence_penalty != 0 || e.frequency_penalty != 0 || !e.logit_bias.empty())) {
     return Error("{}: extra sampling without the kSamplingExtra flag", Name(t));
+  }
+  if (((w.flags & wire::kSamplingGrammar) != 0) != !e.grammar.empty()) {
+    return Error("{}: a grammar {} the kSamplingGrammar flag", Name(t),
+                 e.grammar.empty() ? "is missing under" : "without");
+  }
+  if (e.grammar.size() > wire::kMaxGrammarBytes) {
+    return Error("{}: grammar of {} bytes exceeds the {} KiB limit", Name(t), e.grammar.size(),
+                 wire::kMaxGrammarBytes >> 10);
+  }
+  if ((w.flags & wire::kSamplingLogprobs) == 0 && e.top_logprobs != 0) {
+    return Error("{}: top_logprobs without the kSamplingLogprobs flag", Name(t));
+  }
+  if (e.top_logprobs > wire::kMaxTopLogprobs) {
+    return Error("{}: top_logprobs {} exceeds the limit of {}", Name(t), e.top_logprobs,
+                 wire::kMaxTopLogprobs);
   }
   if (e.logit_bias.size() > wire::kMaxLogitBias) {
     return Error("{}: {} logit biases exceed the limit of {}", Name(t), e.logit_bias.size(),
@@ -594,7 +714,16 @@ Status CheckEncodable(const Message& msg) {
     if (m->token.id < 0) return Error("TOKEN: id {} is negative", m->token.id);
     if (m->token.finished > 1) return Error("TOKEN: finished {} is not 0 or 1", m->token.finished);
     KV_RETURN_IF_ERROR(CheckReason(t, m->token.reason));
-    KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::TokenBody) + uint64_t{m->piece.size()}));
+    if (m->logprobs.size() > 1 + wire::kMaxTopLogprobs) {
+      return Error("TOKEN: {} logprobs exceed the limit of {}", m->logprobs.size(),
+                   1 + wire::kMaxTopLogprobs);
+    }
+    for (const TokenLogprob& lp : m->logprobs) {
+      if (lp.id < 0) return Error("TOKEN: logprob token id {} is negative", lp.id);
+      if (!(lp.logprob <= 0))
+        return Error("TOKEN: logprob {} is not a log-probability", lp.logprob);
+    }
+    KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::TokenBody) + TokenTailBytes(*m)));
   } else if (const auto* m = std::get_if<CloseMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->session));
     KV_RETURN_IF_ERROR(CheckReason(t, m->reason));

@@ -38,6 +38,12 @@ struct SamplingExtra {
   float presence_penalty = 0;
   float frequency_penalty = 0;
   std::vector<LogitBias> logit_bias;  // at most wire::kMaxLogitBias
+  // What the last stage does beyond drawing a token, each under its own flag: grammar text that
+  // constrains the draw (wire::kSamplingGrammar, non-empty, at most wire::kMaxGrammarBytes), and
+  // log-probabilities with every TOKEN (wire::kSamplingLogprobs: the sampled token's and
+  // top_logprobs alternatives', at most wire::kMaxTopLogprobs).
+  std::string grammar;
+  uint32_t top_logprobs = 0;
 };
 
 struct GenerateMsg {  // GENERATE, client -> head
@@ -65,9 +71,19 @@ struct HiddenMsg {       // HIDDEN
   std::vector<uint8_t> data;  // [n_tokens, n_embd] row-major, raw little-endian values of dtype
 };
 
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::string piece;  // head -> client only
+};
+
 struct TokenMsg {           // TOKEN
-  wire::TokenBody token{};  // piece_bytes is ignored when encoding: piece.size() is sent
+  wire::TokenBody token{};  // piece_bytes and n_logprobs are ignored when encoding: the sizes of
+                            // piece and logprobs are sent
   std::string piece;        // head -> client only
+  // The sampled token's first, then the alternatives (kSamplingLogprobs sessions), at most
+  // 1 + wire::kMaxTopLogprobs.
+  std::vector<TokenLogprob> logprobs;
 };
 
 struct CloseMsg {        // CLOSE_SESSION

@@ -186,8 +186,8 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   }
   std::unique_ptr<TailSampler> tail;
   if (is_last()) {
-    auto t =
-        TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab, g.extra);
+    auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab,
+                                 g.extra, &vocab_trie_);
     if (!t.ok()) {
       window_->CloseSequence(static_cast<int>(id));
       return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
@@ -227,7 +227,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   Status checked;
   if (is_last()) {
     auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
-                                 o.extra);
+                                 o.extra, &vocab_trie_);
     if (t.ok()) tail = std::move(t).value();
     checked = t.status();
   } else {
@@ -501,9 +501,14 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
     Session& s = it->second;
     std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_vocab);
     ++logit_row;
-    TokenMsg t;
-    t.token = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, window_->n_ctx(),
-                             [&](int32_t id) { return tokenizer_->IsEog(id); });
+    auto sampled = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, window_->n_ctx(),
+                                  [&](int32_t id) { return tokenizer_->IsEog(id); });
+    if (!sampled.ok()) {
+      KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, sampled.status().message());
+      FailSession(w.session, wire::ErrorCode::kBadRequest, sampled.status().message());
+      continue;
+    }
+    TokenMsg& t = *sampled;
     if (is_head()) {
       HandleToken(t);  // a one-stage ring: the head samples for itself
     } else {

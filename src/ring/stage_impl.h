@@ -31,6 +31,7 @@
 #include "ring/scheduler.h"
 #include "ring/stage.h"
 #include "ring/tail_sampler.h"
+#include "ring/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::ring {
@@ -187,6 +188,7 @@ class StageImpl final : public Stage {
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<LayerWindow> window_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  VocabTrie vocab_trie_;  // the last stage's, for grammars: built by the first that comes
   ModelId model_id_;
   net::Listener listener_;
   std::string succ_host_;

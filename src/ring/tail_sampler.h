@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
+#include "grammar/recognizer.h"
+#include "grammar/token_mask.h"
 #include "model/sampler.h"
 #include "ring/messages.h"
+#include "ring/vocab_trie.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -21,37 +25,65 @@ namespace kvasir::ring {
 wire::FinishReason FinishReasonFor(bool is_eog, const wire::SamplingWire& sampling,
                                    int n_generated, int pos, int n_ctx);
 
-// What the tail keeps per session: its sampler, and the prompt and generated ids for penalties.
+// What a grammar a client sends may cost the last stage, per session: parsing it (the text is at
+// most wire::kMaxGrammarBytes) and the recognizer's memo (a few MiB at most).
+grammar::GrammarLimits TailGrammarLimits();
+grammar::MatcherLimits TailMatcherLimits();
+
+// What the tail keeps per session: its sampler, the prompt and generated ids for penalties, and
+// the grammar's position when the session has one.
 class TailSampler {
  public:
   // Refuses what it could not sample with (CheckSessionRequest): a NaN temperature, a negative
-  // penalty window, a prompt id outside the vocabulary..., naming the field.
+  // penalty window, a prompt id outside the vocabulary..., naming the field; and a grammar
+  // (wire::kSamplingGrammar) that does not parse, or that `vocab` (the stage's vocabulary) cannot
+  // serve.
   // `extra` applies when sampling.flags has wire::kSamplingExtra: logit biases, then the repeat,
   // frequency and presence penalties over the penalty window (as llama.cpp orders them), then the
   // sampler's cuts. Without it the sampler runs on the logits as they are.
+  // With a grammar the sampler's distribution (after its cuts) is restricted to the tokens the
+  // grammar allows and renormalised (docs/GRAMMAR.md); when the cuts leave none of them, the
+  // distribution before the cuts is. Greedy picks the most likely allowed token.
   static Result<std::unique_ptr<TailSampler>> Create(const wire::SamplingWire& sampling,
                                                      std::vector<int32_t> prompt, int n_ctx,
-                                                     int n_vocab, const SamplingExtra& extra = {});
+                                                     int n_vocab, const SamplingExtra& extra = {},
+                                                     VocabTrie* vocab = nullptr);
 
-  // Samples the token that takes position `pos` from `logits` and returns the TOKEN body the
-  // ring carries to the head.
-  wire::TokenBody Sample(uint32_t session, std::span<const float> logits, int pos, int n_ctx,
-                         const std::function<bool(int32_t)>& is_eog);
+  // Samples the token that takes position `pos` from `logits` and returns the TOKEN the ring
+  // carries to the head: with wire::kSamplingLogprobs, the log-probabilities of the token and of
+  // the top alternatives (log-softmax of the logits after biases and penalties, before the
+  // temperature, the cuts and the grammar). A session whose grammar is complete ends with
+  // FinishReason::kEog. Errors (the session cannot go on): the grammar allows no token here, or
+  // its recognizer ran out of its limits.
+  Result<TokenMsg> Sample(uint32_t session, std::span<const float> logits, int pos, int n_ctx,
+                          const std::function<bool(int32_t)>& is_eog);
   int n_generated() const { return n_generated_; }
+  bool has_grammar() const { return recognizer_ != nullptr; }
 
  private:
   TailSampler(const wire::SamplingWire& sampling, std::vector<int32_t> prompt,
               const SamplingExtra& extra);
   // `logits` with the biases and penalties of `extra_` applied, in scratch_.
   std::span<const float> Adjust(std::span<const float> logits);
+  // The grammar's choice from `logits` (adjusted), as Create explains.
+  Result<int32_t> SampleAllowed(std::span<const float> logits);
+  // The log-probabilities of `id` and of the top alternatives under `logits`.
+  void FillLogprobs(std::span<const float> logits, int32_t id, std::vector<TokenLogprob>* out);
 
   wire::SamplingWire sampling_;
-  bool has_extra_ = false;
+  bool adjust_ = false;  // apply Adjust: extra sampling, or penalties under a grammar
   SamplingExtra extra_;
   Sampler sampler_;
   std::vector<float> scratch_;  // [n_vocab] adjusted logits
   std::vector<int32_t> history_;
   int n_generated_ = 0;
+
+  // With a grammar.
+  std::shared_ptr<const grammar::TokenTrie> trie_;
+  std::unique_ptr<grammar::Recognizer> recognizer_;
+  grammar::Matcher matcher_;
+  grammar::TokenMask mask_;
+  std::vector<Sampler::Weighted> weighted_;
 };
 
 }  // namespace kvasir::ring

@@ -122,8 +122,19 @@ inline constexpr uint32_t kSamplingIgnoreEog = 1;
 // The message (GENERATE, OPEN_SESSION) carries a SamplingExtraWire and its logit biases after its
 // other tails. A stage that predates it refuses the unknown flag bit instead of sampling without.
 inline constexpr uint32_t kSamplingExtra = 2;
-inline constexpr uint32_t kSamplingKnownFlags = kSamplingIgnoreEog | kSamplingExtra;
+// The last stage draws only tokens a grammar allows (kSamplingGrammar) and/or reports
+// log-probabilities with every TOKEN (kSamplingLogprobs): the message then carries a
+// SamplingOutputWire and the grammar's text after the extra sampling (when both are present).
+inline constexpr uint32_t kSamplingGrammar = 4;
+inline constexpr uint32_t kSamplingLogprobs = 8;
+inline constexpr uint32_t kSamplingKnownFlags =
+    kSamplingIgnoreEog | kSamplingExtra | kSamplingGrammar | kSamplingLogprobs;
 inline constexpr uint32_t kMaxLogitBias = 1024;
+// Grammar text (docs/GRAMMAR.md) a request may carry; a JSON schema of a few hundred properties
+// compiles to tens of KiB.
+inline constexpr uint32_t kMaxGrammarBytes = 256u << 10;
+// Alternatives a TOKEN may report besides the sampled token (OpenAI's top_logprobs limit).
+inline constexpr uint32_t kMaxTopLogprobs = 20;
 
 // Sampling beyond SamplingWire (kSamplingExtra), applied by the last stage before the others:
 // biases added to logits, then over the penalty window (repeat_last_n) the presence penalty once
@@ -141,6 +152,12 @@ struct LogitBiasWire {
   float bias;
 };
 static_assert(sizeof(LogitBiasWire) == 8);
+
+struct SamplingOutputWire {
+  uint32_t grammar_bytes;  // tail: grammar text; nonzero exactly under kSamplingGrammar
+  uint32_t top_logprobs;   // alternatives per TOKEN under kSamplingLogprobs (else 0)
+};
+static_assert(sizeof(SamplingOutputWire) == 8);
 
 struct GenerateBody {
   SamplingWire sampling;
@@ -176,14 +193,23 @@ struct TokenBody {
   uint32_t session;
   uint32_t pos;            // position the token takes in the sequence
   int32_t id;
-  uint8_t finished;        // 1 on the last token of the session
-  uint8_t reason;          // FinishReason
-  uint16_t reserved;
-  uint32_t piece_bytes;    // tail: the token's text (head -> client only)
-  uint32_t n_prompt;       // prompt tokens (head -> client; 0 elsewhere)
-  float logit;             // the token's raw logit where it was sampled (f32 bits unchanged)
+  uint8_t finished;      // 1 on the last token of the session
+  uint8_t reason;        // FinishReason
+  uint16_t n_logprobs;   // LogprobWire entries after the piece (kSamplingLogprobs sessions)
+  uint32_t piece_bytes;  // tail: the token's text (head -> client only)
+  uint32_t n_prompt;     // prompt tokens (head -> client; 0 elsewhere)
+  float logit;           // the token's raw logit where it was sampled (f32 bits unchanged)
 };
 static_assert(sizeof(TokenBody) == 28);
+
+// A TOKEN's log-probabilities: the sampled token's first, then its top alternatives, most likely
+// first; each followed by its text (head -> client only, else piece_bytes is 0).
+struct LogprobWire {
+  int32_t id;
+  float logprob;  // natural log, from the logits the token was sampled from
+  uint32_t piece_bytes;
+};
+static_assert(sizeof(LogprobWire) == 12);
 
 struct CloseBody {
   uint32_t session;

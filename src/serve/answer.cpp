@@ -22,6 +22,43 @@ const char* FinishReason(wire::FinishReason r) {
   }
 }
 
+// The log-probabilities of an answer's tokens, handed out as the text they belong to is.
+class TokenLogs {
+ public:
+  void Add(const ring::TokenMsg& t) {
+    if (t.logprobs.empty() || t.piece.empty()) return;  // an end-of-generation token: no text
+    TokenLogprobs e;
+    e.token = t.piece;
+    e.logprob = t.logprobs[0].logprob;
+    for (size_t i = 1; i < t.logprobs.size(); ++i) {
+      e.top.emplace_back(t.logprobs[i].piece, t.logprobs[i].logprob);
+    }
+    generated_ += t.piece.size();
+    entries_.push_back(std::move(e));
+    ends_.push_back(generated_);
+  }
+  // The entries whose text is now shown, `shown` more bytes having been shown; with `last`, also
+  // those whose text is only partly shown.
+  LogprobsPart Release(size_t shown, bool last = false) {
+    const size_t from = released_;
+    shown_ += shown;
+    while (released_ < entries_.size() &&
+           (ends_[released_] <= shown_ ||
+            (last && ends_[released_] - entries_[released_].token.size() < shown_))) {
+      ++released_;
+    }
+    LogprobsPart part;
+    part.entries = std::span<const TokenLogprobs>(entries_).subspan(from, released_ - from);
+    part.text_offset = from == 0 ? 0 : ends_[from - 1];
+    return part;
+  }
+
+ private:
+  std::vector<TokenLogprobs> entries_;
+  std::vector<size_t> ends_;  // [entries] bytes of generated text up to the entry's end
+  size_t generated_ = 0, shown_ = 0, released_ = 0;
+};
+
 }  // namespace
 
 net::HttpServerResponse ErrorResponse(const ApiError& e) {
@@ -74,6 +111,10 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   std::string whole;
   double ttft_s = 0;
   bool started = false;
+  // Log-probabilities: one entry per token of text, with where its bytes end in the generated
+  // text; an entry goes out with the chunk that shows the last of its bytes (stop strings and
+  // incomplete characters hold text back), and none of the text a stop string cut.
+  TokenLogs logs;
   // Streams `piece` (false: the client has gone) or keeps it for the whole answer.
   auto emit = [&](const std::string& piece) {
     if (piece.empty()) return true;
@@ -81,7 +122,9 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
       whole += piece;
       return true;
     }
-    return stream->Write(ChunkEvent(job.meta, piece, "", false, req.include_usage));
+    const LogprobsPart part = logs.Release(piece.size());
+    return stream->Write(ChunkEvent(job.meta, piece, "", false, req.include_usage,
+                                    req.logprobs.enabled ? &part : nullptr));
   };
   auto on_token = [&](const ring::TokenMsg& t) {
     if (!started) {
@@ -102,6 +145,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
         }
       }
     }
+    if (req.logprobs.enabled) logs.Add(t);
     if (!emit(text.Push(t.piece))) return false;
     return !text.stopped();
   };
@@ -140,11 +184,14 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   if (!req.stream) {
     net::HttpServerResponse res;
     res.content_type = "application/json";
-    res.body = AnswerBody(job.meta, whole, finish, usage);
+    const LogprobsPart part = logs.Release(whole.size(), /*last=*/true);
+    res.body = AnswerBody(job.meta, whole, finish, usage, req.logprobs.enabled ? &part : nullptr);
     return job.reply(std::move(res));
   }
   if (ok) {
-    stream->Write(ChunkEvent(job.meta, "", finish, false, req.include_usage));
+    const LogprobsPart rest = logs.Release(0, /*last=*/true);
+    stream->Write(ChunkEvent(job.meta, "", finish, false, req.include_usage,
+                             req.logprobs.enabled ? &rest : nullptr));
     if (req.include_usage) stream->Write(UsageEvent(job.meta, usage));
     stream->Write(DoneEvent());
   }

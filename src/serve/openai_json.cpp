@@ -27,6 +27,48 @@ json Head(const AnswerMeta& m, const char* object) {
 
 json Finish(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
+json Bytes(const std::string& text) {
+  json b = json::array();
+  for (unsigned char c : text) b.push_back(c);
+  return b;
+}
+
+json LogprobsJson(const AnswerMeta& m, const LogprobsPart* part) {
+  if (part == nullptr) return nullptr;
+  if (IsChat(m)) {
+    json content = json::array();
+    for (const TokenLogprobs& e : part->entries) {
+      json top = json::array();
+      for (const auto& [token, logprob] : e.top) {
+        top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", Bytes(token)}});
+      }
+      content.push_back({{"token", e.token},
+                         {"logprob", e.logprob},
+                         {"bytes", Bytes(e.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), logprobs = json::array(), tops = json::array(),
+       offsets = json::array();
+  size_t offset = part->text_offset;
+  for (const TokenLogprobs& e : part->entries) {
+    tokens.push_back(e.token);
+    logprobs.push_back(e.logprob);
+    json top = json::object();
+    for (const auto& [token, logprob] : e.top) {
+      if (!top.contains(token)) top[token] = logprob;  // two ids with one text: the likelier
+    }
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += e.token.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", logprobs},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
 }  // namespace
 
 std::string NewAnswerId(Endpoint endpoint) {
@@ -37,9 +79,12 @@ std::string NewAnswerId(Endpoint endpoint) {
 }
 
 std::string AnswerBody(const AnswerMeta& m, const std::string& text,
-                       const std::string& finish_reason, const Usage& usage) {
+                       const std::string& finish_reason, const Usage& usage,
+                       const LogprobsPart* logprobs) {
   json j = Head(m, IsChat(m) ? "chat.completion" : "text_completion");
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Finish(finish_reason)}};
+  json choice = {{"index", 0},
+                 {"logprobs", LogprobsJson(m, logprobs)},
+                 {"finish_reason", Finish(finish_reason)}};
   if (IsChat(m)) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
@@ -51,9 +96,12 @@ std::string AnswerBody(const AnswerMeta& m, const std::string& text,
 }
 
 std::string ChunkEvent(const AnswerMeta& m, const std::string& text,
-                       const std::string& finish_reason, bool first, bool usage_null) {
+                       const std::string& finish_reason, bool first, bool usage_null,
+                       const LogprobsPart* logprobs) {
   json j = Head(m, IsChat(m) ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Finish(finish_reason)}};
+  json choice = {{"index", 0},
+                 {"logprobs", LogprobsJson(m, logprobs)},
+                 {"finish_reason", Finish(finish_reason)}};
   if (IsChat(m)) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "serve/request.h"
 
@@ -24,19 +27,39 @@ struct Usage {
   int64_t cached_tokens = 0;  // prompt tokens served from a cache (none yet)
 };
 
+// One generated token's log-probability and its most likely alternatives, as an answer reports
+// them (natural logs; texts are the tokens' bytes, not always whole UTF-8 characters).
+struct TokenLogprobs {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// The log-probabilities of a run of an answer's tokens, whose text starts `text_offset` bytes
+// into the answer. As choices[].logprobs: a chat answer's {"content": [{"token", "logprob",
+// "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}], "refusal": null}; a completion's
+// {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+struct LogprobsPart {
+  std::span<const TokenLogprobs> entries;
+  size_t text_offset = 0;
+};
+
 // "cmpl-" or "chatcmpl-" and 24 random hex digits.
 std::string NewAnswerId(Endpoint endpoint);
 
 // The whole answer: {"id", "object": "text_completion" | "chat.completion", "created", "model",
 // "choices": [{"index": 0, "text" | "message", "logprobs": null, "finish_reason"}], "usage"}.
+// `logprobs`: when the request asked for them (else "logprobs": null).
 std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
-                       const std::string& finish_reason, const Usage& usage);
+                       const std::string& finish_reason, const Usage& usage,
+                       const LogprobsPart* logprobs = nullptr);
 
 // One stream chunk as an SSE event. `text` is the new text (the chat delta's content);
 // `finish_reason` is "" until the last chunk; `first` opens a chat answer with the assistant's
 // role; `usage_null` adds "usage": null (stream_options.include_usage asked for usage at the end).
 std::string ChunkEvent(const AnswerMeta& meta, const std::string& text,
-                       const std::string& finish_reason, bool first, bool usage_null);
+                       const std::string& finish_reason, bool first, bool usage_null,
+                       const LogprobsPart* logprobs = nullptr);
 // The chunk after the last one when include_usage: no choices, the usage.
 std::string UsageEvent(const AnswerMeta& meta, const Usage& usage);
 // "data: [DONE]\n\n".

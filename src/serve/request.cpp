@@ -5,6 +5,10 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "ring/tail_sampler.h"
+#include "ring/wire.h"
 #include "serve/json_fields.h"
 
 namespace kvasir::serve {
@@ -216,8 +220,15 @@ bool ReadStreamOptions(const json& v, bool* include_usage, ApiError* e) {
   return true;
 }
 
-// The plug for structured output: {"type": "text"} today. JSON object and JSON schema outputs are
-// refused by name until the grammar engine constrains the tail's sampling.
+ApiError BothConstraints() {
+  return BadRequest("invalid_value", "grammar",
+                    "'grammar' and a JSON 'response_format' each constrain the output: send one "
+                    "of them");
+}
+
+// response_format's type; the schema is compiled once the whole body is read (CompileOutput),
+// from the body parsed again with its members in order (a schema's properties are generated in
+// the order they are written).
 bool ParseResponseFormat(const json& v, ResponseFormat* out, ApiError* e) {
   if (!v.is_object()) {
     *e = BadRequest("invalid_type", "response_format", "'response_format' must be an object");
@@ -232,13 +243,81 @@ bool ParseResponseFormat(const json& v, ResponseFormat* out, ApiError* e) {
     }
     return false;
   }
-  if (type == "text" && v.size() == 1) {
-    out->kind = ResponseFormat::Kind::kText;
-    return true;
+  if (type == "text") return true;  // free text, or the "grammar" field's
+  if (out->kind == ResponseFormat::Kind::kGrammar) {
+    *e = BothConstraints();
+    return false;
   }
-  *e = Unsupported("response_format",
-                   fmt::format("structured output ('{}'); only 'text'", type.substr(0, 32)));
-  return false;
+  if (type == "json_object") {
+    out->kind = ResponseFormat::Kind::kJsonObject;
+  } else if (type == "json_schema") {
+    out->kind = ResponseFormat::Kind::kJsonSchema;
+  } else {
+    *e = BadRequest("invalid_value", "response_format.type",
+                    fmt::format("response_format.type '{}' is not one of 'text', 'json_object', "
+                                "'json_schema'",
+                                type.substr(0, 32)));
+    return false;
+  }
+  return true;
+}
+
+// llama-server's "grammar": GBNF text, checked here so that a mistake is the client's 400.
+bool ReadGrammar(const json& v, ResponseFormat* out, ApiError* e) {
+  if (out->kind != ResponseFormat::Kind::kText) {
+    *e = BothConstraints();
+    return false;
+  }
+  std::string text;
+  if (!ReadString(v, "grammar", wire::kMaxGrammarBytes, &text, e)) return false;
+  if (text.empty()) return true;  // no grammar
+  auto g = grammar::Grammar::Parse(text, ring::TailGrammarLimits());
+  if (!g.ok()) {
+    *e = BadRequest("invalid_value", "grammar", g.status().message());
+    return false;
+  }
+  out->kind = ResponseFormat::Kind::kGrammar;
+  out->grammar = std::move(text);
+  return true;
+}
+
+// The grammar of a JSON response_format, from `body` parsed with its members in order.
+bool CompileOutput(std::string_view body, ResponseFormat* out, ApiError* e) {
+  auto ordered = grammar::ParseJsonText(body);
+  if (!ordered.ok()) {  // parsed once already: only the depth limits differ
+    *e = BadRequest("invalid_value", "response_format", ordered.status().message());
+    return false;
+  }
+  auto text = grammar::ResponseFormatGrammarText(ordered->at("response_format"));
+  if (!text.ok()) {
+    *e = BadRequest("invalid_value", "response_format", text.status().message());
+    return false;
+  }
+  if (text->size() > wire::kMaxGrammarBytes) {
+    *e = BadRequest("invalid_value", "response_format",
+                    fmt::format("the schema compiles to a grammar of {} KiB, over the limit of {} "
+                                "KiB",
+                                text->size() >> 10, wire::kMaxGrammarBytes >> 10));
+    return false;
+  }
+  auto g = grammar::Grammar::Parse(*text, ring::TailGrammarLimits());
+  if (!g.ok()) {
+    *e = BadRequest("invalid_value", "response_format", g.status().message());
+    return false;
+  }
+  out->grammar = std::move(text).value();
+  return true;
+}
+
+// logprobs: a boolean (chat: then top_logprobs says how many alternatives) or the number of
+// alternatives (completions: 0 asks for nothing, as llama-server reads it).
+bool ReadLogprobs(const json& v, Endpoint endpoint, LogprobsRequest* out, ApiError* e) {
+  if (endpoint == Endpoint::kChatCompletions) return ReadBool(v, "logprobs", &out->enabled, e);
+  int64_t n = 0;
+  if (!ReadInt(v, "logprobs", 0, wire::kMaxTopLogprobs, &n, e)) return false;
+  out->enabled = n > 0;
+  out->top = static_cast<int>(n);
+  return true;
 }
 
 // Fields only their neutral value of which is accepted today.
@@ -251,19 +330,6 @@ bool ReadNeutral(const std::string& key, const json& v, Endpoint endpoint, ApiEr
       return false;
     }
     return true;
-  }
-  if (key == "logprobs") {
-    // An integer (completions) or a boolean (chat); 0 and false ask for nothing.
-    if ((v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v.get<int64_t>() == 0)) {
-      return true;
-    }
-    *e = Unsupported(key, "log probabilities of the tokens");
-    return false;
-  }
-  if (key == "top_logprobs") {
-    if (v.is_number_integer() && v.get<int64_t>() == 0) return true;
-    *e = Unsupported(key, "log probabilities of the tokens");
-    return false;
   }
   if (key == "tools" || key == "functions") {
     if (v.is_array() && v.empty()) return true;
@@ -330,6 +396,13 @@ bool ReadField(const std::string& key, const json& v, CompletionRequest* r, bool
   if (key == "ignore_eos") return ReadBool(v, key, &r->ignore_eos, e);
   if (key == "user") return ReadString(v, key, kMaxUserBytes, &r->user, e);
   if (key == "response_format") return ParseResponseFormat(v, &r->response_format, e);
+  if (key == "grammar") return ReadGrammar(v, &r->response_format, e);
+  if (key == "logprobs") return ReadLogprobs(v, r->endpoint, &r->logprobs, e);
+  if (key == "top_logprobs" && chat) {
+    if (!ReadInt(v, key, 0, wire::kMaxTopLogprobs, &i, e)) return false;
+    r->logprobs.top = static_cast<int>(i);
+    return true;
+  }
   return ReadNeutral(key, v, r->endpoint, e);
 }
 
@@ -352,6 +425,13 @@ std::optional<CompletionRequest> ParseCompletionRequest(std::string_view body, E
         BadRequest("missing_required_parameter", field, fmt::format("'{}' is required", field));
     return std::nullopt;
   }
+  if (endpoint == Endpoint::kChatCompletions && r.logprobs.top > 0 && !r.logprobs.enabled) {
+    *error = BadRequest("invalid_value", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    return std::nullopt;
+  }
+  const bool json_output = r.response_format.kind == ResponseFormat::Kind::kJsonObject ||
+                           r.response_format.kind == ResponseFormat::Kind::kJsonSchema;
+  if (json_output && !CompileOutput(body, &r.response_format, error)) return std::nullopt;
   return r;
 }
 

@@ -3,8 +3,8 @@
 // unit tests and the fuzzer (tests/fuzz/serve_request_fuzz.cpp) call them directly.
 //
 // Every field is checked for its type and range; a field this server does not know is refused
-// (as OpenAI does), and one it knows but cannot honour yet (n > 1, logprobs, tools,
-// response_format other than text) is refused naming it, rather than silently ignored.
+// (as OpenAI does), and one it knows but cannot honour yet (n > 1, tools) is refused
+// naming it, rather than silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +48,21 @@ struct SamplingFields {
   std::optional<uint64_t> seed;                       // absent: a random one per request
 };
 
-// How the answer must be shaped. Only plain text today; JSON object and JSON schema outputs plug in
-// here with the grammar engine (ParseResponseFormat then carries the schema to the ring's tail).
+// How the answer must be shaped: free text, or text a grammar admits (response_format
+// {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}} compiled by
+// grammar/json_schema.h, or llama-server's "grammar" field in GBNF). The ring's last stage draws
+// only tokens the grammar allows.
 struct ResponseFormat {
-  enum class Kind { kText };
+  enum class Kind { kText, kJsonObject, kJsonSchema, kGrammar };
   Kind kind = Kind::kText;
+  std::string grammar;  // GBNF text (docs/GRAMMAR.md), parsed once here; empty for kText
+};
+
+// Log-probabilities of the answer's tokens, computed at the ring's last stage from the logits it
+// samples from: the sampled token's and `top` alternatives' (at most wire::kMaxTopLogprobs).
+struct LogprobsRequest {
+  bool enabled = false;
+  int top = 0;
 };
 
 struct CompletionRequest {
@@ -69,6 +79,7 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
   ResponseFormat response_format;
+  LogprobsRequest logprobs;
 };
 
 // The request of `endpoint` in `body`; nullopt and `*error` set when it is refused.

@@ -48,6 +48,14 @@ ring::GenerateMsg ToGenerate(const CompletionRequest& r, std::string prompt_text
     g.extra.frequency_penalty = s.frequency_penalty;
     for (const auto& [id, bias] : s.logit_bias) g.extra.logit_bias.push_back({id, bias});
   }
+  if (r.logprobs.enabled) {
+    w.flags |= wire::kSamplingLogprobs;
+    g.extra.top_logprobs = static_cast<uint32_t>(r.logprobs.top);
+  }
+  if (!r.response_format.grammar.empty()) {
+    w.flags |= wire::kSamplingGrammar;
+    g.extra.grammar = r.response_format.grammar;
+  }
   return g;
 }
 

@@ -11,6 +11,7 @@ import path from 'node:path';
 const env = process.env;
 const require = createRequire(path.join(env.NPM_DIR, 'package.json'));
 const OpenAI = require('openai');
+const Ajv = require('ajv');
 
 const KVASIR = env.KVASIR;
 const MODEL_FILE = env.MODEL_FILE;
@@ -180,6 +181,48 @@ await test('a client aborting mid-stream frees its session on every stage', asyn
     'the session was not freed on every stage');
 });
 
+await test('json_schema output parses and validates against its schema, streamed or not',
+  async () => {
+    const schema = {
+      type: 'object',
+      properties: {
+        name: { type: 'string', minLength: 1, maxLength: 16 },
+        age: { type: 'integer', minimum: 1, maximum: 99 },
+        friends: { type: 'array', items: { type: 'string', maxLength: 10 }, maxItems: 3 },
+        mood: { enum: ['happy', 'sad', 'sleepy'] },
+      },
+      required: ['name', 'age', 'mood'],
+      additionalProperties: false,
+    };
+    const validate = new Ajv().compile(schema);
+    const response_format = { type: 'json_schema', json_schema: { name: 'dog', strict: true,
+      schema } };
+    for (const [temperature, seed] of [[0, 1], [0.8, 5], [1.0, 9]]) {
+      const r = await client.chat.completions.create({
+        messages: chatMessages, max_tokens: 600, temperature, seed, response_format,
+      });
+      const content = r.choices[0].message.content;
+      assert.equal(r.choices[0].finish_reason, 'stop', content);
+      const value = JSON.parse(content);
+      assert.ok(validate(value), `${content}: ${JSON.stringify(validate.errors)}`);
+      const got = await streamedText(await client.chat.completions.create({
+        messages: chatMessages, max_tokens: 600, temperature, seed, response_format,
+        stream: true,
+      }), true);
+      assert.equal(got.text, content, 'streamed and whole answers differ');
+    }
+    // Any object: unbounded, so an answer cut at max_tokens is only the start of one.
+    const obj = await client.completions.create({
+      prompt, max_tokens: 300, temperature: 0, response_format: { type: 'json_object' },
+    });
+    const text = obj.choices[0].text;
+    assert.match(text, /^\{/);
+    if (obj.choices[0].finish_reason === 'stop') {
+      const value = JSON.parse(text);
+      assert.ok(typeof value === 'object' && !Array.isArray(value) && value !== null, text);
+    }
+  });
+
 await test('models lists the served model', async () => {
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
@@ -195,8 +238,12 @@ await test('refusals: wrong types, unknown model, over the context, n, key, size
   await expectError(client.chat.completions.create({ messages: chatMessages, logprobs: true }),
     400, (e) => assert.equal(e.param, 'logprobs'));
   await expectError(client.chat.completions.create({
-    messages: chatMessages, response_format: { type: 'json_object' },
-  }), 400, (e) => assert.equal(e.param, 'response_format'));
+    messages: chatMessages, response_format: { type: 'json_schema', json_schema: { name: 'x',
+      schema: { type: 'integer', multipleOf: 3 } } },
+  }), 400, (e) => {
+    assert.equal(e.param, 'response_format');
+    assert.match(e.message, /multipleOf/);
+  });
   await expectError(client.chat.completions.create({
     messages: chatMessages, tools: [{ type: 'function', function: { name: 'f' } }],
   }), 400, (e) => assert.equal(e.param, 'tools'));

@@ -372,8 +372,12 @@ TEST(BufferGrowthTest, ADecoderWhoseBudgetIsGoneFailsWithTooLarge) {
 // ---- Limits from the context -------------------------------------------------------------------
 
 TEST(LinkLimitsTest, StageLinksTakeWhatTheirContextCanUse) {
-  // stories260K: 64 wide; 512 rows of f32 are 128 KiB, an OPEN_SESSION of 2^18 tokens 1 MiB.
-  EXPECT_EQ(MaxStagePayload(512, 64), sizeof(wire::OpenSessionBody) + (1u << 20));
+  // stories260K: 64 wide; 512 rows of f32 are 128 KiB, an OPEN_SESSION of 2^18 tokens 1 MiB with
+  // the most extra sampling and the largest grammar.
+  EXPECT_EQ(MaxStagePayload(512, 64),
+            sizeof(wire::OpenSessionBody) + (1u << 20) + sizeof(wire::SamplingExtraWire) +
+                wire::kMaxLogitBias * sizeof(wire::LogitBiasWire) +
+                sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes);
   // A wide model with a long context reaches the protocol's limit.
   EXPECT_EQ(MaxStagePayload(4096, 8192), wire::kMaxPayload);
   EXPECT_EQ(MaxStagePayload(2048, 1024), sizeof(wire::HiddenBody) + 2048u * 1024 * 4);
@@ -391,7 +395,8 @@ TEST(LinkLimitsTest, APromptOverTheClientLimitCannotFitTheContext) {
   EXPECT_LE(limit, wire::kMaxPromptBytes);
   EXPECT_EQ(MaxClientPayload(limit), sizeof(wire::GenerateBody) + limit + kMaxClientStopBytes +
                                          sizeof(wire::SamplingExtraWire) +
-                                         wire::kMaxLogitBias * sizeof(wire::LogitBiasWire));
+                                         wire::kMaxLogitBias * sizeof(wire::LogitBiasWire) +
+                                         sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes);
   // Texts just over the limit, of the kinds that pack most bytes into a token, never fit.
   std::mt19937 rng(1);
   for (int trial = 0; trial < 50; ++trial) {

@@ -144,7 +144,7 @@ TEST(SamplingExtraCheckTest, EveryValueIsCheckedByName) {
   // that knows it checks the bits beyond.
   wire::SamplingWire w = Greedy();
   EXPECT_TRUE(CheckSamplingWire(w).ok());
-  w.flags |= 4;
+  w.flags |= 16;  // past kSamplingLogprobs
   EXPECT_NE(CheckSamplingWire(w).message().find("unknown bits"), std::string::npos);
   EXPECT_FALSE(CheckSessionRequest(Greedy(), std::vector<int32_t>{1}, 8, 5, Extra()).ok());
 }
@@ -155,9 +155,10 @@ TEST(SamplingExtraTailTest, ABiasDecidesAGreedyPick) {
   auto t = TailSampler::Create(Greedy(), {0}, 64, 4, e);
   ASSERT_TRUE(t.ok()) << t.status().message();
   const std::vector<float> logits = {0.0f, 1.0f, 4.0f, 2.0f};
-  const wire::TokenBody b = (*t)->Sample(1, logits, 1, 64, [](int32_t) { return false; });
-  EXPECT_EQ(b.id, 1);        // 1 + 5 beats 4 - 100 and 2
-  EXPECT_EQ(b.logit, 1.0f);  // the raw logit travels, not the biased one
+  auto b = (*t)->Sample(1, logits, 1, 64, [](int32_t) { return false; });
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->token.id, 1);        // 1 + 5 beats 4 - 100 and 2
+  EXPECT_EQ(b->token.logit, 1.0f);  // the raw logit travels, not the biased one
 }
 
 TEST(SamplingExtraTailTest, PenaltiesCountTheWindowAfterTheRepeatPenalty) {
@@ -171,12 +172,12 @@ TEST(SamplingExtraTailTest, PenaltiesCountTheWindowAfterTheRepeatPenalty) {
   ASSERT_TRUE(t.ok());
   // 2: 6 / 2 - 2 * 1 - 0.5 = 0.5; 3: 3 / 2 - 1 - 0.5 = 0; 1 untouched at 0.75: it wins.
   const std::vector<float> logits = {0.0f, 0.75f, 6.0f, 3.0f};
-  EXPECT_EQ((*t)->Sample(1, logits, 3, 64, [](int32_t) { return false; }).id, 1);
+  EXPECT_EQ((*t)->Sample(1, logits, 3, 64, [](int32_t) { return false; })->token.id, 1);
   // Without the frequency penalty token 2 keeps 2.5 and wins.
   e.frequency_penalty = 0;
   auto u = TailSampler::Create(w, {2, 2, 3}, 64, 4, e);
   ASSERT_TRUE(u.ok());
-  EXPECT_EQ((*u)->Sample(1, logits, 3, 64, [](int32_t) { return false; }).id, 2);
+  EXPECT_EQ((*u)->Sample(1, logits, 3, 64, [](int32_t) { return false; })->token.id, 2);
 }
 
 // Extra sampling that changes nothing samples exactly what the plain path samples, seed for seed.
@@ -196,7 +197,8 @@ TEST(SamplingExtraTailTest, NeutralExtraSamplesWhatThePlainPathSamples) {
     for (int i = 0; i < 32; ++i) logits[i] = std::sin(0.7f * i + 0.3f * step) * 3.0f;
     const auto x = (*a)->Sample(1, logits, 3 + step, 128, [](int32_t) { return false; });
     const auto y = (*b)->Sample(1, logits, 3 + step, 128, [](int32_t) { return false; });
-    ASSERT_EQ(x.id, y.id) << "step " << step;
+    ASSERT_TRUE(x.ok() && y.ok());
+    ASSERT_EQ(x->token.id, y->token.id) << "step " << step;
   }
 }
 

@@ -224,13 +224,13 @@ TEST(TailSamplerTest, GreedyTokenCarriesItsLogit) {
   ASSERT_TRUE(made.ok()) << made.status().message();
   TailSampler& t = **made;
   const std::vector<float> logits = {0.5f, -1.0f, 3.25f, 0.0f};
-  wire::TokenBody b = t.Sample(9, logits, 2, 8, [](int32_t id) { return id == 3; });
+  wire::TokenBody b = t.Sample(9, logits, 2, 8, [](int32_t id) { return id == 3; })->token;
   EXPECT_EQ(b.session, 9u);
   EXPECT_EQ(b.id, 2);
   EXPECT_EQ(b.pos, 2u);
   EXPECT_EQ(b.logit, 3.25f);
   EXPECT_EQ(b.finished, 0);
-  b = t.Sample(9, logits, 3, 8, [](int32_t id) { return id == 3; });
+  b = t.Sample(9, logits, 3, 8, [](int32_t id) { return id == 3; })->token;
   EXPECT_EQ(b.finished, 1);
   EXPECT_EQ(b.reason, static_cast<uint8_t>(wire::FinishReason::kMaxTokens));
   EXPECT_EQ(t.n_generated(), 2);

@@ -42,6 +42,33 @@ TEST(OpenAiJsonTest, ACompletionAnswer) {
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
+TEST(OpenAiJsonTest, LogprobsInEachEndpointsShape) {
+  const std::vector<TokenLogprobs> entries = {
+      {"Once", -0.5f, {{"Once", -0.5f}, {"One", -1.25f}}},
+      {" upon", -0.25f, {{" upon", -0.25f}, {" Once", -2.0f}}},
+  };
+  const LogprobsPart part{entries, 4};
+  const json c = json::parse(
+      AnswerBody(Meta(Endpoint::kCompletions), "Once upon", "length", {1, 2, 0}, &part));
+  const json& l = c["choices"][0]["logprobs"];
+  EXPECT_EQ(l["tokens"], json({"Once", " upon"}));
+  EXPECT_EQ(l["token_logprobs"], json({-0.5, -0.25}));
+  EXPECT_EQ(l["top_logprobs"][1], json({{" upon", -0.25}, {" Once", -2.0}}));
+  EXPECT_EQ(l["text_offset"], json({4, 8}));
+
+  const json chat =
+      EventJson(ChunkEvent(Meta(Endpoint::kChatCompletions), "Once upon", "", false, false, &part));
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "Once");
+  EXPECT_EQ(content[0]["logprob"], -0.5);
+  EXPECT_EQ(content[0]["bytes"], json({79, 110, 99, 101}));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "One");
+  EXPECT_EQ(content[0]["top_logprobs"][1]["logprob"], -1.25);
+  EXPECT_TRUE(chat["choices"][0]["logprobs"]["refusal"].is_null());
+}
+
 TEST(OpenAiJsonTest, AChatAnswer) {
   const json j =
       json::parse(AnswerBody(Meta(Endpoint::kChatCompletions), "Hi!", "stop", {9, 2, 0}));

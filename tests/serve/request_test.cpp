@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 namespace kvasir::serve {
 namespace {
@@ -160,15 +161,11 @@ TEST(RequestTest, ValuesOutOfRangeAreRefusedByName) {
 TEST(RequestTest, WhatIsNotSupportedYetIsRefusedByName) {
   for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
            {R"({"prompt": "x", "n": 2})", "n"},
-           {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
            {R"({"prompt": "x", "echo": true})", "echo"},
            {R"({"prompt": "x", "suffix": "end"})", "suffix"},
            {R"({"prompt": "x", "best_of": 3})", "best_of"},
            {R"({"prompt": "x", "tools": [{"type": "function"}]})", "tools"},
            {R"({"prompt": "x", "tool_choice": "auto"})", "tool_choice"},
-           {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
-           {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",
-            "response_format"},
        }) {
     const ApiError e = Refusal(body);
     EXPECT_EQ(e.param, param) << body;
@@ -177,13 +174,85 @@ TEST(RequestTest, WhatIsNotSupportedYetIsRefusedByName) {
   }
   // The neutral values are fine.
   Parse(R"({"prompt": "x", "tools": [], "tool_choice": "none", "parallel_tool_calls": false,
-            "response_format": {"type": "text"}, "logprobs": 0, "top_logprobs": 0})");
-  Parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})",
-        Endpoint::kChatCompletions);
-  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
-                    Endpoint::kChatCompletions)
-                .param,
-            "logprobs");
+            "response_format": {"type": "text"}, "logprobs": 0})");
+}
+
+TEST(RequestTest, LogprobsAsEachEndpointAsksForThem) {
+  const CompletionRequest c = Parse(R"({"prompt": "x", "logprobs": 3})");
+  EXPECT_TRUE(c.logprobs.enabled);
+  EXPECT_EQ(c.logprobs.top, 3);
+  EXPECT_FALSE(Parse(R"({"prompt": "x", "logprobs": 0})").logprobs.enabled);
+  const CompletionRequest chat =
+      Parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                "top_logprobs": 4})",
+            Endpoint::kChatCompletions);
+  EXPECT_TRUE(chat.logprobs.enabled);
+  EXPECT_EQ(chat.logprobs.top, 4);
+  EXPECT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})",
+                     Endpoint::kChatCompletions)
+                   .logprobs.enabled);
+  for (const auto& [body, endpoint, param] :
+       std::vector<std::tuple<std::string, Endpoint, std::string>>{
+           {R"({"prompt": "x", "logprobs": 21})", Endpoint::kCompletions, "logprobs"},
+           {R"({"prompt": "x", "logprobs": true})", Endpoint::kCompletions, "logprobs"},
+           {R"({"prompt": "x", "top_logprobs": 2})", Endpoint::kCompletions, "top_logprobs"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})",
+            Endpoint::kChatCompletions, "logprobs"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+            Endpoint::kChatCompletions, "top_logprobs"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                "top_logprobs": 21})",
+            Endpoint::kChatCompletions, "top_logprobs"},
+       }) {
+    EXPECT_EQ(Refusal(body, endpoint).param, param) << body;
+  }
+}
+
+TEST(RequestTest, JsonOutputIsCompiledToAGrammarInTheSchemasOrder) {
+  const CompletionRequest obj =
+      Parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(obj.response_format.kind, ResponseFormat::Kind::kJsonObject);
+  EXPECT_THAT(obj.response_format.grammar, HasSubstr("root"));
+  // Properties come in the order they are written (z before a), not sorted.
+  const CompletionRequest schema = Parse(R"({"prompt": "x", "response_format": {
+      "type": "json_schema", "json_schema": {"name": "p", "strict": true, "schema": {
+        "type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}},
+        "required": ["zeta", "alpha"], "additionalProperties": false}}}})");
+  EXPECT_EQ(schema.response_format.kind, ResponseFormat::Kind::kJsonSchema);
+  const std::string& g = schema.response_format.grammar;
+  ASSERT_NE(g.find("zeta"), std::string::npos) << g;
+  ASSERT_NE(g.find("alpha"), std::string::npos) << g;
+  EXPECT_LT(g.find("zeta"), g.find("alpha")) << g;
+  // llama-server's GBNF field.
+  const CompletionRequest gbnf =
+      Parse(R"({"prompt": "x", "grammar": "root ::= \"yes\" | \"no\""})");
+  EXPECT_EQ(gbnf.response_format.kind, ResponseFormat::Kind::kGrammar);
+  EXPECT_EQ(gbnf.response_format.grammar, "root ::= \"yes\" | \"no\"");
+  // Text stays free.
+  EXPECT_TRUE(Parse(R"({"prompt": "x", "response_format": {"type": "text"}})")
+                  .response_format.grammar.empty());
+}
+
+TEST(RequestTest, OutputConstraintsThatCannotBeHonouredAreRefusedByName) {
+  for (const auto& [body, param, says] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format.type",
+            "xml"},
+           {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+               "schema": {"type": "integer", "multipleOf": 3}}}})",
+            "response_format", "multipleOf"},
+           {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format",
+            "json_schema"},
+           {R"({"prompt": "x", "grammar": "root ::= vaule"})", "grammar", "vaule"},
+           {R"({"prompt": "x", "grammar": "root ::= \"a\"",
+               "response_format": {"type": "json_object"}})",
+            "grammar", "one of them"},
+       }) {
+    const ApiError e = Refusal(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, param) << body << ": " << e.message;
+    EXPECT_THAT(e.message, HasSubstr(says)) << body;
+  }
 }
 
 TEST(RequestTest, UnknownFieldsAreRefused) {

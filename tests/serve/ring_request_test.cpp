@@ -61,6 +61,17 @@ TEST(RingRequestTest, ExtraSamplingTravelsOnlyWhenAskedFor) {
   EXPECT_TRUE(ring::CheckEncodable(g).ok());
 }
 
+TEST(RingRequestTest, AGrammarTravelsUnderItsFlag) {
+  const ring::GenerateMsg plain = ToGenerate(Parsed(R"({"prompt": "x"})"), "x", 1);
+  EXPECT_EQ(plain.sampling.flags & wire::kSamplingGrammar, 0u);
+  const ring::GenerateMsg g =
+      ToGenerate(Parsed(R"({"prompt": "x", "response_format": {"type": "json_object"}})"), "x", 1);
+  EXPECT_NE(g.sampling.flags & wire::kSamplingGrammar, 0u);
+  EXPECT_FALSE(g.extra.grammar.empty());
+  EXPECT_EQ(g.sampling.flags & wire::kSamplingExtra, 0u);
+  EXPECT_TRUE(ring::CheckEncodable(g).ok());
+}
+
 TEST(RingRequestTest, ChatMessagesAreLaidOutByTheFamily) {
   const CompletionRequest chat = Parsed(
       R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})",
