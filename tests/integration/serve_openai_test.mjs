@@ -223,6 +223,41 @@ await test('json_schema output parses and validates against its schema, streamed
     }
   });
 
+await test('logprobs: one entry per token of the text, the greedy pick the most likely',
+  async () => {
+    const r = await client.chat.completions.create({
+      messages: chatMessages, max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 3,
+    });
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.map((e) => e.token).join(''), r.choices[0].message.content);
+    for (const e of content) {
+      assert.ok(e.logprob <= 0);
+      assert.equal(e.top_logprobs.length, 3);
+      assert.equal(e.top_logprobs[0].token, e.token);
+      assert.equal(e.top_logprobs[0].logprob, e.logprob);
+      assert.ok(e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob);
+      assert.deepEqual(e.bytes, [...Buffer.from(e.token, 'utf8')]);
+    }
+    // Streamed: the same entries, spread over the chunks.
+    const stream = await client.chat.completions.create({
+      messages: chatMessages, max_tokens: 24, temperature: 0, logprobs: true, top_logprobs: 3,
+      stream: true,
+    });
+    const streamed = [];
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (c?.logprobs?.content) streamed.push(...c.logprobs.content);
+    }
+    assert.deepEqual(streamed, content);
+    const c = await client.completions.create({ prompt, max_tokens: 16, temperature: 0,
+      logprobs: 2 });
+    const l = c.choices[0].logprobs;
+    assert.equal(l.tokens.join(''), c.choices[0].text);
+    assert.equal(l.token_logprobs.length, l.tokens.length);
+    assert.equal(l.text_offset[0], 0);
+    assert.ok(Object.keys(l.top_logprobs[0]).length >= 1);
+  });
+
 await test('models lists the served model', async () => {
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
@@ -235,8 +270,8 @@ await test('refusals: wrong types, unknown model, over the context, n, key, size
   });
   await expectError(client.completions.create({ prompt, n: 2 }), 400,
     (e) => assert.equal(e.param, 'n'));
-  await expectError(client.chat.completions.create({ messages: chatMessages, logprobs: true }),
-    400, (e) => assert.equal(e.param, 'logprobs'));
+  await expectError(client.chat.completions.create({ messages: chatMessages, top_logprobs: 2 }),
+    400, (e) => assert.equal(e.param, 'top_logprobs'));
   await expectError(client.chat.completions.create({
     messages: chatMessages, response_format: { type: 'json_schema', json_schema: { name: 'x',
       schema: { type: 'integer', multipleOf: 3 } } },
