@@ -34,6 +34,7 @@ struct ServeFlags {
   std::vector<std::string> backends;
   std::string boundary = "f32";
   int n_ctx = 0;
+  int64_t cache_mb = 256;  // the local ring's prompt cache, per stage
   std::string ring;  // HOST:PORT of a running ring's head
   std::string manifest_path;
   TrustFlags trust;
@@ -134,6 +135,9 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
       return "--chat-template: " + fam.status().message();
     }
   }
+  if (f.cache_mb < 0 || f.cache_mb > (int64_t{1} << 24)) {
+    return fmt::format("--cache-mb {} must be from 0 to {}", f.cache_mb, int64_t{1} << 24);
+  }
   if (f.serve.max_sessions < 1 || f.serve.max_sessions > 4096) {
     return fmt::format("--max-sessions {} must be from 1 to 4096", f.serve.max_sessions);
   }
@@ -229,6 +233,7 @@ int Serve(ServeFlags f) {
     plan.n_ctx = f.n_ctx;
     // Every request is one session; the serve links and the watcher's add a few.
     plan.max_sessions = std::max(64, f.serve.max_sessions + 8);
+    plan.cache_mb = f.cache_mb;
     plan.stage_log_level = f.stage_log_level;
     auto ring = SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
     if (!ring.ok()) return Fail(kCmd, ring.status());
@@ -339,6 +344,10 @@ int ServeMain(int argc, char** argv) {
     app.add_option("--cors-origin", f.serve.cors_origin,
                    "the origin browsers may call the API from ('*' for any)");
     app.add_option("--max-sessions", f.serve.max_sessions, "requests on the ring at once")
+        ->capture_default_str();
+    app.add_option("--cache-mb", f.cache_mb,
+                   "the local ring's prompt cache: MiB per stage of ended requests' state, reused "
+                   "by later prompts that start the same way (a chat's next turn); 0: off")
         ->capture_default_str();
     app.add_option("--max-waiting", f.serve.max_waiting,
                    "requests waiting for a place before more are refused (429)")

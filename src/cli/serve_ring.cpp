@@ -65,6 +65,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.backend = r->backends_[0];
     o.n_ctx = plan.n_ctx;
     o.max_sessions = plan.max_sessions;
+    o.cache_bytes = static_cast<uint64_t>(plan.cache_mb) << 20;
     KV_RETURN_IF_ERROR(ParseBoundary(plan.boundary, &o.boundary));
     o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
     r->secret_ = RandomHex(32);
@@ -123,6 +124,8 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           std::to_string(plan_.n_ctx),
           "--max-sessions",
           std::to_string(plan_.max_sessions),
+          "--cache-mb",
+          std::to_string(plan_.cache_mb),
           "--log-level",
           plan_.stage_log_level,
           "--ring-secret-file",

@@ -28,6 +28,7 @@ struct LocalRingPlan {
   std::string boundary = "f32";
   int n_ctx = 0;
   int max_sessions = 64;  // each stage's --max-sessions
+  int64_t cache_mb = 256;  // each stage's --cache-mb
   std::string stage_log_level = "warn";
 };
 

@@ -147,6 +147,14 @@ int StageMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--max-clients", opt.max_clients, "client connections the head serves at once")
         ->capture_default_str();
+    int64_t cache_mb = static_cast<int64_t>(opt.cache_bytes >> 20);
+    app.add_option("--cache-mb", cache_mb,
+                   "prompt cache: MiB of ended sessions' state kept for later prompts that start "
+                   "the same way (0: off)")
+        ->capture_default_str();
+    int cache_ttl_s = opt.cache_ttl_ms / 1000;
+    app.add_option("--cache-ttl", cache_ttl_s, "prompt cache: seconds an ended session is kept")
+        ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
     TrustFlags trust;
     AddStageTrustFlags(app, &trust);
@@ -172,6 +180,15 @@ int StageMain(int argc, char** argv) {
     if (relay_secret_file.empty()) relay_secret_file = trust.ring_secret_file;
     if (opt.max_clients < 1) return UsageError(kCmd, "--max-clients must be >= 1");
     if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
+    if (cache_mb < 0 || cache_mb > (int64_t{1} << 24)) {
+      return UsageError(kCmd, fmt::format("--cache-mb {} must be from 0 to {}", cache_mb,
+                                          int64_t{1} << 24));
+    }
+    if (cache_ttl_s < 1 || cache_ttl_s > 86400) {
+      return UsageError(kCmd, fmt::format("--cache-ttl {} must be from 1 to 86400", cache_ttl_s));
+    }
+    opt.cache_bytes = static_cast<uint64_t>(cache_mb) << 20;
+    opt.cache_ttl_ms = cache_ttl_s * 1000;
     if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     if (const int hw = DefaultThreads(); opt.n_threads > hw) {
       return UsageError(kCmd, fmt::format("-t {}: this machine runs {} threads at once",

@@ -55,6 +55,18 @@ class LayerStackWindow final : public LayerWindow {
     return bytes;
   }
 
+  uint64_t SequenceBytes(int seq_id) const override {
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return 0;
+    uint64_t elems = 0;
+    for (const LayerState& l : it->second.layers) {
+      for (const auto* b : {l.k.get(), l.v.get(), l.conv.get(), l.ssm.get()}) {
+        if (b != nullptr) elems += static_cast<uint64_t>(b->size());
+      }
+    }
+    return elems * sizeof(float);
+  }
+
   Status OpenSequence(int seq_id) override;
   void CloseSequence(int seq_id) override { seqs_.erase(seq_id); }
   int SequenceLength(int seq_id) const override {
@@ -62,6 +74,7 @@ class LayerStackWindow final : public LayerWindow {
     return it == seqs_.end() ? -1 : it->second.length;
   }
   Status TruncateSequence(int seq_id, int n_keep) override;
+  Status RenameSequence(int from, int to) override;
   Status Forward(const ForwardInput& in, ForwardOutput* out) override;
 
  private:
@@ -176,6 +189,16 @@ Status LayerStackWindow::OpenSequence(int seq_id) {
                            .WithContext(fmt::format("sequence {}", seq_id)));
   }
   seqs_.emplace(seq_id, std::move(s));
+  return Status::Ok();
+}
+
+Status LayerStackWindow::RenameSequence(int from, int to) {
+  auto it = seqs_.find(from);
+  if (it == seqs_.end()) return Error("sequence {} is not open", from);
+  if (seqs_.count(to) != 0) return Error("sequence {} is already open", to);
+  auto node = seqs_.extract(it);
+  node.key() = to;
+  seqs_.insert(std::move(node));
   return Status::Ok();
 }
 

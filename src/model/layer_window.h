@@ -88,10 +88,16 @@ class LayerWindow {
   virtual Status OpenSequence(int seq_id) = 0;
   // Frees the sequence's KV cache. Unknown ids are ignored.
   virtual void CloseSequence(int seq_id) = 0;
+  // Bytes of state a sequence holds now (its KV caches as they have grown, recurrent states), or
+  // 0 when it is not open.
+  virtual uint64_t SequenceBytes(int seq_id) const = 0;
   // Tokens stored so far for a sequence, or -1 when it is not open.
   virtual int SequenceLength(int seq_id) const = 0;
   // Drops positions >= n_keep of a sequence (e.g. to retry from a known point).
   virtual Status TruncateSequence(int seq_id, int n_keep) = 0;
+  // Gives sequence `from`'s state (its positions, KV cache and recurrent states) the id `to`, as
+  // if it had been opened as `to`; nothing is copied. Errors: `from` is not open, `to` is.
+  virtual Status RenameSequence(int from, int to) = 0;
 
   // Runs the window over a batch. Errors (not crashes) for: unknown sequence, pos0 not equal to the
   // sequence's length, context overflow ("sequence 3: 4100 tokens exceed context 4096"), token id

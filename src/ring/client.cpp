@@ -197,6 +197,7 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
       session = t->token.session;
       r.ttft_ms = MsSince(t0);
       r.n_prompt = static_cast<int>(t->token.n_prompt);
+      if (t->n_cached) r.n_cached = static_cast<int>(*t->n_cached);
     }
     if (t->token.session != session) continue;
     r.n_generated++;

@@ -19,6 +19,7 @@ namespace kvasir::ring {
 
 struct GenerateResult {
   int n_prompt = 0;
+  int n_cached = 0;  // prompt tokens the prompt cache served (when GENERATE asked for the count)
   int n_generated = 0;
   wire::FinishReason reason = wire::FinishReason::kNone;
   double ttft_ms = 0;    // request sent -> first token received

@@ -216,6 +216,9 @@ Result<Message> DecodeGenerate(const Frame& f) {
                  wire::kMaxStopStrings);
   }
   if (b.add_special > 1) return Error("GENERATE: add_special {} is not 0 or 1", b.add_special);
+  if ((b.flags & ~wire::kGenerateReportCached) != 0) {
+    return Error("GENERATE: flags 0x{:x} has unknown bits", b.flags);
+  }
   const uint8_t* p = Tail(f, sizeof(b));
   size_t left = f.payload.size() - sizeof(b);
   if (left < b.prompt_bytes) {
@@ -224,6 +227,7 @@ Result<Message> DecodeGenerate(const Frame& f) {
   GenerateMsg m;
   m.sampling = b.sampling;
   m.add_special = b.add_special != 0;
+  m.report_cached = (b.flags & wire::kGenerateReportCached) != 0;
   m.prompt.assign(reinterpret_cast<const char*>(p), b.prompt_bytes);
   p += b.prompt_bytes;
   left -= b.prompt_bytes;
@@ -269,8 +273,19 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   } else {
     KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
   }
+  if ((b.open_flags & ~wire::kOpenKeep) != 0) {
+    return Error("OPEN_SESSION: open_flags 0x{:x} has unknown bits", b.open_flags);
+  }
+  if (b.fork_from == 0 ? b.n_cached != 0 : b.n_cached >= b.n_prompt) {
+    return Error("OPEN_SESSION: n_cached {} {}", b.n_cached,
+                 b.fork_from == 0 ? "without fork_from"
+                                  : fmt::format("is not below n_prompt {}", b.n_prompt));
+  }
   m.session = b.session;
   m.sampling = b.sampling;
+  m.fork_from = b.fork_from;
+  m.n_cached = b.n_cached;
+  m.keep = (b.open_flags & wire::kOpenKeep) != 0;
   m.prompt.resize(b.n_prompt);
   if (b.n_prompt > 0) {
     std::memcpy(m.prompt.data(), Tail(f, sizeof(b)), size_t{b.n_prompt} * sizeof(int32_t));
@@ -305,7 +320,10 @@ Result<Message> DecodeToken(const Frame& f) {
     return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
                  1 + wire::kMaxTopLogprobs);
   }
-  if (b.n_logprobs == 0) {
+  if ((b.flags & ~wire::kTokenCached) != 0) {
+    return Error("TOKEN: flags 0x{:x} has unknown bits", b.flags);
+  }
+  if (b.n_logprobs == 0 && b.flags == 0) {
     KV_RETURN_IF_ERROR(
         CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
     m.piece.assign(reinterpret_cast<const char*>(Tail(f, sizeof(b))), b.piece_bytes);
@@ -319,6 +337,14 @@ Result<Message> DecodeToken(const Frame& f) {
   m.piece.assign(reinterpret_cast<const char*>(p), b.piece_bytes);
   p += b.piece_bytes;
   left -= b.piece_bytes;
+  if ((b.flags & wire::kTokenCached) != 0) {
+    uint32_t n = 0;
+    if (left < sizeof(n)) return Error("TOKEN: the tail ends before its cached count");
+    std::memcpy(&n, p, sizeof(n));
+    p += sizeof(n);
+    left -= sizeof(n);
+    m.n_cached = n;
+  }
   m.logprobs.resize(b.n_logprobs);
   for (TokenLogprob& lp : m.logprobs) {
     wire::LogprobWire w{};
@@ -482,6 +508,7 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
   b.prompt_bytes = static_cast<uint32_t>(m.prompt.size());
   b.n_stop = static_cast<uint32_t>(m.stops.size());
   b.add_special = m.add_special ? 1 : 0;
+  b.flags = m.report_cached ? wire::kGenerateReportCached : 0;
   size_t bytes = sizeof(b) + m.prompt.size();
   for (const std::string& s : m.stops) bytes += sizeof(uint16_t) + s.size();
   bytes += ExtraBytes(m.sampling, m.extra);
@@ -501,6 +528,9 @@ std::vector<uint8_t> Encode(const OpenSessionMsg& m) {
   b.session = m.session;
   b.n_prompt = static_cast<uint32_t>(m.prompt.size());
   b.sampling = m.sampling;
+  b.fork_from = m.fork_from;
+  b.n_cached = m.n_cached;
+  b.open_flags = m.keep ? wire::kOpenKeep : 0;
   const size_t tail = m.prompt.size() * sizeof(int32_t);
   FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail + ExtraBytes(m.sampling, m.extra));
   fb.Put(b);
@@ -524,7 +554,7 @@ std::vector<uint8_t> Encode(const HiddenMsg& m) {
 }
 
 uint64_t TokenTailBytes(const TokenMsg& m) {
-  uint64_t bytes = m.piece.size();
+  uint64_t bytes = m.piece.size() + (m.n_cached ? sizeof(uint32_t) : 0);
   for (const TokenLogprob& lp : m.logprobs) bytes += sizeof(wire::LogprobWire) + lp.piece.size();
   return bytes;
 }
@@ -532,10 +562,12 @@ uint64_t TokenTailBytes(const TokenMsg& m) {
 std::vector<uint8_t> Encode(const TokenMsg& m) {
   wire::TokenBody b = m.token;
   b.piece_bytes = static_cast<uint32_t>(m.piece.size());
-  b.n_logprobs = static_cast<uint16_t>(m.logprobs.size());
+  b.n_logprobs = static_cast<uint8_t>(m.logprobs.size());
+  b.flags = m.n_cached ? wire::kTokenCached : 0;
   FrameBuilder fb(MsgType::kToken, sizeof(b) + TokenTailBytes(m));
   fb.Put(b);
   fb.PutBytes(m.piece.data(), m.piece.size());
+  if (m.n_cached) fb.Put(*m.n_cached);
   for (const TokenLogprob& lp : m.logprobs) {
     fb.Put(wire::LogprobWire{lp.id, lp.logprob, static_cast<uint32_t>(lp.piece.size())});
     fb.PutBytes(lp.piece.data(), lp.piece.size());
@@ -695,6 +727,10 @@ Status CheckEncodable(const Message& msg) {
   } else if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->session));
     KV_RETURN_IF_ERROR(CheckExtraEncodable(t, m->sampling, m->extra));
+    if (m->fork_from == 0 ? m->n_cached != 0 : m->n_cached >= m->prompt.size()) {
+      return Error("OPEN_SESSION: n_cached {} with fork_from {} and {} prompt tokens", m->n_cached,
+                   m->fork_from, m->prompt.size());
+    }
     for (size_t i = 0; i < m->prompt.size(); ++i) {
       if (m->prompt[i] < 0) return Error("OPEN_SESSION: prompt token {} is {}", i, m->prompt[i]);
     }
@@ -868,6 +904,8 @@ const char* ErrorCodeName(wire::ErrorCode code) {
       return "too_large";
     case wire::ErrorCode::kTimeout:
       return "timeout";
+    case wire::ErrorCode::kCacheMiss:
+      return "cache_miss";
   }
   return "unknown";
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -52,6 +53,7 @@ struct GenerateMsg {  // GENERATE, client -> head
   std::vector<std::string> stops;  // at most kMaxStopStrings, each under 64 KiB
   bool add_special = true;
   SamplingExtra extra;             // with sampling.flags & kSamplingExtra
+  bool report_cached = false;      // wire::kGenerateReportCached
 };
 
 struct OpenSessionMsg {  // OPEN_SESSION
@@ -59,6 +61,11 @@ struct OpenSessionMsg {  // OPEN_SESSION
   wire::SamplingWire sampling{};
   std::vector<int32_t> prompt;  // token ids, each >= 0
   SamplingExtra extra;          // with sampling.flags & kSamplingExtra
+  // Prompt cache: take over kept session `fork_from` with its first `n_cached` positions (the
+  // prompt's first n_cached ids; n_cached < prompt.size()); `keep` this session when it ends.
+  uint32_t fork_from = 0;
+  uint32_t n_cached = 0;
+  bool keep = false;
 };
 
 struct HiddenMsg {       // HIDDEN
@@ -81,6 +88,8 @@ struct TokenMsg {           // TOKEN
   wire::TokenBody token{};  // piece_bytes and n_logprobs are ignored when encoding: the sizes of
                             // piece and logprobs are sent
   std::string piece;        // head -> client only
+  // Head -> client, first token, when GENERATE asked: prompt tokens the prompt cache served.
+  std::optional<uint32_t> n_cached;
   // The sampled token's first, then the alternatives (kSamplingLogprobs sessions), at most
   // 1 + wire::kMaxTopLogprobs.
   std::vector<TokenLogprob> logprobs;

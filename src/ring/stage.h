@@ -48,6 +48,10 @@ struct StageOptions {
   wire::Dtype boundary = wire::Dtype::kF32;  // dtype of hidden states sent to the successor
   int chunk = 64;            // prompt tokens per prefill batch on the head
   int max_sessions = 64;
+  // Prompt cache: the state of ended sessions kept for later ones whose prompt starts with the
+  // same tokens, up to this many bytes (0: off) and for this long.
+  uint64_t cache_bytes = uint64_t{256} << 20;
+  int cache_ttl_ms = 300000;
   int max_batch_rows = 256;  // rows per Forward when batching sessions
 
   // Trust (docs/PROTOCOL.md, "Handshake"). Every link runs the handshake and is encrypted.

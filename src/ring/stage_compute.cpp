@@ -166,7 +166,7 @@ void StageImpl::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charg
   StartSession(client, g);
 }
 
-void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
+void StageImpl::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   auto encoded = EncodePrompt(*tokenizer_, g, window_->n_ctx());
   auto refuse = [&](wire::ErrorCode code, const std::string& why) {
     KV_LOG_WARN("{}: refused a request: {}", options_.name, why);
@@ -181,18 +181,25 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   std::vector<int32_t> ids = std::move(encoded).value();
   uint32_t id = next_session_++;
   if (id == 0) id = next_session_++;
-  if (Status s = window_->OpenSequence(static_cast<int>(id)); !s.ok()) {
-    return refuse(wire::ErrorCode::kBusy, s.message());
-  }
   std::unique_ptr<TailSampler> tail;
   if (is_last()) {
     auto t = TailSampler::Create(g.sampling, ids, window_->n_ctx(), window_->config().n_vocab,
                                  g.extra, &vocab_trie_);
-    if (!t.ok()) {
-      window_->CloseSequence(static_cast<int>(id));
-      return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
-    }
+    if (!t.ok()) return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
     tail = std::move(t).value();
+  }
+  // The prompt cache: the kept session whose positions this prompt starts with, taken over.
+  uint32_t fork_from = 0;
+  int n_cached = 0;
+  if (use_cache && cache_.budget() > 0) {
+    ExpireCache();
+    if (auto m = cache_.Best(ids, recurrent_); m && ForkSequence(m->session, id, m->n_keep)) {
+      fork_from = m->session;
+      n_cached = m->n_keep;
+    }
+  }
+  if (fork_from == 0) {
+    if (Status s = OpenSequence(id); !s.ok()) return refuse(wire::ErrorCode::kBusy, s.message());
   }
   Session& s = sessions_[id];
   s.id = id;
@@ -200,15 +207,25 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   s.n_prompt = static_cast<int>(ids.size());
   s.originated = true;
   s.client = client;
+  s.report_cached = g.report_cached;
+  s.keep = cache_.budget() > 0;
+  s.n_cached = static_cast<uint32_t>(n_cached);
+  if (s.keep) s.history = ids;
+  // A stage may not have kept what this one takes over: then it opens afresh, from the request.
+  if (fork_from != 0) s.retry = std::make_unique<GenerateMsg>(g);
   s.stops = StopMatcher(std::move(g.stops));
   s.tail = std::move(tail);
-  KV_LOG_INFO("{}: session {} open: {} prompt tokens, up to {} new", options_.name, id, ids.size(),
-              g.sampling.max_tokens);
-  if (!SendNext(OpenSessionMsg{id, g.sampling, ids, g.extra})) {
+  KV_LOG_INFO("{}: session {} open: {} prompt tokens ({} from the prompt cache), up to {} new",
+              options_.name, id, ids.size(), n_cached, g.sampling.max_tokens);
+  OpenSessionMsg open{id, g.sampling, ids, g.extra};
+  open.fork_from = fork_from;
+  open.n_cached = static_cast<uint32_t>(n_cached);
+  open.keep = s.keep;
+  if (!SendNext(open)) {
     EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
     return;
   }
-  for (int pos = 0; pos < s.n_prompt; pos += options_.chunk) {
+  for (int pos = n_cached; pos < s.n_prompt; pos += options_.chunk) {
     Work w;
     w.session = id;
     w.pos0 = pos;
@@ -241,7 +258,14 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
         ErrorMsg{wire::ErrorCode::kBadRequest, o.session, "OPEN_SESSION: " + checked.message()});
     return;
   }
-  if (Status st = window_->OpenSequence(static_cast<int>(o.session)); !st.ok()) {
+  if (o.fork_from != 0) {
+    if (!ForkSequence(o.fork_from, o.session, static_cast<int>(o.n_cached))) {
+      SendNext(ErrorMsg{wire::ErrorCode::kCacheMiss, o.session,
+                        fmt::format("OPEN_SESSION: session {} is not kept here with {} positions",
+                                    o.fork_from, o.n_cached)});
+      return;
+    }
+  } else if (Status st = OpenSequence(o.session); !st.ok()) {
     KV_LOG_WARN("{}: session {}: {}", options_.name, o.session, st.message());
     SendNext(ErrorMsg{wire::ErrorCode::kBusy, o.session, st.message()});
     return;
@@ -250,6 +274,8 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.id = o.session;
   s.sampling = o.sampling;
   s.n_prompt = static_cast<int>(o.prompt.size());
+  s.keep = o.keep;
+  s.n_cached = o.n_cached;
   s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
@@ -302,7 +328,9 @@ void StageImpl::HandleToken(const TokenMsg& t) {
   if (it == sessions_.end() || it->second.closing) return;
   Session& s = it->second;
   s.n_generated++;
-  const TokenMsg out = PresentToken(t, *tokenizer_, s.n_prompt, &s.stops);
+  s.retry.reset();  // every stage has the session: no fallback from here on
+  TokenMsg out = PresentToken(t, *tokenizer_, s.n_prompt, &s.stops);
+  if (s.report_cached && s.n_generated == 1) out.n_cached = s.n_cached;
   const bool finished = out.token.finished != 0;
   SendToClient(s.client, out);
   if (finished) {
@@ -315,6 +343,7 @@ void StageImpl::HandleToken(const TokenMsg& t) {
   w.n_tokens = 1;
   w.sample = true;
   w.tokens = {t.token.id};
+  if (s.keep) s.history.push_back(t.token.id);
   scheduler_.AddDecode(std::move(w));
 }
 
@@ -335,7 +364,7 @@ void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const st
   // A session whose CLOSE is already on its way ends once (one CLOSE, one receipt).
   if (it == sessions_.end() || it->second.closing) return;
   Session& s = it->second;
-  window_->CloseSequence(static_cast<int>(session));
+  KeepOrClose(s, error.empty() ? reason : wire::FinishReason::kError);
   if (s.originated) {
     if (!error.empty()) {
       SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBadRequest, session, error});
@@ -368,7 +397,7 @@ void StageImpl::HandleClose(const CloseMsg& c, bool from_pred) {
     it = sessions_.find(c.session);
   }
   if (it != sessions_.end()) {
-    window_->CloseSequence(static_cast<int>(c.session));
+    KeepOrClose(it->second, static_cast<wire::FinishReason>(c.reason));
     closed_rows_.Put(c.session, it->second.rows);  // for the receipt that follows the CLOSE
     sessions_.erase(it);
     KV_LOG_INFO("{}: session {} closed", options_.name, c.session);
@@ -383,6 +412,7 @@ void StageImpl::HandleError(const ErrorMsg& e) {
   }
   auto it = sessions_.find(e.session);
   if (is_head()) {
+    if (e.code == wire::ErrorCode::kCacheMiss && RetryWithoutCache(e.session)) return;
     if (it != sessions_.end() && it->second.originated) {
       Session& s = it->second;
       SendToClient(s.client, ErrorMsg{e.code, e.session, e.message});

@@ -30,6 +30,7 @@
 #include "ring/recent_map.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
+#include "ring/prompt_cache.h"
 #include "ring/tail_sampler.h"
 #include "ring/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
@@ -95,6 +96,12 @@ struct Session {
   bool closing = false;      // CLOSE sent around, waiting for it to come back
   uint64_t client = 0;
   StopMatcher stops;
+  bool report_cached = false;  // the client asked for the cached count with the first token
+  // Prompt cache.
+  bool keep = false;              // kept when it ends (every stage)
+  uint32_t n_cached = 0;          // prompt positions taken over from a kept session
+  std::vector<int32_t> history;   // head: the ids of its positions (prompt, then tokens fed)
+  std::unique_ptr<GenerateMsg> retry;  // head, forked: the request, to open afresh on a miss
 };
 
 // The options of a link to a neighbour (stage_links.cpp), accepting frames up to `max_payload`.
@@ -157,7 +164,7 @@ class StageImpl final : public Stage {
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
   void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
-  void StartSession(uint64_t client, GenerateMsg& g);
+  void StartSession(uint64_t client, GenerateMsg& g, bool use_cache = true);
   void HandleOpen(OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
   void HandleToken(const TokenMsg& t);
@@ -173,6 +180,18 @@ class StageImpl final : public Stage {
   void RunWork(std::span<const Work> batch);
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
   void MaybeProbeRing();
+
+  // stage_cache.cpp: the prompt cache.
+  // Opens a sequence, first freeing kept sessions when the window has no room for another.
+  Status OpenSequence(uint32_t session);
+  // Takes kept session `from` over as `to` with its first `n_keep` positions; false (and nothing
+  // kept of it) when it is not kept here or cannot be cut there.
+  bool ForkSequence(uint32_t from, uint32_t to, int n_keep);
+  // Keeps an ending session's state for later ones (when it asked and ended normally), or frees it.
+  void KeepOrClose(Session& s, wire::FinishReason reason);
+  void ExpireCache();
+  // Head: a forked session that a stage could not fork is opened afresh; true when it was.
+  bool RetryWithoutCache(uint32_t session);
 
   // stage_receipts.cpp: contribution receipts.
   // Head, once the session's CLOSE went out: starts its receipt around the ring.
@@ -236,6 +255,8 @@ class StageImpl final : public Stage {
   std::deque<WaitingGenerate> waiting_generates_;
   std::deque<uint64_t> stats_waiters_;
   uint32_t next_session_ = 1;
+  PromptCache cache_;
+  bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
   bool ring_closed_ = false;
   uint64_t probe_nonce_ = 0;
   Clock::time_point last_probe_{};

@@ -50,6 +50,7 @@ enum class ErrorCode : uint32_t {
   kUnauthenticated = 10,  // the handshake's proof of identity is missing or wrong
   kTooLarge = 11,         // a message would exceed a limit of the protocol or of the receiver
   kTimeout = 12,          // a deadline passed (handshake, link liveness)
+  kCacheMiss = 13,        // OPEN_SESSION's fork_from is not kept here: the head opens it afresh
 };
 
 enum class FinishReason : uint8_t {
@@ -164,17 +165,25 @@ struct GenerateBody {
   uint32_t prompt_bytes;   // tail: prompt UTF-8
   uint32_t n_stop;         // tail: then n_stop × (u16 length + bytes)
   uint32_t add_special;    // 1: add BOS/EOS as the vocabulary asks
-  uint8_t pad[12];
+  uint32_t flags;          // kGenerateReportCached
+  uint8_t pad[8];
 };
 static_assert(sizeof(GenerateBody) == 64);
+// The client asks for the count of prompt tokens the prompt cache served, in its first TOKEN.
+inline constexpr uint32_t kGenerateReportCached = 1;
 
 struct OpenSessionBody {
   uint32_t session;
   uint32_t n_prompt;       // tail: n_prompt × i32 ids
   SamplingWire sampling;
-  uint8_t pad[16];
+  uint32_t fork_from;      // 0, or a kept session whose state this one takes over
+  uint32_t n_cached;       // with fork_from: its first positions kept (< n_prompt); else 0
+  uint32_t open_flags;     // kOpenKeep
+  uint8_t pad[4];
 };
 static_assert(sizeof(OpenSessionBody) == 64);
+// Keep the session's state when it ends, for a later session to take over (prompt cache).
+inline constexpr uint32_t kOpenKeep = 1;
 
 inline constexpr uint16_t kHiddenSample = 1;
 
@@ -195,12 +204,17 @@ struct TokenBody {
   int32_t id;
   uint8_t finished;      // 1 on the last token of the session
   uint8_t reason;        // FinishReason
-  uint16_t n_logprobs;   // LogprobWire entries after the piece (kSamplingLogprobs sessions)
+  uint8_t n_logprobs;    // LogprobWire entries after the piece (kSamplingLogprobs sessions)
+  uint8_t flags;         // kTokenCached
   uint32_t piece_bytes;  // tail: the token's text (head -> client only)
   uint32_t n_prompt;     // prompt tokens (head -> client; 0 elsewhere)
   float logit;           // the token's raw logit where it was sampled (f32 bits unchanged)
 };
 static_assert(sizeof(TokenBody) == 28);
+
+// Head -> client, the session's first TOKEN when GENERATE asked (kGenerateReportCached): a u32
+// count of prompt tokens served from the prompt cache follows the piece.
+inline constexpr uint8_t kTokenCached = 1;
 
 // A TOKEN's log-probabilities: the sampled token's first, then its top alternatives, most likely
 // first; each followed by its text (head -> client only, else piece_bytes is 0).

@@ -177,9 +177,10 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   const bool ok = emit(text.Finish());
   Usage usage;
   usage.prompt_tokens = r->n_prompt;
+  usage.cached_tokens = r->n_cached;
   usage.completion_tokens =
       std::max(0, r->n_generated - (r->reason == wire::FinishReason::kEog ? 1 : 0));
-  metrics.CountTokens(usage.prompt_tokens, usage.completion_tokens);
+  metrics.CountTokens(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens);
   metrics.ObserveDecode(r->n_generated - 1, (r->total_ms - r->ttft_ms) / 1e3);
   if (!req.stream) {
     net::HttpServerResponse res;

@@ -27,9 +27,10 @@ void Metrics::CountRequest(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
-void Metrics::CountTokens(int64_t prompt, int64_t generated) {
+void Metrics::CountTokens(int64_t prompt, int64_t generated, int64_t cached) {
   std::lock_guard<std::mutex> lock(mu_);
   prompt_tokens_ += static_cast<uint64_t>(std::max<int64_t>(prompt, 0));
+  cached_tokens_ += static_cast<uint64_t>(std::max<int64_t>(cached, 0));
   generated_tokens_ += static_cast<uint64_t>(std::max<int64_t>(generated, 0));
 }
 
@@ -74,8 +75,8 @@ std::string Metrics::Render(const MetricsGauges& g) const {
   Family(&o, "kvasir_generated_tokens_total", "counter", "Tokens generated.");
   o += fmt::format("kvasir_generated_tokens_total {}\n", generated_tokens_);
   Family(&o, "kvasir_prompt_cached_tokens_total", "counter",
-         "Prompt tokens served from a cache (no prompt cache yet).");
-  o += "kvasir_prompt_cached_tokens_total 0\n";
+         "Prompt tokens served from the ring's prompt cache.");
+  o += fmt::format("kvasir_prompt_cached_tokens_total {}\n", cached_tokens_);
   Family(&o, "kvasir_time_to_first_token_seconds", "histogram",
          "From a request's arrival to its first generated token.");
   for (size_t i = 0; i < kFirstTokenBuckets.size(); ++i) {

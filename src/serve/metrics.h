@@ -28,7 +28,7 @@ struct MetricsGauges {
 class Metrics {
  public:
   void CountRequest(const std::string& endpoint, int status);
-  void CountTokens(int64_t prompt, int64_t generated);
+  void CountTokens(int64_t prompt, int64_t generated, int64_t cached = 0);
   void ObserveFirstToken(double seconds);
   // `tokens` generated after the first one, in `seconds`.
   void ObserveDecode(int64_t tokens, double seconds);
@@ -40,7 +40,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, cached_tokens_ = 0;
   std::array<uint64_t, kFirstTokenBuckets.size()> ttft_buckets_{};
   uint64_t ttft_count_ = 0;
   double ttft_sum_ = 0;

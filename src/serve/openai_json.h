@@ -24,7 +24,7 @@ struct AnswerMeta {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens served from a cache (none yet)
+  int64_t cached_tokens = 0;  // prompt tokens served from the ring's prompt cache
 };
 
 // One generated token's log-probability and its most likely alternatives, as an answer reports

@@ -27,6 +27,7 @@ ring::GenerateMsg ToGenerate(const CompletionRequest& r, std::string prompt_text
   ring::GenerateMsg g;
   g.prompt = std::move(prompt_text);
   g.add_special = true;
+  g.report_cached = true;
   wire::SamplingWire& w = g.sampling;
   w.temperature = s.temperature;
   w.top_p = s.top_p;

@@ -124,7 +124,7 @@ std::vector<Message> SampleMessages() {
   out.push_back(MakeHidden(3, 9, 3, 5, Dtype::kF16, 0, rows));
   out.push_back(MakeHidden(3, 12, 1, 15, Dtype::kBF16, wire::kHiddenSample, rows));
   TokenMsg token{};
-  token.token = {5, 17, 31, 1, static_cast<uint8_t>(wire::FinishReason::kMaxTokens), 0, 0, 11, -2.5f};
+  token.token = {5, 17, 31, 1, static_cast<uint8_t>(wire::FinishReason::kMaxTokens), 0, 0, 0, 11, -2.5f};
   token.piece = " hello";
   out.push_back(token);
   token.token.finished = 0;
@@ -557,7 +557,7 @@ TEST(RingCodecTest, OpenSessionChecks) {
 }
 
 TEST(RingCodecTest, TokenAndCloseChecks) {
-  wire::TokenBody t{1, 2, 3, 1, 9, 0, 0, 0, 0.0f};
+  wire::TokenBody t{1, 2, 3, 1, 9, 0, 0, 0, 0, 0.0f};
   EXPECT_EQ(DecodeError(RawFrame(MsgType::kToken, t)),
             "TOKEN: reason 9 is not a finish reason (0..6)");
   t.reason = 1;
