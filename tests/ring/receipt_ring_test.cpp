@@ -320,6 +320,7 @@ ring::StageOptions HeadOptions() {
   o.last = 2;
   o.name = "head";
   o.n_ctx = 64;
+  o.cache_bytes = 0;  // every session runs its whole prompt: its line counts all of it
   return o;
 }
 

@@ -127,17 +127,17 @@ TEST(StageLimitsTest, AClientRecordOverTheLimitIsRefusedAtItsLength) {
 // takes the place of one that has held its bytes longer, and an honest client is still served.
 TEST(StageLimitsTest, WhenClientBuffersAreFullTheLongestHoldersAreDropped) {
   KV_REQUIRE_ASSET(kStories);
-  constexpr size_t kBudget = 48 * 1024;
+  // Each holder announces a record at the limit and sends all of it but 100 bytes: the head holds
+  // a buffer of more than half of it, and its budget holds three such records.
+  const uint32_t limit = ClientRecordLimit(256);
+  ASSERT_GT(limit, 4096u);
+  const size_t kBudget = 3 * size_t{limit};
   auto ring = LocalRing::Start(Model(), 2, wire::Dtype::kF32, 256, 64, 256,
-                               [](int i, ring::StageOptions& o) {
+                               [=](int i, ring::StageOptions& o) {
                                  if (i == 0) o.client_buffer_bytes = kBudget;
                                });
   ASSERT_NE(ring, nullptr);
   const uint16_t port = PortOf(ring->head());
-  // Each holder announces a record at the limit and sends all of it but 100 bytes: the head holds
-  // a buffer of more than half of it.
-  const uint32_t limit = ClientRecordLimit(256);
-  ASSERT_GT(limit, 4096u);
   const std::vector<uint8_t> part(limit - 100, 0x5a);
   auto hold = [&](std::unique_ptr<RawRingClient>& c) {
     std::vector<uint8_t> bytes = RecordLength(limit - 16);
@@ -331,10 +331,12 @@ TEST(StageLimitsTest, HiddenSizesAreCheckedBeforeAnythingIsAllocated) {
   EXPECT_EQ(err->session, 7u);
   EXPECT_EQ(err->code, wire::ErrorCode::kTooLarge);
   EXPECT_NE(err->message.find("pass the context of 64"), std::string::npos) << err->message;
-  // 8193 bf16 rows of 64 are 1 MiB and more: past what a neighbour of this stage may send.
-  std::vector<float> many(size_t{8193} * 64, 0.5f);
+  // bf16 rows of 64 past what a neighbour of this stage may send (an OPEN_SESSION of the most
+  // prompt tokens, extra sampling and grammar: about 1.3 MiB).
+  const uint32_t n_rows = ring::MaxStagePayload(64, 64) / (64 * 2) + 1;
+  std::vector<float> many(size_t{n_rows} * 64, 0.5f);
   ASSERT_TRUE(
-      fake->pred().Send(ring::MakeHidden(7, 0, 8193, 64, wire::Dtype::kBF16, 0, many)).ok());
+      fake->pred().Send(ring::MakeHidden(7, 0, n_rows, 64, wire::Dtype::kBF16, 0, many)).ok());
   auto reply = fake->pred().Receive();
   ASSERT_TRUE(reply.ok()) << reply.status().message();
   ASSERT_TRUE(std::holds_alternative<ring::ErrorMsg>(*reply)) << ring::MessageName(*reply);

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Time to first token of a chat's second turn with the ring's prompt cache, against a short prompt.
+
+Starts `kvasir serve -m MODEL --stages N` twice (prompt cache on, then --cache-mb 0), and through
+the OpenAI API (streamed chat completions, greedy) measures for each of ROUNDS fresh
+conversations: the time to first token of a prompt of about 20 tokens, and of the second turn of
+a chat whose history is about HISTORY tokens (the first turn's prompt and answer, then a new
+question). Prints a table of medians, the cached token counts, and whether the second turn's
+text equals the uncached server's.
+
+Usage: prompt_cache_bench.py KVASIR MODEL [--stages 3] [--history 1000] [--rounds 3] [-t 1]
+"""
+import argparse
+import json
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+WORDS = ("river stone lantern quiet meadow orange violin harbor pepper cloud basket mirror "
+         "garden thunder pencil candle forest silver window ladder ocean velvet copper needle "
+         "marble island feather wagon saddle tunnel").split()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url, proc, deadline_s=120):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        if proc.poll() is not None:
+            sys.exit(f"kvasir serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    sys.exit("kvasir serve did not become ready")
+
+
+def chat(url, messages, max_tokens):
+    """Streams a greedy chat completion: (seconds to the first content, text, usage)."""
+    body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    ttft = None
+    text, usage = "", None
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for c in chunk.get("choices", []):
+                if c["delta"].get("content") is not None and ttft is None and "role" not in c["delta"]:
+                    ttft = time.perf_counter() - t0
+                text += c["delta"].get("content") or ""
+    return ttft, text, usage
+
+
+def words(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def run_server(args, cache_mb):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([args.kvasir, "serve", "-m", args.model, "--stages", str(args.stages),
+                             "-t", str(args.threads), "-c", "2048", "--chat-template", "chatml", "--listen",
+                             f"127.0.0.1:{port}", "--cache-mb", str(cache_mb), "--log-level",
+                             "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(url, proc)
+    return proc, url
+
+
+def measure(args, cache_mb):
+    proc, url = run_server(args, cache_mb)
+    try:
+        rows = []
+        for k in range(args.rounds):
+            rng = random.Random(1000 + k)
+            short_ttft, _, short_usage = chat(url, [{"role": "user", "content": words(rng, 14)}], 4)
+            history = [{"role": "user", "content": words(rng, args.history)}]
+            _, answer, first_usage = chat(url, history, 16)
+            history += [{"role": "assistant", "content": answer},
+                        {"role": "user", "content": words(rng, 12)}]
+            ttft, text, usage = chat(url, history, 16)
+            rows.append({"short_ttft": short_ttft, "short_prompt": short_usage["prompt_tokens"],
+                         "first_prompt": first_usage["prompt_tokens"], "ttft": ttft, "text": text,
+                         "prompt": usage["prompt_tokens"],
+                         "cached": usage["prompt_tokens_details"]["cached_tokens"]})
+        return rows
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kvasir")
+    ap.add_argument("model")
+    ap.add_argument("--stages", type=int, default=3)
+    ap.add_argument("--history", type=int, default=1000, help="words in the first turn (~tokens)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=1)
+    args = ap.parse_args()
+    cached = measure(args, 256)
+    plain = measure(args, 0)
+    med = lambda rows, key: statistics.median(r[key] for r in rows)
+    same = all(a["text"] == b["text"] for a, b in zip(cached, plain))
+    print(f"{args.stages} stages, {args.rounds} conversations, medians")
+    print("| | prompt tokens | cached | time to first token |")
+    print("|---|---:|---:|---:|")
+    print(f"| short prompt | {med(cached, 'short_prompt'):.0f} | 0 | "
+          f"{med(cached, 'short_ttft') * 1e3:.0f} ms |")
+    print(f"| turn 2, prompt cache on | {med(cached, 'prompt'):.0f} | {med(cached, 'cached'):.0f} | "
+          f"{med(cached, 'ttft') * 1e3:.0f} ms |")
+    print(f"| turn 2, --cache-mb 0 | {med(plain, 'prompt'):.0f} | {med(plain, 'cached'):.0f} | "
+          f"{med(plain, 'ttft') * 1e3:.0f} ms |")
+    ratio = med(cached, "ttft") / med(cached, "short_ttft")
+    print(f"turn 2 / short prompt: {ratio:.2f}x; turn 2 text equal with and without the cache: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
