@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "test_assets.h"
 #include "tiny_model.h"
@@ -40,8 +41,8 @@ std::vector<int32_t> Ids(int n, int salt, int n_vocab) {
 }
 
 // Runs ids[pos0, pos0 + n) of sequence `seq` with logits for every row; n_checkpoints as given.
-std::vector<float> Run(LayerWindow& w, int seq, const std::vector<int32_t>& ids, int pos0, int n,
-                       int n_checkpoints = 0) {
+std::vector<float> Feed(LayerWindow& w, int seq, const std::vector<int32_t>& ids, int pos0, int n,
+                        int n_checkpoints = 0) {
   ForwardInput in;
   SeqChunk ch{seq, pos0, n};
   ch.n_checkpoints = n_checkpoints;
@@ -80,21 +81,21 @@ TEST_P(RollbackTest, RowsAfterARollbackEqualAFreshRun) {
   constexpr int kPrefix = 7, kVerify = 5, kTotal = 16;
   const std::vector<int32_t> truth = Ids(kTotal, 1, n_vocab);
   ASSERT_TRUE(w->OpenSequence(0).ok());
-  const std::vector<float> fresh = Run(*w, 0, truth, 0, kTotal);
+  const std::vector<float> fresh = Feed(*w, 0, truth, 0, kTotal);
   ASSERT_EQ(fresh.size(), static_cast<size_t>(kTotal) * n_vocab);
 
   for (int j = 0; j <= kVerify; ++j) {
     SCOPED_TRACE("rows kept of the verify batch: " + std::to_string(j));
     const int seq = 1 + j;
     ASSERT_TRUE(w->OpenSequence(seq).ok());
-    Run(*w, seq, truth, 0, kPrefix);
+    Feed(*w, seq, truth, 0, kPrefix);
     std::vector<int32_t> guess = truth;  // wrong from row kPrefix + j on
     for (int r = kPrefix + j; r < kPrefix + kVerify; ++r) guess[r] = (truth[r] + 5) % n_vocab;
-    const std::vector<float> verify = Run(*w, seq, guess, kPrefix, kVerify, kVerify);
+    const std::vector<float> verify = Feed(*w, seq, guess, kPrefix, kVerify, kVerify);
     EXPECT_EQ(w->RollbackFloor(seq), Recurrent(w->config()) ? kPrefix : 0);
     ASSERT_TRUE(w->TruncateSequence(seq, kPrefix + j).ok());
     EXPECT_EQ(w->SequenceLength(seq), kPrefix + j);
-    const std::vector<float> rest = Run(*w, seq, truth, kPrefix + j, kTotal - kPrefix - j);
+    const std::vector<float> rest = Feed(*w, seq, truth, kPrefix + j, kTotal - kPrefix - j);
     EXPECT_EQ(Rows(verify, n_vocab, 0, j), Rows(fresh, n_vocab, kPrefix, kPrefix + j));
     EXPECT_EQ(rest, Rows(fresh, n_vocab, kPrefix + j, kTotal));
     w->CloseSequence(seq);
@@ -109,15 +110,15 @@ TEST_P(RollbackTest, ConsecutiveVerifyBatchesExtendTheSpan) {
   const int n_vocab = w->config().n_vocab;
   const std::vector<int32_t> truth = Ids(14, 2, n_vocab);
   ASSERT_TRUE(w->OpenSequence(0).ok());
-  const std::vector<float> fresh = Run(*w, 0, truth, 0, 14);
+  const std::vector<float> fresh = Feed(*w, 0, truth, 0, 14);
   ASSERT_TRUE(w->OpenSequence(1).ok());
   std::vector<int32_t> guess = truth;
   for (int r = 6; r < 12; ++r) guess[r] = (truth[r] + 3) % n_vocab;
-  Run(*w, 1, truth, 0, 5);
-  Run(*w, 1, guess, 5, 3, 3);  // rows 5..7: row 5 true, 6 and 7 wrong
-  Run(*w, 1, guess, 8, 3, 3);  // rows 8..10, built on the wrong ones
+  Feed(*w, 1, truth, 0, 5);
+  Feed(*w, 1, guess, 5, 3, 3);  // rows 5..7: row 5 true, 6 and 7 wrong
+  Feed(*w, 1, guess, 8, 3, 3);  // rows 8..10, built on the wrong ones
   ASSERT_TRUE(w->TruncateSequence(1, 6).ok());
-  EXPECT_EQ(Run(*w, 1, truth, 6, 8), Rows(fresh, n_vocab, 6, 14));
+  EXPECT_EQ(Feed(*w, 1, truth, 6, 8), Rows(fresh, n_vocab, 6, 14));
 }
 
 // After many rejected batches the sequence carries no trace of them.
@@ -129,17 +130,17 @@ TEST_P(RollbackTest, ManyRejectionsLeaveNoTrace) {
   constexpr int kTotal = 24;
   const std::vector<int32_t> truth = Ids(kTotal, 3, n_vocab);
   ASSERT_TRUE(w->OpenSequence(0).ok());
-  const std::vector<float> fresh = Run(*w, 0, truth, 0, kTotal);
+  const std::vector<float> fresh = Feed(*w, 0, truth, 0, kTotal);
   ASSERT_TRUE(w->OpenSequence(1).ok());
-  Run(*w, 1, truth, 0, 4);
+  Feed(*w, 1, truth, 0, 4);
   // One true row per step, then three wrong ones that are rolled back.
   for (int pos = 4; pos < kTotal - 4; ++pos) {
     std::vector<int32_t> guess = truth;
     for (int r = pos + 1; r < pos + 4; ++r) guess[r] = (truth[r] + 7 + pos) % n_vocab;
-    Run(*w, 1, guess, pos, 4, 4);
+    Feed(*w, 1, guess, pos, 4, 4);
     ASSERT_TRUE(w->TruncateSequence(1, pos + 1).ok());
   }
-  EXPECT_EQ(Run(*w, 1, truth, kTotal - 4, 4), Rows(fresh, n_vocab, kTotal - 4, kTotal));
+  EXPECT_EQ(Feed(*w, 1, truth, kTotal - 4, 4), Rows(fresh, n_vocab, kTotal - 4, kTotal));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RollbackTest,
@@ -156,8 +157,8 @@ TEST(RollbackRefusalTest, OutsideTheSpanIsRefused) {
   ASSERT_NE(w, nullptr);
   const std::vector<int32_t> ids = Ids(20, 4, w->config().n_vocab);
   ASSERT_TRUE(w->OpenSequence(0).ok());
-  Run(*w, 0, ids, 0, 6);
-  Run(*w, 0, ids, 6, 4, 3);  // checkpoints before rows 7, 8, 9
+  Feed(*w, 0, ids, 0, 6);
+  Feed(*w, 0, ids, 6, 4, 3);  // checkpoints before rows 7, 8, 9
   EXPECT_EQ(w->RollbackFloor(0), 7);
   Status st = w->TruncateSequence(0, 6);
   ASSERT_FALSE(st.ok());
@@ -184,7 +185,7 @@ TEST(RollbackRefusalTest, OutsideTheSpanIsRefused) {
   EXPECT_FALSE(w->Forward(in, &out).ok());
 
   // A batch without checkpoints empties the span; clearing still works.
-  Run(*w, 0, ids, 10, 2);
+  Feed(*w, 0, ids, 10, 2);
   EXPECT_EQ(w->RollbackFloor(0), 12);
   EXPECT_FALSE(w->TruncateSequence(0, 11).ok());
   EXPECT_TRUE(w->TruncateSequence(0, 0).ok());
@@ -198,10 +199,10 @@ TEST(RollbackRefusalTest, SpanKeepsAtMostMaxCheckpoints) {
   ASSERT_NE(w, nullptr);
   const std::vector<int32_t> ids = Ids(20, 5, w->config().n_vocab);
   ASSERT_TRUE(w->OpenSequence(0).ok());
-  Run(*w, 0, ids, 0, 4);
-  Run(*w, 0, ids, 4, 3, 3);
+  Feed(*w, 0, ids, 0, 4);
+  Feed(*w, 0, ids, 4, 3, 3);
   EXPECT_EQ(w->RollbackFloor(0), 4);
-  Run(*w, 0, ids, 7, 3, 3);
+  Feed(*w, 0, ids, 7, 3, 3);
   EXPECT_EQ(w->RollbackFloor(0), 6);
   EXPECT_FALSE(w->TruncateSequence(0, 5).ok());
   EXPECT_TRUE(w->TruncateSequence(0, 6).ok());

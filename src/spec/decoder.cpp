@@ -1,0 +1,94 @@
+#include "spec/decoder.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace kvasir::spec {
+
+Decoder::Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft)
+    : window_(window),
+      seq_id_(seq_id),
+      sampler_(sampler),
+      drafter_(drafter),
+      max_draft_(std::max(0, max_draft)) {
+  KV_CHECK(window_.spec().has_embed && window_.spec().has_head);
+}
+
+Decoder::~Decoder() { window_.CloseSequence(seq_id_); }
+
+Status Decoder::Start(std::span<const int32_t> prompt) {
+  if (prompt.empty()) return Error("the prompt is empty (no tokens)");
+  KV_RETURN_IF_ERROR(window_.OpenSequence(seq_id_));
+  ForwardInput in;
+  in.chunks = {SeqChunk{seq_id_, 0, static_cast<int>(prompt.size())}};
+  in.tokens = prompt;
+  KV_RETURN_IF_ERROR(window_.Forward(in, &out_).WithContext("prefill"));
+  history_.assign(prompt.begin(), prompt.end());
+  prefilled_only_ = true;
+  return Status::Ok();
+}
+
+bool Decoder::context_full() const {
+  return !prefilled_only_ && window_.SequenceLength(seq_id_) >= window_.n_ctx();
+}
+
+Result<std::vector<int32_t>> Decoder::Step(int budget) {
+  const int n_vocab = window_.config().n_vocab;
+  if (prefilled_only_) {
+    prefilled_only_ = false;
+    history_.push_back(sampler_.Sample(out_.logits, history_));
+    return std::vector<int32_t>{history_.back()};
+  }
+  const int pos = window_.SequenceLength(seq_id_);
+  if (pos >= window_.n_ctx()) {
+    return Error("sequence {}: {} positions fill the context of {}", seq_id_, pos, window_.n_ctx());
+  }
+  // Drafts beyond what is wanted, or beyond the context, would be wasted rows.
+  const int room = std::min(max_draft_, std::min(budget - 1, window_.n_ctx() - pos - 1));
+  std::vector<int32_t> rows = {history_.back()};
+  if (drafter_ != nullptr && room > 0) {
+    KV_ASSIGN_OR_RETURN(std::vector<int32_t> drafts, drafter_->Propose(history_, room));
+    if (static_cast<int>(drafts.size()) > room) drafts.resize(room);
+    rows.insert(rows.end(), drafts.begin(), drafts.end());
+  }
+  const int k = static_cast<int>(rows.size()) - 1;
+  ForwardInput in;
+  SeqChunk ch{seq_id_, pos, k + 1};
+  ch.n_checkpoints = k > 0 ? k + 1 : 0;
+  in.chunks = {ch};
+  in.tokens = rows;
+  in.all_logits = k > 0;
+  KV_RETURN_IF_ERROR(window_.Forward(in, &out_).WithContext(fmt::format("decode at {}", pos)));
+  if (out_.logits.size() != static_cast<size_t>(k + 1) * n_vocab) {
+    return Error("model returned {} logits, expected {}", out_.logits.size(),
+                 static_cast<size_t>(k + 1) * n_vocab);
+  }
+  auto row = [&](int i) {
+    return std::span<const float>(out_.logits).subspan(static_cast<size_t>(i) * n_vocab, n_vocab);
+  };
+  std::vector<int32_t> decided;
+  int accepted = 0;
+  for (; accepted < k; ++accepted) {
+    const int32_t draft = rows[accepted + 1];
+    const Sampler::Verdict v = sampler_.Verify(row(accepted), history_, draft);
+    history_.push_back(v.token);
+    decided.push_back(v.token);
+    if (!v.accepted) break;
+  }
+  if (accepted == k) {
+    // Every draft taken: the last row gives one more token for free.
+    history_.push_back(sampler_.Sample(row(k), history_));
+    decided.push_back(history_.back());
+  }
+  if (k > 0) {
+    stats_.steps++;
+    stats_.drafted += k;
+    stats_.accepted += accepted;
+    // The last decided token is not fed yet: keep the rows of the fed token and accepted drafts.
+    KV_RETURN_IF_ERROR(window_.TruncateSequence(seq_id_, pos + 1 + accepted));
+  }
+  return decided;
+}
+
+}  // namespace kvasir::spec
