@@ -139,8 +139,8 @@ TEST_P(GreedyTest, EveryDrafterGivesThePlainOutput) {
 INSTANTIATE_TEST_SUITE_P(
     Models, GreedyTest,
     ::testing::Values(Case{"models/stories260K.gguf", "models/stories260K-q8_0.gguf"},
-                      Case{"models/synth-llama-q4_k_m.gguf", "models/synth-llama-q4_k_m.gguf"},
-                      Case{"models/synth-qwen35moe-f32.gguf", "models/synth-qwen35moe-f32.gguf"}),
+                      Case{"models/synth-llama-q4_k_m.gguf", "models/stories260K.gguf"},
+                      Case{"models/synth-qwen35moe-f32.gguf", "models/stories260K.gguf"}),
     [](const auto& info) {
       std::string name = info.param.model;
       name = name.substr(name.find('/') + 1);
