@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -282,7 +283,9 @@ int RunGenerate(GenerateOptions o) {
   }
 
   Stopwatch load_clock;
-  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend);
+  // A verify batch of K + 1 rows keeps a checkpoint before each row (hybrid models).
+  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend,
+                         std::max(8, o.drafting.max_tokens + 1));
   if (!model.ok()) return Fail(kCmd, model.status());
   GenerateStats stats;
   spec::DraftOptions drafting = o.drafting;

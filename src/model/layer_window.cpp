@@ -45,6 +45,7 @@ class LayerStackWindow final : public LayerWindow {
   const ModelConfig& config() const override { return cfg_; }
   const WindowSpec& spec() const override { return spec_; }
   int n_ctx() const override { return options_.n_ctx; }
+  int max_checkpoints() const override { return options_.max_checkpoints; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   const DeviceInfo& device() const override { return backend_->device(); }
   uint64_t device_weight_bytes() const override { return weights_.device_bytes; }

@@ -85,6 +85,8 @@ class LayerWindow {
   virtual const ModelConfig& config() const = 0;
   virtual const WindowSpec& spec() const = 0;
   virtual int n_ctx() const = 0;
+  // The most checkpoints a chunk may ask for (WindowOptions::max_checkpoints).
+  virtual int max_checkpoints() const = 0;
   // Bytes of tensor data this window reads (weights only).
   virtual uint64_t weight_bytes() const = 0;
   // The device the window runs on (its address is what --backend took).

@@ -45,7 +45,8 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
     return Error("sequence {}: {} positions fill the context of {}", seq_id_, pos, window_.n_ctx());
   }
   // Drafts beyond what is wanted, or beyond the context, would be wasted rows.
-  const int room = std::min(max_draft_, std::min(budget - 1, window_.n_ctx() - pos - 1));
+  const int room =
+      std::min({max_draft_, budget - 1, window_.n_ctx() - pos - 1, window_.max_checkpoints() - 1});
   std::vector<int32_t> rows = {history_.back()};
   if (drafter_ != nullptr && room > 0) {
     KV_ASSIGN_OR_RETURN(std::vector<int32_t> drafts, drafter_->Propose(history_, room));

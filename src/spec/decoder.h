@@ -29,7 +29,7 @@ class Decoder {
  public:
   // Decodes sequence `seq_id` of `window` (embeddings and head, the sequence not open yet) with
   // `sampler`; `drafter` may be null (no speculation) and must outlive the decoder; at most
-  // max_draft drafted tokens a step.
+  // max_draft drafted tokens a step (and fewer than the window's max_checkpoints).
   Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft);
   ~Decoder();
 
