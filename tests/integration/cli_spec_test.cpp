@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/gguf_file.h"
 #include "kvasir_process.h"
 #include "test_assets.h"
 
@@ -108,6 +109,79 @@ TEST(CliSpecTest, ImpossibleChoicesAreRefused) {
                             AssetPath("models/llama-2-tiny-random.gguf")});
   EXPECT_NE(vocab.code, 0);
   EXPECT_THAT(vocab.err, HasSubstr("vocabulary of 32000 tokens, but the model's has 512"));
+}
+
+// `synth --nextn 1` appends a multi-token-prediction block after the stack; the stack itself keeps
+// its bytes, so the model (which does not run the block) generates the same text.
+TEST(CliSpecTest, SynthWritesNextnBlocksAfterTheStack) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  auto synth = [&](const std::string& out, const std::string& nextn) {
+    return Kvasir({"synth",
+                   "--arch",
+                   "qwen35moe",
+                   "--layers",
+                   "4",
+                   "--embd",
+                   "64",
+                   "--heads",
+                   "4",
+                   "--kv-heads",
+                   "2",
+                   "--head-dim",
+                   "32",
+                   "--ssm-state",
+                   "16",
+                   "--ssm-groups",
+                   "2",
+                   "--ssm-v-heads",
+                   "4",
+                   "--experts",
+                   "4",
+                   "--experts-used",
+                   "2",
+                   "--expert-ff",
+                   "64",
+                   "--vocab-from",
+                   AssetPath(kStories),
+                   "--type",
+                   "q8_0",
+                   "--seed",
+                   "5",
+                   "--nextn",
+                   nextn,
+                   "-o",
+                   out});
+  };
+  const std::string plain = dir.File("plain.gguf"), mtp = dir.File("mtp.gguf");
+  RunResult a = synth(plain, "0");
+  ASSERT_EQ(a.code, 0) << Describe(a);
+  RunResult b = synth(mtp, "1");
+  ASSERT_EQ(b.code, 0) << Describe(b);
+  auto f = GgufFile::Open(mtp);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->GetUint("qwen35moe.block_count").value(), 5u);
+  EXPECT_EQ(f->GetUint("qwen35moe.nextn_predict_layers").value(), 1u);
+  for (const char* t : {"blk.4.attn_q.weight", "blk.4.ffn_up_exps.weight",
+                        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight",
+                        "blk.4.nextn.hnorm.weight", "blk.4.nextn.shared_head_norm.weight"}) {
+    EXPECT_NE(f->FindTensor(t), nullptr) << t;
+  }
+  EXPECT_EQ(f->FindTensor("blk.4.nextn.eh_proj.weight")->ne[0], 128u);
+
+  std::string text;
+  for (const std::string& m : {plain, mtp}) {
+    RunResult g = Kvasir({"generate", "-m", m, "-p", "Once upon a time", "-n", "12", "--temp", "0",
+                          "--ignore-eos", "--draft", "ngram"});
+    ASSERT_EQ(g.code, 0) << Describe(g);
+    if (text.empty()) text = g.out;
+    EXPECT_EQ(g.out, text);
+  }
+  RunResult llama =
+      Kvasir({"synth", "--arch", "llama", "--layers", "1", "--embd", "64", "--heads", "4", "--ff",
+              "64", "--vocab-from", AssetPath(kStories), "--nextn", "1", "-o", dir.File("x.gguf")});
+  EXPECT_EQ(llama.code, 2) << Describe(llama);
+  EXPECT_THAT(llama.err, HasSubstr("--nextn"));
 }
 
 }  // namespace
