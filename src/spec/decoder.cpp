@@ -6,6 +6,22 @@
 
 namespace kvasir::spec {
 
+int VerifyDrafts(Sampler& sampler, std::span<const float> logits, int n_vocab,
+                 std::span<const int32_t> drafts, std::vector<int32_t>* history) {
+  const int k = static_cast<int>(drafts.size());
+  KV_CHECK(logits.size() == static_cast<size_t>(k + 1) * n_vocab);
+  auto row = [&](int i) { return logits.subspan(static_cast<size_t>(i) * n_vocab, n_vocab); };
+  for (int i = 0; i < k; ++i) {
+    const Sampler::Verdict v = sampler.Verify(row(i), *history, drafts[i]);
+    history->push_back(v.token);
+    if (!v.accepted) return i;
+  }
+  // Every draft taken: the last row gives one more token for free. Without drafts this is plain
+  // sampling, with the same RNG draws.
+  history->push_back(sampler.Sample(row(k), *history));
+  return k;
+}
+
 Decoder::Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft)
     : window_(window),
       seq_id_(seq_id),
@@ -65,23 +81,10 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
     return Error("model returned {} logits, expected {}", out_.logits.size(),
                  static_cast<size_t>(k + 1) * n_vocab);
   }
-  auto row = [&](int i) {
-    return std::span<const float>(out_.logits).subspan(static_cast<size_t>(i) * n_vocab, n_vocab);
-  };
-  std::vector<int32_t> decided;
-  int accepted = 0;
-  for (; accepted < k; ++accepted) {
-    const int32_t draft = rows[accepted + 1];
-    const Sampler::Verdict v = sampler_.Verify(row(accepted), history_, draft);
-    history_.push_back(v.token);
-    decided.push_back(v.token);
-    if (!v.accepted) break;
-  }
-  if (accepted == k) {
-    // Every draft taken: the last row gives one more token for free.
-    history_.push_back(sampler_.Sample(row(k), history_));
-    decided.push_back(history_.back());
-  }
+  const size_t before = history_.size();
+  const int accepted = VerifyDrafts(sampler_, out_.logits, n_vocab,
+                                    std::span<const int32_t>(rows).subspan(1), &history_);
+  std::vector<int32_t> decided(history_.begin() + before, history_.end());
   if (k > 0) {
     stats_.steps++;
     stats_.drafted += k;

@@ -25,6 +25,13 @@ struct DraftStats {
   double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
 };
 
+// The verdict on one verify batch: logits [k + 1, n_vocab] of the rows [last, drafts...], where
+// row i predicts the token after drafts[0, i). Appends the decided tokens to *history (the accepted
+// drafts, then the sampler's own next token) and returns how many drafts were accepted. This is
+// the whole acceptance rule; the ring's tail runs the same on the rows it gets back.
+int VerifyDrafts(Sampler& sampler, std::span<const float> logits, int n_vocab,
+                 std::span<const int32_t> drafts, std::vector<int32_t>* history);
+
 class Decoder {
  public:
   // Decodes sequence `seq_id` of `window` (embeddings and head, the sequence not open yet) with
