@@ -106,7 +106,13 @@ TEST_P(GreedyTest, EveryDrafterGivesThePlainOutput) {
   auto w = LoadWhole(c.model);
   ASSERT_NE(w, nullptr);
   const int n_vocab = w->config().n_vocab;
-  const std::vector<int32_t> prompt = Prompt(n_vocab);
+  // The prompt, what the model says after it, and the prompt again: prompt lookup then finds the
+  // tail in the middle and has something to draft from the first step on.
+  std::vector<int32_t> prompt = Prompt(n_vocab);
+  const std::vector<int32_t> said = Decode(*w, Greedy(), nullptr, 0, prompt, 16);
+  const std::vector<int32_t> head = prompt;
+  prompt.insert(prompt.end(), said.begin(), said.end());
+  prompt.insert(prompt.end(), head.begin(), head.end());
   constexpr int kTokens = 32;
   const std::vector<int32_t> plain = Decode(*w, Greedy(), nullptr, 0, prompt, kTokens);
   ASSERT_EQ(plain.size(), static_cast<size_t>(kTokens));
@@ -200,7 +206,7 @@ TEST(TemperatureTest, EachStepFollowsThePlainDistribution) {
   auto drafter = LoadDrafter("models/stories260K-q8_0.gguf", w->config().n_vocab, 3);
   ASSERT_NE(drafter, nullptr);
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};  // "Once upon a time"
-  constexpr int kRuns = 600, kSteps = 6;
+  constexpr int kRuns = 1500, kSteps = 6;
   std::vector<std::map<int32_t, int>> plain(kSteps), spec(kSteps);
   DraftStats total;
   for (int r = 0; r < kRuns; ++r) {
@@ -225,7 +231,7 @@ TEST(TemperatureTest, EachStepFollowsThePlainDistribution) {
   }
   // Both paths of the rule ran many times.
   EXPECT_GT(total.accepted, kRuns);
-  EXPECT_GT(total.drafted - total.accepted, kRuns);
+  EXPECT_GT(total.drafted - total.accepted, kRuns / 5);
   for (int s = 0; s < kSteps; ++s) {
     const auto [x2, df] = ChiSquare2(plain[s], spec[s], kRuns, kRuns);
     ASSERT_GT(df, 0);
