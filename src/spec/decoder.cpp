@@ -22,12 +22,13 @@ int VerifyDrafts(Sampler& sampler, std::span<const float> logits, int n_vocab,
   return k;
 }
 
-Decoder::Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft)
+Decoder::Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft,
+                 bool adapt_k)
     : window_(window),
       seq_id_(seq_id),
       sampler_(sampler),
       drafter_(drafter),
-      max_draft_(std::max(0, max_draft)) {
+      budget_(max_draft, adapt_k) {
   KV_CHECK(window_.spec().has_embed && window_.spec().has_head);
 }
 
@@ -61,10 +62,12 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
     return Error("sequence {}: {} positions fill the context of {}", seq_id_, pos, window_.n_ctx());
   }
   // Drafts beyond what is wanted, or beyond the context, would be wasted rows.
-  const int room =
-      std::min({max_draft_, budget - 1, window_.n_ctx() - pos - 1, window_.max_checkpoints() - 1});
+  const int room = drafter_ == nullptr
+                       ? 0
+                       : std::min({budget_.Next(), budget - 1, window_.n_ctx() - pos - 1,
+                                   window_.max_checkpoints() - 1});
   std::vector<int32_t> rows = {history_.back()};
-  if (drafter_ != nullptr && room > 0) {
+  if (room > 0) {
     KV_ASSIGN_OR_RETURN(std::vector<int32_t> drafts, drafter_->Propose(history_, room));
     if (static_cast<int>(drafts.size()) > room) drafts.resize(room);
     rows.insert(rows.end(), drafts.begin(), drafts.end());
@@ -89,6 +92,7 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
     stats_.steps++;
     stats_.drafted += k;
     stats_.accepted += accepted;
+    budget_.Record(k, accepted);
     // The last decided token is not fed yet: keep the rows of the fed token and accepted drafts.
     KV_RETURN_IF_ERROR(window_.TruncateSequence(seq_id_, pos + 1 + accepted));
   }

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "model/layer_window.h"
 #include "model/sampler.h"
+#include "spec/draft_budget.h"
 #include "spec/drafter.h"
 
 namespace kvasir::spec {
@@ -36,8 +37,10 @@ class Decoder {
  public:
   // Decodes sequence `seq_id` of `window` (embeddings and head, the sequence not open yet) with
   // `sampler`; `drafter` may be null (no speculation) and must outlive the decoder; at most
-  // max_draft drafted tokens a step (and fewer than the window's max_checkpoints).
-  Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft);
+  // max_draft drafted tokens a step (and fewer than the window's max_checkpoints), fewer while the
+  // measured acceptance is low (DraftBudget), unless adapt_k is false.
+  Decoder(LayerWindow& window, int seq_id, Sampler& sampler, Drafter* drafter, int max_draft,
+          bool adapt_k = true);
   ~Decoder();
 
   // Opens the sequence and prefills `prompt` (not empty) in one batch.
@@ -56,7 +59,7 @@ class Decoder {
   int seq_id_;
   Sampler& sampler_;
   Drafter* drafter_;
-  int max_draft_;
+  DraftBudget budget_;
   std::vector<int32_t> history_;
   ForwardOutput out_;
   bool prefilled_only_ = false;  // out_ holds the prompt's last logits, nothing sampled yet

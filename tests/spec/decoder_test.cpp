@@ -69,9 +69,9 @@ std::vector<int32_t> Prompt(int n_vocab) {
 // n tokens decoded from `prompt` (fewer only if the decoder fails).
 std::vector<int32_t> Decode(LayerWindow& w, const SamplingParams& params, Drafter* drafter, int k,
                             const std::vector<int32_t>& prompt, int n, DraftStats* stats = nullptr,
-                            int seq = 0) {
+                            int seq = 0, bool adapt_k = true) {
   Sampler sampler(params);
-  Decoder dec(w, seq, sampler, drafter, k);
+  Decoder dec(w, seq, sampler, drafter, k, adapt_k);
   const Status st = dec.Start(prompt);
   EXPECT_TRUE(st.ok()) << st.message();
   std::vector<int32_t> out;
@@ -134,11 +134,14 @@ TEST_P(GreedyTest, EveryDrafterGivesThePlainOutput) {
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(Decode(*w, Greedy(), other.get(), 3, prompt, kTokens), plain);
 
-  // Many rejections: the window rolls back every step and still decodes what a fresh run does.
+  // Many rejections (K kept at 4): the window rolls back every step and still decodes what a
+  // fresh run does. With K adapted, drafting pauses and few steps draft at all.
   WrongDrafter wrong(n_vocab);
   DraftStats wrong_stats;
-  EXPECT_EQ(Decode(*w, Greedy(), &wrong, 4, prompt, kTokens, &wrong_stats), plain);
+  EXPECT_EQ(Decode(*w, Greedy(), &wrong, 4, prompt, kTokens, &wrong_stats, 0, false), plain);
   EXPECT_GT(wrong_stats.drafted, wrong_stats.accepted + kTokens);
+  EXPECT_EQ(Decode(*w, Greedy(), &wrong, 4, prompt, kTokens, &wrong_stats), plain);
+  EXPECT_LT(wrong_stats.steps, kTokens / 2);
   EXPECT_EQ(Decode(*w, Greedy(), nullptr, 0, prompt, kTokens, nullptr, /*seq=*/5), plain);
 }
 
