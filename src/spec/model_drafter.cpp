@@ -28,10 +28,10 @@ Result<std::unique_ptr<ModelDrafter>> ModelDrafter::Load(const std::string& path
   opt.max_checkpoints = std::max(8, max_tokens + 1);
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> w,
                       LayerWindow::Load(shared, {0, cfg.n_layer, true, true}, opt));
-  return std::make_unique<ModelDrafter>(std::move(w));
+  return std::make_unique<ModelDrafter>(std::shared_ptr<LayerWindow>(std::move(w)));
 }
 
-ModelDrafter::ModelDrafter(std::unique_ptr<LayerWindow> window, int seq_id)
+ModelDrafter::ModelDrafter(std::shared_ptr<LayerWindow> window, int seq_id)
     : window_(std::move(window)), seq_id_(seq_id) {
   KV_CHECK(window_ != nullptr && window_->spec().has_embed && window_->spec().has_head);
 }

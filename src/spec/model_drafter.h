@@ -18,8 +18,10 @@ class ModelDrafter final : public Drafter {
   static Result<std::unique_ptr<ModelDrafter>> Load(const std::string& path, int target_n_vocab,
                                                     int max_tokens, int n_threads,
                                                     const std::string& backend);
-  // Drafts with `window` (a whole model with head and embeddings), on its sequence `seq_id`.
-  ModelDrafter(std::unique_ptr<LayerWindow> window, int seq_id = 0);
+  // Drafts with `window` (a whole model with head and embeddings), on its sequence `seq_id`,
+  // which it opens and closes. Several drafters (one per session) may share a window, each on its
+  // own sequence, from one thread.
+  explicit ModelDrafter(std::shared_ptr<LayerWindow> window, int seq_id = 0);
   ~ModelDrafter() override;
 
   const char* name() const override { return "model"; }
@@ -31,7 +33,7 @@ class ModelDrafter final : public Drafter {
  private:
   Status Sync(std::span<const int32_t> history, ForwardOutput* out);
 
-  std::unique_ptr<LayerWindow> window_;
+  std::shared_ptr<LayerWindow> window_;
   int seq_id_;
   std::vector<int32_t> fed_;  // the tokens in the draft window's sequence, in order
   int64_t rows_run_ = 0;

@@ -159,6 +159,30 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Two sessions' drafters on one draft window, called in turn, draft what each would alone.
+TEST(ModelDrafterTest, DraftersSharingAWindowKeepTheirSequencesApart) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  std::shared_ptr<LayerWindow> shared = LoadWhole("models/stories260K.gguf");
+  ASSERT_NE(shared, nullptr);
+  ModelDrafter a(shared, 1), b(shared, 2);
+  const std::vector<int32_t> ha = {1, 403, 407, 261, 378}, hb = {1, 300, 301, 40};
+  auto alone_a = a.Propose(ha, 4);
+  auto alone_b = b.Propose(hb, 4);
+  ASSERT_TRUE(alone_a.ok() && alone_b.ok());
+  ASSERT_EQ(alone_a->size(), 4u);
+  // Both histories grow by one accepted draft and one other token, interleaved.
+  std::vector<int32_t> ha2 = ha, hb2 = hb;
+  ha2.insert(ha2.end(), {(*alone_a)[0], 7});
+  hb2.insert(hb2.end(), {(*alone_b)[0], 9});
+  auto next_a = a.Propose(ha2, 3);
+  auto next_b = b.Propose(hb2, 3);
+  ASSERT_TRUE(next_a.ok() && next_b.ok());
+  ModelDrafter fresh_a(LoadWhole("models/stories260K.gguf"), 0);
+  ModelDrafter fresh_b(LoadWhole("models/stories260K.gguf"), 0);
+  EXPECT_EQ(*next_a, *fresh_a.Propose(ha2, 3));
+  EXPECT_EQ(*next_b, *fresh_b.Propose(hb2, 3));
+}
+
 TEST(DrafterLoadTest, AnotherVocabularyIsRefused) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   auto d = ModelDrafter::Load(AssetPath("models/stories260K.gguf"), 32000, 4, 1, "cpu");
