@@ -78,6 +78,33 @@ TEST(CliSpecTest, GreedyTextWithEachDrafterIsTheReference) {
   }
 }
 
+// With temperature the RNG advances deterministically: a seed gives the same text again.
+TEST(CliSpecTest, ASeedRepeatsASampledSpeculativeRun) {
+  KV_REQUIRE_ASSET(kStories);
+  const std::vector<std::string> args = {"generate",
+                                         "-m",
+                                         AssetPath(kStories),
+                                         "-p",
+                                         "Once upon a time",
+                                         "-n",
+                                         "32",
+                                         "--temp",
+                                         "0.9",
+                                         "--seed",
+                                         "11",
+                                         "--draft",
+                                         "model",
+                                         "--draft-model",
+                                         AssetPath("models/stories260K-q8_0.gguf")};
+  RunResult a = Kvasir(args);
+  ASSERT_EQ(a.code, 0) << Describe(a);
+  RunResult b = Kvasir(args);
+  ASSERT_EQ(b.code, 0) << Describe(b);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_THAT(a.err, HasSubstr("drafts:    model"));
+}
+
 TEST(CliSpecTest, WithoutDraftingStatsSayNone) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
