@@ -285,7 +285,7 @@ int RunGenerate(GenerateOptions o) {
   Stopwatch load_clock;
   // A verify batch of K + 1 rows keeps a checkpoint before each row (hybrid models).
   auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend,
-                         std::max(8, o.drafting.max_tokens + 1));
+                         std::max(1, o.drafting.max_tokens + 1));
   if (!model.ok()) return Fail(kCmd, model.status());
   GenerateStats stats;
   spec::DraftOptions drafting = o.drafting;

@@ -25,7 +25,7 @@ Result<std::unique_ptr<ModelDrafter>> ModelDrafter::Load(const std::string& path
   opt.n_threads = n_threads;
   opt.backend = backend;
   opt.max_sequences = 1;
-  opt.max_checkpoints = std::max(8, max_tokens + 1);
+  opt.max_checkpoints = std::max(1, max_tokens + 1);
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> w,
                       LayerWindow::Load(shared, {0, cfg.n_layer, true, true}, opt));
   return std::make_unique<ModelDrafter>(std::shared_ptr<LayerWindow>(std::move(w)));
