@@ -282,7 +282,8 @@ std::vector<std::pair<std::string, uint64_t>> BytesPerType(const GgufFile& file)
 // ---- Model loading --------------------------------------------------------------------------
 
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
-                              bool with_tokenizer, const std::string& backend) {
+                              bool with_tokenizer, const std::string& backend,
+                              int max_checkpoints) {
   LoadedModel model;
   KV_ASSIGN_OR_RETURN(model.file, OpenGguf(path));
   WindowOptions options;
@@ -290,6 +291,7 @@ Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
   options.n_threads = n_threads;
   options.max_sequences = 1;
   options.backend = backend;
+  options.max_checkpoints = max_checkpoints;
 
   auto config = LoadModelConfig(*model.file);
   if (!config.ok()) return WithPath(config.status(), path);

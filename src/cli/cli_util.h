@@ -141,8 +141,9 @@ struct LoadedModel {
 };
 
 // Opens `path` and loads layers [0, n_layer) with embeddings and head on `backend` (--backend
-// text). `n_ctx` 0 = the window's default. Errors name the file.
+// text). `n_ctx` 0 = the window's default; max_checkpoints as WindowOptions. Errors name the file.
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
-                              bool with_tokenizer, const std::string& backend = "cpu");
+                              bool with_tokenizer, const std::string& backend = "cpu",
+                              int max_checkpoints = 8);
 
 }  // namespace kvasir::cli

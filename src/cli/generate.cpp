@@ -1,9 +1,12 @@
 // kvasir generate: text from a prompt with a local model. The prompt is prefilled in one Forward;
 // then each sampled token is streamed to stdout (whole UTF-8 characters only) and fed back, until
-// -n tokens, an end-of-generation token, or the end of the context.
+// -n tokens, an end-of-generation token, or the end of the context. With --draft, each step feeds
+// the last token plus up to --draft-max drafted ones and keeps those the sampler accepts
+// (spec/decoder.h): greedy output is unchanged, sampled output keeps its distribution.
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -15,13 +18,14 @@
 #include "cli/backend_flag.h"
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
-#include "cli/progress.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "kernels/kernels.h"
 #include "market/market_client.h"
 #include "model/sampler.h"
+#include "spec/decoder.h"
 
 namespace kvasir::cli {
 namespace {
@@ -47,12 +51,17 @@ struct GenerateOptions {
   TrustFlags trust;                // ring only: how the head is authenticated
   std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
   ChatFlags chat;                  // -p as a user message in the model's chat template
+  std::string draft = "none";      // --draft: auto, ngram, model or none
+  spec::DraftOptions drafting;     // --draft-model, --draft-max
 };
 
 struct GenerateStats {
   int n_prompt = 0;
   int n_generated = 0;
-  int n_decode_steps = 0;  // Forward calls after the prefill
+  int n_decode_steps = 0;   // Forward calls after the prefill
+  int n_decode_tokens = 0;  // tokens those calls decided (an end-of-generation one included)
+  std::string drafter;      // "" without speculation
+  spec::DraftStats draft;
   double load_ms = 0;
   double prefill_ms = 0;
   double decode_ms = 0;
@@ -69,6 +78,10 @@ std::optional<std::string> CheckOptions(const GenerateOptions& o) {
   if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
   if (!o.market_ca.empty() && o.market.empty()) return std::string("--ca goes with --market");
   if (std::string e = CheckChatFlags(o.chat); !e.empty()) return e;
+  if (auto kind = spec::ParseDraftKind(o.draft); !kind.ok()) return kind.status().message();
+  if (o.drafting.max_tokens < 0 || o.drafting.max_tokens > 64) {
+    return fmt::format("--draft-max must be in 0..64 (got {})", o.drafting.max_tokens);
+  }
   return CheckSampling(o.sampling);
 }
 
@@ -79,56 +92,51 @@ void WriteOut(const std::string& text) {
 }
 
 // Prefill, then sample/stream/feed back. Generated text goes to stdout as it is produced.
-Status Generate(const GenerateOptions& o, LoadedModel& m, const std::vector<int32_t>& prompt,
-                GenerateStats* stats) {
+Status Generate(const GenerateOptions& o, LoadedModel& m, spec::Drafter* drafter,
+                const std::vector<int32_t>& prompt, GenerateStats* stats) {
   LayerWindow& window = *m.window;
   const Tokenizer& tok = *m.tokenizer;
-  const int n_ctx = window.n_ctx();
-  const int n_vocab = window.config().n_vocab;
-  KV_RETURN_IF_ERROR(window.OpenSequence(0));
-
   Stopwatch clock;
-  ForwardInput in;
-  ForwardOutput out;
-  in.chunks = {SeqChunk{0, 0, static_cast<int>(prompt.size())}};
-  in.tokens = prompt;
-  KV_RETURN_IF_ERROR(window.Forward(in, &out).WithContext("prefill"));
+  Sampler sampler(o.sampling);
+  spec::Decoder decoder(window, 0, sampler, drafter, o.drafting.max_tokens);
+  KV_RETURN_IF_ERROR(decoder.Start(prompt));
   stats->prefill_ms = clock.Millis();
 
-  Sampler sampler(o.sampling);
-  std::vector<int32_t> history = prompt;
   Utf8Stream utf8;
   double first_token_ms = 0;
   stats->stop_reason = "length";
-  while (stats->n_generated < o.n_predict) {
-    if (out.logits.size() != static_cast<size_t>(n_vocab)) {
-      return Error("model returned {} logits, expected {}", out.logits.size(), n_vocab);
-    }
-    const int32_t id = sampler.Sample(out.logits, history);
-    if (stats->n_generated == 0) first_token_ms = stats->ttft_ms = clock.Millis();
-    if (!o.ignore_eos && tok.IsEog(id)) {
-      stats->stop_reason = "eog";
-      break;
-    }
-    WriteOut(utf8.Push(tok.TokenToPiece(id)));
-    history.push_back(id);
-    stats->n_generated++;
-    if (stats->n_generated == o.n_predict) break;
-    const int pos = window.SequenceLength(0);
-    if (pos >= n_ctx) {
+  bool done = o.n_predict == 0;
+  while (!done) {
+    if (decoder.context_full()) {
       stats->stop_reason = "context";
       break;
     }
-    in.chunks = {SeqChunk{0, pos, 1}};
-    in.tokens = std::span<const int32_t>(&history.back(), 1);
-    KV_RETURN_IF_ERROR(window.Forward(in, &out).WithContext(fmt::format("decode at {}", pos)));
-    stats->n_decode_steps++;
+    const bool first = stats->n_generated == 0 && stats->n_decode_tokens == 0;
+    KV_ASSIGN_OR_RETURN(std::vector<int32_t> ids, decoder.Step(o.n_predict - stats->n_generated));
+    if (first) {
+      first_token_ms = stats->ttft_ms = clock.Millis();
+    } else {
+      stats->n_decode_steps++;
+    }
+    for (int32_t id : ids) {
+      if (!first) stats->n_decode_tokens++;
+      if (!o.ignore_eos && tok.IsEog(id)) {
+        stats->stop_reason = "eog";
+        done = true;
+        break;
+      }
+      WriteOut(utf8.Push(tok.TokenToPiece(id)));
+      if (++stats->n_generated == o.n_predict) {
+        done = true;
+        break;
+      }
+    }
   }
   WriteOut(utf8.Flush());
   if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) WriteOut("\n");
   stats->total_ms = clock.Millis();
   stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
-  window.CloseSequence(0);
+  stats->draft = decoder.stats();
   return Status::Ok();
 }
 
@@ -137,7 +145,15 @@ nlohmann::json StatsJson(const GenerateOptions& o, const GenerateStats& s) {
           {"n_prompt", s.n_prompt},
           {"n_generated", s.n_generated},
           {"prefill_tokens_per_s", PerSecond(s.n_prompt, s.prefill_ms)},
-          {"decode_tokens_per_s", PerSecond(s.n_decode_steps, s.decode_ms)},
+          {"decode_tokens_per_s", PerSecond(s.n_decode_tokens, s.decode_ms)},
+          {"decode_steps", s.n_decode_steps},
+          {"speculation",
+           {{"drafter", s.drafter.empty() ? "none" : s.drafter},
+            {"draft_max", s.drafter.empty() ? 0 : o.drafting.max_tokens},
+            {"steps", s.draft.steps},
+            {"drafted", s.draft.drafted},
+            {"accepted", s.draft.accepted},
+            {"acceptance", s.draft.acceptance()}}},
           {"ttft_ms", s.ttft_ms},
           {"total_ms", s.total_ms},
           {"load_ms", s.load_ms},
@@ -172,8 +188,8 @@ int RunOnRing(const GenerateOptions& o) {
     m = std::move(loaded).value();
   }
   bool usage = false;
-  if (Status s = ApplyClientTrust(o.trust, o.manifest_path.empty() ? nullptr : &m, &req.client,
-                                  &usage);
+  if (Status s =
+          ApplyClientTrust(o.trust, o.manifest_path.empty() ? nullptr : &m, &req.client, &usage);
       !s.ok()) {
     return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
   }
@@ -193,8 +209,10 @@ int RunOnRing(const GenerateOptions& o) {
 // which must prove the node key the market names.
 int RunOnMarket(GenerateOptions o) {
   if (!o.ring.empty()) return UsageError(kCmd, "use either --market or --ring, not both");
-  if (o.model_path.empty()) return UsageError(kCmd, "--market needs --model NAME (a model the market lists)");
-  if (!o.trust.head_key.empty()) return UsageError(kCmd, "--market names the head's key itself; drop --head-key");
+  if (o.model_path.empty())
+    return UsageError(kCmd, "--market needs --model NAME (a model the market lists)");
+  if (!o.trust.head_key.empty())
+    return UsageError(kCmd, "--market names the head's key itself; drop --head-key");
   net::HttpRequestOptions http;
   http.ca_file = o.market_ca;
   auto client = market::MarketClient::Create(o.market, nullptr, http);
@@ -233,6 +251,9 @@ int RunOnMarket(GenerateOptions o) {
 int RunGenerate(GenerateOptions o) {
   if (auto e = CheckOptions(o)) return UsageError(kCmd, *e);
   o.sampling.seed = o.seed ? *o.seed : std::random_device{}();
+  if ((!o.market.empty() || !o.ring.empty()) && o.draft != "none") {
+    return UsageError(kCmd, "--draft runs with -m only (a local model)");
+  }
   if (!o.market.empty()) {
     // Refused before asking the market for a ring: the client has no model to read a template from.
     if (o.chat.enabled() && o.chat.template_name.empty()) {
@@ -244,7 +265,8 @@ int RunGenerate(GenerateOptions o) {
     if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
     return RunOnRing(o);
   }
-  if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL (or --ring HOST:PORT)");
+  if (o.model_path.empty())
+    return UsageError(kCmd, "a model is required: -m MODEL (or --ring HOST:PORT)");
   if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
   if (!o.stats_path.empty()) {
     if (Status st = CheckWritable(o.stats_path); !st.ok()) return Fail(kCmd, st);
@@ -261,9 +283,18 @@ int RunGenerate(GenerateOptions o) {
   }
 
   Stopwatch load_clock;
-  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend);
+  // A verify batch of K + 1 rows keeps a checkpoint before each row (hybrid models).
+  auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend,
+                         std::max(1, o.drafting.max_tokens + 1));
   if (!model.ok()) return Fail(kCmd, model.status());
   GenerateStats stats;
+  spec::DraftOptions drafting = o.drafting;
+  drafting.kind = *spec::ParseDraftKind(o.draft);
+  drafting.n_threads = o.n_threads;
+  drafting.backend = o.backend;
+  auto drafter = spec::MakeDrafter(drafting, *model->window);
+  if (!drafter.ok()) return Fail(kCmd, drafter.status());
+  if (*drafter != nullptr) stats.drafter = (*drafter)->name();
   stats.load_ms = load_clock.Millis();
 
   const std::vector<int32_t> prompt =
@@ -284,7 +315,7 @@ int RunGenerate(GenerateOptions o) {
         stats.n_prompt, o.n_predict, stats.n_prompt + o.n_predict - 1, n_ctx);
   }
 
-  if (Status st = Generate(o, *model, prompt, &stats); !st.ok()) {
+  if (Status st = Generate(o, *model, drafter->get(), prompt, &stats); !st.ok()) {
     return Fail(kCmd, WithPath(st, o.model_path));
   }
   if (stats.stop_reason == "context") {
@@ -295,9 +326,15 @@ int RunGenerate(GenerateOptions o) {
                "prompt:    %d tokens, %.1f ms, %.2f tok/s; time to first token %.1f ms\n"
                "generated: %d tokens, %.2f tok/s (%s, %d threads, %s); stop: %s\n",
                stats.n_prompt, stats.prefill_ms, PerSecond(stats.n_prompt, stats.prefill_ms),
-               stats.ttft_ms, stats.n_generated, PerSecond(stats.n_decode_steps, stats.decode_ms),
+               stats.ttft_ms, stats.n_generated, PerSecond(stats.n_decode_tokens, stats.decode_ms),
                model->window->device().address.c_str(), o.n_threads, SimdTargetName().c_str(),
                stats.stop_reason.c_str());
+  if (!stats.drafter.empty()) {
+    std::fprintf(stderr, "drafts:    %s, %lld drafted, %lld accepted (%.1f %%) in %lld steps\n",
+                 stats.drafter.c_str(), static_cast<long long>(stats.draft.drafted),
+                 static_cast<long long>(stats.draft.accepted), 100.0 * stats.draft.acceptance(),
+                 static_cast<long long>(stats.draft.steps));
+  }
   if (!o.stats_path.empty()) {
     if (Status st = WriteJsonFile(o.stats_path, StatsJson(o, stats)); !st.ok()) {
       return Fail(kCmd, st);
@@ -339,6 +376,17 @@ int GenerateMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--stats", o.stats_path, "write timing statistics as JSON to this file");
     app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after end-of-generation tokens");
+    app.add_option(
+           "--draft", o.draft,
+           "speculative decoding: ngram (prompt lookup), model (--draft-model), auto (model "
+           "when --draft-model is given, else ngram) or none")
+        ->capture_default_str();
+    app.add_option("--draft-model", o.drafting.model_path,
+                   "a small GGUF sharing the model's vocabulary that drafts tokens")
+        ->check(CLI::ExistingFile);
+    app.add_option("--draft-max", o.drafting.max_tokens,
+                   "tokens drafted per step (K; each step runs K + 1 rows)")
+        ->capture_default_str();
     std::vector<char*> args = SpellChatAliases(argc, argv);
     if (auto code = ParseArgs(app, kCmd, argc, args.data())) return *code;
     return RunGenerate(std::move(o));

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -53,7 +52,6 @@ constexpr SynthArch kArchs[] = {
     {"qwen35moe", 10000000.0f, 1e-6f, false, true, true, true},
 };
 
-
 struct SynthOptions {
   std::string arch = "llama";
   int n_layer = 0;
@@ -61,31 +59,32 @@ struct SynthOptions {
   int n_head = 0;
   int n_head_kv = 0;  // 0: same as n_head
   int n_ff = 0;
-  int head_dim = 0;   // attention.key_length; 0: n_embd / n_head
+  int head_dim = 0;  // attention.key_length; 0: n_embd / n_head
   int n_ctx = 2048;
   // qwen35 / qwen35moe.
-  int n_rot = 0;              // rope.dimension_count; 0: the head size (a quarter of it for qwen35)
+  int n_rot = 0;  // rope.dimension_count; 0: the head size (a quarter of it for qwen35)
   std::vector<int> rope_sections;  // rope.dimension_sections; empty: [11, 11, 10, 0]
-  int attn_interval = 4;      // full_attention_interval
-  int ssm_conv = 4;           // ssm.conv_kernel
-  int ssm_state = 0;          // ssm.state_size (key and value head size); 0: 128
-  int ssm_groups = 0;         // ssm.group_count (key heads); 0: 16
-  int ssm_v_heads = 0;        // ssm.time_step_rank (value heads); 0: 2 x key heads
-  int n_expert = 0;           // expert_count
-  int n_expert_used = 0;      // expert_used_count
-  int expert_ff = 0;          // expert_feed_forward_length
-  int shared_ff = 0;          // expert_shared_feed_forward_length; 0: --expert-ff
-  bool header_only = false;   // tensor data left as a hole (sparse zeros)
+  int attn_interval = 4;           // full_attention_interval
+  int ssm_conv = 4;                // ssm.conv_kernel
+  int ssm_state = 0;               // ssm.state_size (key and value head size); 0: 128
+  int ssm_groups = 0;              // ssm.group_count (key heads); 0: 16
+  int ssm_v_heads = 0;             // ssm.time_step_rank (value heads); 0: 2 x key heads
+  int n_expert = 0;                // expert_count
+  int n_expert_used = 0;           // expert_used_count
+  int expert_ff = 0;               // expert_feed_forward_length
+  int shared_ff = 0;               // expert_shared_feed_forward_length; 0: --expert-ff
+  int n_nextn = 0;           // nextn_predict_layers: multi-token-prediction blocks after the stack
+  bool header_only = false;  // tensor data left as a hole (sparse zeros)
   std::optional<float> rope_base;
   std::string vocab_path;
   std::string type_name = "f16";  // a file mix: every matrix's type follows llama.cpp's rules
-  bool pure = false;               // every matrix gets the mix's base type
-  std::string rope_scaling;        // rope.scaling.type to write, or empty
-  float rope_factor = 0.0f;        // rope.scaling.factor (and the llama3 factor)
-  int rope_orig_ctx = 0;           // rope.scaling.original_context_length (and llama3's)
-  std::string rope_freqs;          // "llama3": write rope_freqs.weight
-  float rope_low_freq = 1.0f;      // llama3 low_freq_factor
-  float rope_high_freq = 4.0f;     // llama3 high_freq_factor
+  bool pure = false;              // every matrix gets the mix's base type
+  std::string rope_scaling;       // rope.scaling.type to write, or empty
+  float rope_factor = 0.0f;       // rope.scaling.factor (and the llama3 factor)
+  int rope_orig_ctx = 0;          // rope.scaling.original_context_length (and llama3's)
+  std::string rope_freqs;         // "llama3": write rope_freqs.weight
+  float rope_low_freq = 1.0f;     // llama3 low_freq_factor
+  float rope_high_freq = 4.0f;    // llama3 high_freq_factor
   uint64_t seed = 42;
   bool tied = false;
   std::string name;
@@ -145,7 +144,8 @@ std::vector<float> Llama3RopeFreqs(const SynthOptions& o, float base, int n_rot)
     } else if (wavelen > low_wavelen) {
       out.push_back(factor);
     } else {
-      const float smooth = (orig / wavelen - o.rope_low_freq) / (o.rope_high_freq - o.rope_low_freq);
+      const float smooth =
+          (orig / wavelen - o.rope_low_freq) / (o.rope_high_freq - o.rope_low_freq);
       out.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
     }
   }
@@ -199,8 +199,8 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
   };
   auto experts = [&](std::string name, uint64_t cols, uint64_t rows) {
     TensorType t = MatrixType(o, mix, name, cols);
-    out.push_back({std::move(name), {cols, rows, static_cast<uint64_t>(o.n_expert)}, t,
-                   Init::kNormal});
+    out.push_back(
+        {std::move(name), {cols, rows, static_cast<uint64_t>(o.n_expert)}, t, Init::kNormal});
   };
   auto vector = [&](std::string name, uint64_t n, Init init) {
     out.push_back({std::move(name), {n}, TensorType::kF32, init});
@@ -209,6 +209,33 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
   if (o.rope_freqs == "llama3") vector("rope_freqs.weight", hd / 2, Init::kRopeFreqs);
   vector("output_norm.weight", E, Init::kOnes);
   if (!o.tied) matrix("output.weight", E, V);
+  // Gated full attention of a hybrid layer (also the attention of a nextn block).
+  auto hybrid_attention = [&](const std::string& p) {
+    matrix(p + "attn_q.weight", E, 2 * q_dim);  // per head: query, then gate
+    matrix(p + "attn_k.weight", E, kv_dim);
+    matrix(p + "attn_v.weight", E, kv_dim);
+    matrix(p + "attn_output.weight", q_dim, E);
+    vector(p + "attn_q_norm.weight", hd, Init::kOnes);
+    vector(p + "attn_k_norm.weight", hd, Init::kOnes);
+  };
+  auto hybrid_ffn = [&](const std::string& p) {
+    vector(p + "post_attention_norm.weight", E, Init::kOnes);
+    if (arch.moe) {
+      const uint64_t XF = o.expert_ff, SF = o.shared_ff;
+      f32_matrix(p + "ffn_gate_inp.weight", E, o.n_expert);
+      experts(p + "ffn_gate_exps.weight", E, XF);
+      experts(p + "ffn_up_exps.weight", E, XF);
+      experts(p + "ffn_down_exps.weight", XF, E);
+      f32_matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
+      matrix(p + "ffn_gate_shexp.weight", E, SF);
+      matrix(p + "ffn_up_shexp.weight", E, SF);
+      matrix(p + "ffn_down_shexp.weight", SF, E);
+    } else {
+      matrix(p + "ffn_gate.weight", E, F);
+      matrix(p + "ffn_up.weight", E, F);
+      matrix(p + "ffn_down.weight", F, E);
+    }
+  };
   for (int il = 0; il < o.n_layer; ++il) {
     const std::string p = fmt::format("blk.{}.", il);
     vector(p + "attn_norm.weight", E, Init::kOnes);
@@ -226,29 +253,9 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
         vector(p + "ssm_norm.weight", S, Init::kOnes);
         matrix(p + "ssm_out.weight", inner, E);
       } else {
-        matrix(p + "attn_q.weight", E, 2 * q_dim);  // per head: query, then gate
-        matrix(p + "attn_k.weight", E, kv_dim);
-        matrix(p + "attn_v.weight", E, kv_dim);
-        matrix(p + "attn_output.weight", q_dim, E);
-        vector(p + "attn_q_norm.weight", hd, Init::kOnes);
-        vector(p + "attn_k_norm.weight", hd, Init::kOnes);
+        hybrid_attention(p);
       }
-      vector(p + "post_attention_norm.weight", E, Init::kOnes);
-      if (arch.moe) {
-        const uint64_t XF = o.expert_ff, SF = o.shared_ff;
-        f32_matrix(p + "ffn_gate_inp.weight", E, o.n_expert);
-        experts(p + "ffn_gate_exps.weight", E, XF);
-        experts(p + "ffn_up_exps.weight", E, XF);
-        experts(p + "ffn_down_exps.weight", XF, E);
-        f32_matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
-        matrix(p + "ffn_gate_shexp.weight", E, SF);
-        matrix(p + "ffn_up_shexp.weight", E, SF);
-        matrix(p + "ffn_down_shexp.weight", SF, E);
-      } else {
-        matrix(p + "ffn_gate.weight", E, F);
-        matrix(p + "ffn_up.weight", E, F);
-        matrix(p + "ffn_down.weight", F, E);
-      }
+      hybrid_ffn(p);
       continue;
     }
     matrix(p + "attn_q.weight", E, q_dim);
@@ -268,6 +275,19 @@ std::vector<SynthTensor> PlanTensors(const SynthArch& arch, const SynthOptions& 
     matrix(p + "ffn_gate.weight", E, F);
     matrix(p + "ffn_up.weight", E, F);
     matrix(p + "ffn_down.weight", F, E);
+  }
+  // Multi-token-prediction (nextn) blocks after the stack, as Qwen3.5 ships them: a full-attention
+  // layer with its FFN, fed eh_proj([enorm(embedding); hnorm(hidden)]), with its own head norm.
+  // They come last, so the stack's tensors hold the same bytes with or without them.
+  for (int i = 0; i < o.n_nextn; ++i) {
+    const std::string p = fmt::format("blk.{}.", o.n_layer + i);
+    vector(p + "attn_norm.weight", E, Init::kOnes);
+    hybrid_attention(p);
+    hybrid_ffn(p);
+    matrix(p + "nextn.eh_proj.weight", 2 * E, E);
+    vector(p + "nextn.enorm.weight", E, Init::kOnes);
+    vector(p + "nextn.hnorm.weight", E, Init::kOnes);
+    vector(p + "nextn.shared_head_norm.weight", E, Init::kOnes);
   }
   return out;
 }
@@ -315,6 +335,15 @@ std::optional<std::string> CheckOptions(const SynthArch& arch, const SynthOption
   if (o.n_rot < 0 || o.n_rot % 2 != 0 || o.n_rot > HeadDim(o)) {
     return fmt::format("--rope-dims {} must be even and at most the head size {}", o.n_rot,
                        HeadDim(o));
+  }
+  if (o.n_nextn < 0 || o.n_nextn > 8) {
+    return fmt::format("--nextn must be in 0..8 (got {})", o.n_nextn);
+  }
+  if (o.n_nextn > 0 && !arch.hybrid) {
+    return fmt::format(
+        "--nextn writes Qwen3.5 multi-token-prediction blocks: --arch qwen35 or "
+        "qwen35moe (got {})",
+        o.arch);
   }
   if (arch.hybrid) {
     for (auto [flag, v] : {std::pair{"--attn-interval", o.attn_interval},
@@ -383,8 +412,8 @@ uint64_t TensorRows(const SynthTensor& t) {
 }
 
 // Streams the tensors' bytes: rows generated and quantized in parallel, chunk by chunk.
-Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions& o,
-                    float rope_base, GgufStreamWriter& out) {
+Status WriteTensors(const std::vector<SynthTensor>& tensors, const SynthOptions& o, float rope_base,
+                    GgufStreamWriter& out) {
   ThreadPool pool(o.n_threads);
   const bool tty = isatty(STDERR_FILENO) != 0;
   uint64_t total_bytes = 0, done_bytes = 0;
@@ -496,8 +525,8 @@ int RunSynth(SynthOptions o) {
   }
   const std::optional<FileMixInfo> mix = FileMixFromName(o.type_name);
   if (!mix) {
-    return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: {})",
-                                        o.type_name, FileMixNames()));
+    return UsageError(kCmd, fmt::format("--type '{}' is not supported (supported: {})", o.type_name,
+                                        FileMixNames()));
   }
   ApplyArchDefaults(*arch, &o);
   if (auto e = CheckOptions(*arch, o)) return UsageError(kCmd, *e);
@@ -521,7 +550,8 @@ int RunSynth(SynthOptions o) {
                                                  : fmt::format("synth-{}-{}L-{}E", arch->name,
                                                                o.n_layer, o.n_embd)));
   writer.SetKv("general.file_type", GgufValue::Uint32(mix->file_type));
-  writer.SetKv(prefix + "block_count", GgufValue::Uint32(o.n_layer));
+  writer.SetKv(prefix + "block_count", GgufValue::Uint32(o.n_layer + o.n_nextn));
+  if (o.n_nextn > 0) writer.SetKv(prefix + "nextn_predict_layers", GgufValue::Uint32(o.n_nextn));
   writer.SetKv(prefix + "context_length", GgufValue::Uint32(o.n_ctx));
   writer.SetKv(prefix + "embedding_length", GgufValue::Uint32(o.n_embd));
   if (!arch->moe) writer.SetKv(prefix + "feed_forward_length", GgufValue::Uint32(o.n_ff));
@@ -572,9 +602,9 @@ int RunSynth(SynthOptions o) {
   uint64_t n_params = 0;
   for (const auto& t : tensors) {
     if (!KernelsSupport(t.type)) {
-      return Fail(kCmd, fmt::format("{}: type {} cannot be quantized by this build (supported: {})",
-                                    t.name, TensorTypeName(static_cast<uint32_t>(t.type)),
-                                    SupportedTypesList()));
+      return Fail(
+          kCmd, fmt::format("{}: type {} cannot be quantized by this build (supported: {})", t.name,
+                            TensorTypeName(static_cast<uint32_t>(t.type)), SupportedTypesList()));
     }
     if (Status st = writer.DeclareTensor(t.name, t.type, t.ne); !st.ok()) return Fail(kCmd, st);
     uint64_t n = 1;
@@ -585,9 +615,10 @@ int RunSynth(SynthOptions o) {
   Stopwatch clock;
   if (o.header_only) {
     if (Status st = WriteHeaderOnly(writer, o.out_path); !st.ok()) return Fail(kCmd, st);
-    KV_LOG_INFO("synth: wrote {}: {} {} layers, {} params, {} tensors, vocab {}; header only (the "
-                "tensor data is a hole of zeros)",
-                o.out_path, arch->name, o.n_layer, HumanCount(n_params), tensors.size(), n_vocab);
+    KV_LOG_INFO(
+        "synth: wrote {}: {} {} layers, {} params, {} tensors, vocab {}; header only (the "
+        "tensor data is a hole of zeros)",
+        o.out_path, arch->name, o.n_layer, HumanCount(n_params), tensors.size(), n_vocab);
     return kExitOk;
   }
   auto out = GgufStreamWriter::Create(writer, o.out_path);
@@ -610,7 +641,8 @@ int SynthMain(int argc, char** argv) {
         "kvasir synth"};
     SynthOptions o;
     o.n_threads = DefaultThreads();
-    app.add_option("--arch", o.arch, "architecture: llama, qwen2, qwen3, qwen35 or qwen35moe")->capture_default_str();
+    app.add_option("--arch", o.arch, "architecture: llama, qwen2, qwen3, qwen35 or qwen35moe")
+        ->capture_default_str();
     app.add_option("--layers", o.n_layer, "number of layers")->required();
     app.add_option("--embd", o.n_embd, "embedding width")->required();
     app.add_option("--heads", o.n_head, "attention heads")->required();
@@ -618,21 +650,31 @@ int SynthMain(int argc, char** argv) {
     app.add_option("--ff", o.n_ff, "feed-forward width (dense FFN; not for qwen35moe)");
     app.add_option("--head-dim", o.head_dim, "attention head size (default: --embd / --heads)");
     auto* hybrid = app.add_option_group("qwen35 / qwen35moe");
-    hybrid->add_option("--rope-dims", o.n_rot, "rope.dimension_count (default: a quarter of the head)");
-    hybrid->add_option("--rope-sections", o.rope_sections,
-                       "rope.dimension_sections, comma-separated (default 11,11,10,0)")
+    hybrid->add_option("--rope-dims", o.n_rot,
+                       "rope.dimension_count (default: a quarter of the head)");
+    hybrid
+        ->add_option("--rope-sections", o.rope_sections,
+                     "rope.dimension_sections, comma-separated (default 11,11,10,0)")
         ->delimiter(',');
-    hybrid->add_option("--attn-interval", o.attn_interval,
-                       "every N-th layer is full attention, the others gated DeltaNet")
+    hybrid
+        ->add_option("--attn-interval", o.attn_interval,
+                     "every N-th layer is full attention, the others gated DeltaNet")
         ->capture_default_str();
-    hybrid->add_option("--ssm-conv", o.ssm_conv, "DeltaNet convolution taps")->capture_default_str();
+    hybrid->add_option("--ssm-conv", o.ssm_conv, "DeltaNet convolution taps")
+        ->capture_default_str();
     hybrid->add_option("--ssm-state", o.ssm_state, "DeltaNet head size (default 128)");
     hybrid->add_option("--ssm-groups", o.ssm_groups, "DeltaNet key heads (default 16)");
-    hybrid->add_option("--ssm-v-heads", o.ssm_v_heads, "DeltaNet value heads (default 2 x key heads)");
+    hybrid->add_option("--ssm-v-heads", o.ssm_v_heads,
+                       "DeltaNet value heads (default 2 x key heads)");
     hybrid->add_option("--experts", o.n_expert, "routed experts per layer (qwen35moe)");
     hybrid->add_option("--experts-used", o.n_expert_used, "experts each token is routed to");
     hybrid->add_option("--expert-ff", o.expert_ff, "feed-forward width of each expert");
     hybrid->add_option("--shared-ff", o.shared_ff, "shared expert width (default: --expert-ff)");
+    hybrid
+        ->add_option("--nextn", o.n_nextn,
+                     "multi-token-prediction blocks written after the layers "
+                     "(nextn_predict_layers)")
+        ->capture_default_str();
     app.add_flag("--header-only", o.header_only,
                  "write the header and tensor index only; the data is a hole of zeros (a sparse "
                  "file of the full size), enough to plan a model without its weights");
@@ -643,7 +685,8 @@ int SynthMain(int argc, char** argv) {
                    "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s/m/l, q4_k_s/m, q5_k_s/m, q6_k")
         ->capture_default_str();
     app.add_flag("--pure", o.pure, "every matrix gets the file type's base type (no mix)");
-    app.add_option("--rope-scaling", o.rope_scaling, "rope.scaling.type to write: none, linear, yarn");
+    app.add_option("--rope-scaling", o.rope_scaling,
+                   "rope.scaling.type to write: none, linear, yarn");
     app.add_option("--rope-factor", o.rope_factor,
                    "rope.scaling.factor (with --rope-scaling), or the llama3 factor (default 8)");
     app.add_option("--rope-orig-ctx", o.rope_orig_ctx,

@@ -51,6 +51,31 @@ void ClearLayerState(const ModelConfig& cfg, Backend& be, LayerState* s) {
   if (s->ssm != nullptr) be.Fill(DevPtr{s->ssm.get(), 0}, s->ssm->size(), 0.0f);
 }
 
+Status ReserveSavedStates(Backend& be, int slots, LayerState* s) {
+  if (s->conv == nullptr || static_cast<int>(s->saved_conv.size()) >= slots) return Status::Ok();
+  s->saved_conv.clear();
+  s->saved_ssm.clear();
+  for (int i = 0; i < slots; ++i) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> conv,
+                        be.Alloc(s->conv->size(), "a checkpoint of a convolution state"));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> ssm,
+                        be.Alloc(s->ssm->size(), "a checkpoint of a delta-rule state"));
+    s->saved_conv.push_back(std::move(conv));
+    s->saved_ssm.push_back(std::move(ssm));
+  }
+  return Status::Ok();
+}
+
+void SaveLayerState(Backend& be, int slot, LayerState* s) {
+  be.Copy(DevPtr{s->saved_conv[slot].get(), 0}, DevPtr{s->conv.get(), 0}, s->conv->size());
+  be.Copy(DevPtr{s->saved_ssm[slot].get(), 0}, DevPtr{s->ssm.get(), 0}, s->ssm->size());
+}
+
+void RestoreLayerState(Backend& be, int slot, LayerState* s) {
+  be.Copy(DevPtr{s->conv.get(), 0}, DevPtr{s->saved_conv[slot].get(), 0}, s->conv->size());
+  be.Copy(DevPtr{s->ssm.get(), 0}, DevPtr{s->saved_ssm[slot].get(), 0}, s->ssm->size());
+}
+
 Status GrowKv(const ModelConfig& cfg, int n_ctx, int need, int length, Backend& be, LayerState* s) {
   if (s->capacity >= need) return Status::Ok();
   const int64_t kvd = cfg.kv_dim();

@@ -18,6 +18,9 @@ namespace {
 struct Sequence {
   int length = 0;
   std::vector<LayerState> layers;  // per window layer: KV cache or DeltaNet state
+  // Rollback span: the DeltaNet states at lengths [span_first, length) are in the layers'
+  // checkpoint slots (empty when span_first == length).
+  int span_first = 0;
 };
 
 // A window of a llama-family or hybrid (qwen35) model. Layers differ by kind (cfg.layer_kind):
@@ -42,6 +45,7 @@ class LayerStackWindow final : public LayerWindow {
   const ModelConfig& config() const override { return cfg_; }
   const WindowSpec& spec() const override { return spec_; }
   int n_ctx() const override { return options_.n_ctx; }
+  int max_checkpoints() const override { return options_.max_checkpoints; }
   uint64_t weight_bytes() const override { return weight_bytes_; }
   const DeviceInfo& device() const override { return backend_->device(); }
   uint64_t device_weight_bytes() const override { return weights_.device_bytes; }
@@ -75,6 +79,11 @@ class LayerStackWindow final : public LayerWindow {
   }
   Status TruncateSequence(int seq_id, int n_keep) override;
   Status RenameSequence(int from, int to) override;
+  int RollbackFloor(int seq_id) const override {
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return -1;
+    return has_delta_net_ ? it->second.span_first : 0;
+  }
   Status Forward(const ForwardInput& in, ForwardOutput* out) override;
 
  private:
@@ -210,22 +219,34 @@ Status LayerStackWindow::TruncateSequence(int seq_id, int n_keep) {
     return Error("sequence {}: cannot keep {} of {} positions", seq_id, n_keep, s.length);
   }
   if (n_keep == s.length) return Status::Ok();
-  // A recurrent state holds every position folded together: it can only start over.
-  if (n_keep != 0) {
+  if (!has_delta_net_) {
+    // A KV cache keeps its rows: positions past the length are overwritten as they come again.
+    s.length = n_keep;
+    return Status::Ok();
+  }
+  if (n_keep == 0) {
     for (size_t l = 0; l < layers_.size(); ++l) {
-      if (layers_[l].kind == LayerKind::kDeltaNet) {
-        return Error(
-            "sequence {}: cannot keep {} of {} positions: layer {} keeps a recurrent state, "
-            "which can only be cleared",
-            seq_id, n_keep, s.length, spec_.first + static_cast<int>(l));
-      }
+      if (layers_[l].kind == LayerKind::kDeltaNet) ClearLayerState(cfg_, *backend_, &s.layers[l]);
     }
+    s.length = s.span_first = 0;
+    return Status::Ok();
   }
-  // A KV cache keeps its rows: positions past the length are overwritten as they come again.
-  s.length = n_keep;
+  // A recurrent state folds every position in: it goes back only to a checkpoint.
+  if (n_keep < s.span_first) {
+    size_t l = 0;
+    while (layers_[l].kind != LayerKind::kDeltaNet) ++l;
+    return Error(
+        "sequence {}: cannot keep {} of {} positions: layer {} keeps a recurrent state, which "
+        "goes back only to a length in its rollback span {}..{} (a chunk asks for checkpoints "
+        "with n_checkpoints)",
+        seq_id, n_keep, s.length, spec_.first + static_cast<int>(l), s.span_first, s.length);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (layers_[l].kind == LayerKind::kDeltaNet) ClearLayerState(cfg_, *backend_, &s.layers[l]);
+    LayerState& ls = s.layers[l];
+    if (layers_[l].kind != LayerKind::kDeltaNet) continue;
+    RestoreLayerState(*backend_, n_keep % static_cast<int>(ls.saved_conv.size()), &ls);
   }
+  s.length = n_keep;
   return Status::Ok();
 }
 
@@ -242,6 +263,13 @@ Status LayerStackWindow::Validate(const ForwardInput& in, int* n_rows) const {
       }
     }
     if (ch.n_tokens <= 0) return Error("sequence {}: chunk of {} tokens", ch.seq_id, ch.n_tokens);
+    if (ch.n_checkpoints < 0 || ch.n_checkpoints > ch.n_tokens ||
+        ch.n_checkpoints > options_.max_checkpoints) {
+      return Error(
+          "sequence {}: {} checkpoints asked for a chunk of {} tokens (at most the chunk's tokens "
+          "and {}, the window's max_checkpoints)",
+          ch.seq_id, ch.n_checkpoints, ch.n_tokens, options_.max_checkpoints);
+    }
     if (ch.pos0 != it->second.length) {
       return Error("sequence {}: batch starts at position {} but the sequence has {} tokens",
                    ch.seq_id, ch.pos0, it->second.length);
@@ -284,6 +312,10 @@ Status LayerStackWindow::Reserve(const ForwardInput& in, int n_rows) {
   for (const SeqChunk& ch : in.chunks) {
     Sequence& s = seqs_.at(ch.seq_id);
     for (size_t l = 0; l < layers_.size(); ++l) {
+      if (layers_[l].kind == LayerKind::kDeltaNet && ch.n_checkpoints > 0) {
+        KV_RETURN_IF_ERROR(ReserveSavedStates(be, options_.max_checkpoints, &s.layers[l])
+                               .WithContext(fmt::format("sequence {}", ch.seq_id)));
+      }
       if (layers_[l].kind != LayerKind::kAttention) continue;
       KV_RETURN_IF_ERROR(
           GrowKv(cfg_, options_.n_ctx, ch.pos0 + ch.n_tokens, s.length, be, &s.layers[l])
@@ -298,7 +330,8 @@ void LayerStackWindow::RunLayer(size_t l, const ForwardInput& in, int n_rows) {
   chunk_states_.clear();
   int row = 0;
   for (const SeqChunk& ch : in.chunks) {
-    chunk_states_.push_back({&seqs_.at(ch.seq_id).layers[l], row, ch.n_tokens, ch.pos0});
+    chunk_states_.push_back(
+        {&seqs_.at(ch.seq_id).layers[l], row, ch.n_tokens, ch.pos0, ch.n_checkpoints});
     row += ch.n_tokens;
   }
   if (w.kind == LayerKind::kAttention) {
@@ -336,7 +369,13 @@ Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
     be.RopeAngles(rope_, positions_, cos_sin_);
   }
   for (size_t l = 0; l < layers_.size(); ++l) RunLayer(l, in, n_rows);
-  for (const SeqChunk& ch : in.chunks) seqs_.at(ch.seq_id).length += ch.n_tokens;
+  for (const SeqChunk& ch : in.chunks) {
+    Sequence& s = seqs_.at(ch.seq_id);
+    const bool extends = ch.n_checkpoints == ch.n_tokens && s.span_first < s.length;
+    s.length += ch.n_tokens;
+    const int first = extends ? s.span_first : s.length - ch.n_checkpoints;
+    s.span_first = std::max(first, s.length - options_.max_checkpoints);
+  }
 
   out->hidden.clear();
   out->logits.clear();
@@ -419,6 +458,9 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
   }
   if (opt.n_ctx > (1 << 22)) return Error("context {} is too large", opt.n_ctx);
   if (opt.n_threads < 1) return Error("thread count {} must be at least 1", opt.n_threads);
+  if (opt.max_checkpoints < 0 || opt.max_checkpoints > 4096) {
+    return Error("max_checkpoints {} is outside 0..4096", opt.max_checkpoints);
+  }
   auto w = std::make_unique<LayerStackWindow>(std::move(file), std::move(cfg), spec, opt,
                                               std::move(backend));
   KV_RETURN_IF_ERROR(w->CheckOps());

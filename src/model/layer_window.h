@@ -19,25 +19,35 @@
 namespace kvasir {
 
 struct WindowSpec {
-  int first = 0;           // first layer run
-  int last = 0;            // one past the last layer run
-  bool has_embed = true;   // holds token_embd: input is token ids
-  bool has_head = true;    // holds output_norm + output: output is logits
+  int first = 0;          // first layer run
+  int last = 0;           // one past the last layer run
+  bool has_embed = true;  // holds token_embd: input is token ids
+  bool has_head = true;   // holds output_norm + output: output is logits
 };
 
 struct WindowOptions {
-  int n_ctx = 0;           // KV capacity per sequence; 0 = min(n_ctx_train, 4096)
+  int n_ctx = 0;  // KV capacity per sequence; 0 = min(n_ctx_train, 4096)
   int n_threads = 1;
   int max_sequences = 64;  // refuse to open more KV caches than this
+  // Recurrent-state checkpoints a sequence may keep (SeqChunk::n_checkpoints): each costs one
+  // DeltaNet state per DeltaNet layer, allocated when a chunk first asks for them.
+  int max_checkpoints = 8;
   std::string backend = "cpu";  // where it runs: cpu, opencl[:PLATFORM:DEVICE], cuda[:N]
 };
 
 // One contiguous run of positions of one sequence inside a batch.
 struct SeqChunk {
   int seq_id = 0;
-  int pos0 = 0;      // position of the chunk's first token; must equal the sequence's length so far
+  int pos0 = 0;  // position of the chunk's first token; must equal the sequence's length so far
   int n_tokens = 0;
   bool want_logits = true;  // with a head: produce logits for this chunk's last row
+  // Rollback span: keep the recurrent (DeltaNet) state before each of the chunk's last
+  // n_checkpoints rows, so that TruncateSequence can later keep any length from
+  // pos0 + n_tokens - n_checkpoints on (a speculative verify batch of K + 1 rows asks for K + 1).
+  // At most n_tokens and WindowOptions::max_checkpoints. A chunk that starts where the span ends
+  // and checkpoints all its rows extends the span (the oldest dropped past max_checkpoints);
+  // any other chunk replaces it. Attention layers need nothing: their cache just truncates.
+  int n_checkpoints = 0;
 };
 
 struct ForwardInput {
@@ -56,12 +66,12 @@ struct ForwardOutput {
 class LayerWindow {
  public:
   // Maps the window's tensors of `file` (which may be a full model or a stage slice holding at
-  // least this window). Refuses a bad window ("layers 3:9 past n_layer 8"), unsupported architecture
-  // or tensor type, or missing/misshapen tensors, naming the file and the tensor.
-  // The backend is options.backend, opened with options.n_threads; one it cannot use (not built,
-  // no such device) is refused, and so is a tensor type or an op it cannot run, naming the tensor
-  // or layer, the type or op, and the backend. A device without room for the weights is refused
-  // naming the sizes.
+  // least this window). Refuses a bad window ("layers 3:9 past n_layer 8"), unsupported
+  // architecture or tensor type, or missing/misshapen tensors, naming the file and the tensor. The
+  // backend is options.backend, opened with options.n_threads; one it cannot use (not built, no
+  // such device) is refused, and so is a tensor type or an op it cannot run, naming the tensor or
+  // layer, the type or op, and the backend. A device without room for the weights is refused naming
+  // the sizes.
   static Result<std::unique_ptr<LayerWindow>> Load(std::shared_ptr<const GgufFile> file,
                                                    const WindowSpec& spec,
                                                    const WindowOptions& options);
@@ -75,6 +85,8 @@ class LayerWindow {
   virtual const ModelConfig& config() const = 0;
   virtual const WindowSpec& spec() const = 0;
   virtual int n_ctx() const = 0;
+  // The most checkpoints a chunk may ask for (WindowOptions::max_checkpoints).
+  virtual int max_checkpoints() const = 0;
   // Bytes of tensor data this window reads (weights only).
   virtual uint64_t weight_bytes() const = 0;
   // The device the window runs on (its address is what --backend took).
@@ -93,11 +105,17 @@ class LayerWindow {
   virtual uint64_t SequenceBytes(int seq_id) const = 0;
   // Tokens stored so far for a sequence, or -1 when it is not open.
   virtual int SequenceLength(int seq_id) const = 0;
-  // Drops positions >= n_keep of a sequence (e.g. to retry from a known point).
+  // Drops positions >= n_keep of a sequence (e.g. to retry from a known point, or to roll back
+  // the rejected rows of a verify batch). A window with DeltaNet layers keeps only n_keep == 0
+  // (the state cleared) or an n_keep inside the sequence's rollback span; others are refused
+  // naming the span. The span shrinks to end at n_keep.
   virtual Status TruncateSequence(int seq_id, int n_keep) = 0;
   // Gives sequence `from`'s state (its positions, KV cache and recurrent states) the id `to`, as
   // if it had been opened as `to`; nothing is copied. Errors: `from` is not open, `to` is.
   virtual Status RenameSequence(int from, int to) = 0;
+  // The shortest length TruncateSequence can keep other than 0 (the sequence's length when it has
+  // no rollback span; 0 for a window without recurrent layers), or -1 when it is not open.
+  virtual int RollbackFloor(int seq_id) const = 0;
 
   // Runs the window over a batch. Errors (not crashes) for: unknown sequence, pos0 not equal to the
   // sequence's length, context overflow ("sequence 3: 4100 tokens exceed context 4096"), token id

@@ -18,14 +18,8 @@ int32_t ArgMax(std::span<const float> values) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
-  Weigh(logits, history, &weighted_);
-  return Draw(weighted_);
-}
-
-void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> history,
-                    std::vector<Weighted>* out) {
-  out->clear();
+size_t Sampler::Survivors(std::span<const float> logits, std::span<const int32_t> history,
+                          std::vector<double>* weights, int32_t* best_out) {
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
   candidates_.resize(logits.size());
   for (int32_t i = 0; i < n_vocab; ++i) candidates_[i] = {logits[i], i};
@@ -43,13 +37,13 @@ void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> hist
     }
   }
 
-  if (greedy()) {
+  if (params_.temperature <= 0.0f) {
     int32_t best = 0;
     for (int32_t i = 1; i < n_vocab; ++i) {
       if (candidates_[i].first > candidates_[best].first) best = i;
     }
-    out->push_back({1.0, best});
-    return;
+    *best_out = best;
+    return 0;
   }
 
   // Highest logits first; ties broken by id so the order (and the sample) is deterministic.
@@ -86,13 +80,43 @@ void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> hist
     while (n < keep && p[n] >= floor) ++n;
     keep = n;
   }
+  candidates_.resize(keep);
 
   // The survivors' weights at the requested temperature.
-  out->resize(keep);
+  std::vector<double>& w = *weights;
+  w.resize(keep);
   for (size_t i = 0; i < keep; ++i) {
-    (*out)[i] = {std::exp((candidates_[i].first - max_logit) / params_.temperature),
-                 candidates_[i].second};
+    w[i] = std::exp((candidates_[i].first - max_logit) / params_.temperature);
   }
+  return keep;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
+  int32_t best = 0;
+  const size_t keep = Survivors(logits, history, &weights_, &best);
+  if (keep == 0) return best;
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += weights_[i];
+  std::uniform_real_distribution<double> uni(0.0, total);
+  double r = uni(rng_);
+  for (size_t i = 0; i < keep; ++i) {
+    r -= weights_[i];
+    if (r < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> history,
+                    std::vector<Weighted>* out) {
+  out->clear();
+  int32_t best = 0;
+  const size_t keep = Survivors(logits, history, &weights_, &best);
+  if (keep == 0) {
+    out->push_back({1.0, best});
+    return;
+  }
+  out->reserve(keep);
+  for (size_t i = 0; i < keep; ++i) out->push_back({weights_[i], candidates_[i].second});
 }
 
 int32_t Sampler::Draw(std::span<const Weighted> weights) {
@@ -107,6 +131,33 @@ int32_t Sampler::Draw(std::span<const Weighted> weights) {
     if (r < 0) return w.id;
   }
   return weights.back().id;
+}
+
+Sampler::Verdict Sampler::Verify(std::span<const float> logits, std::span<const int32_t> history,
+                                 int32_t draft) {
+  int32_t best = 0;
+  const size_t keep = Survivors(logits, history, &weights_, &best);
+  if (keep == 0) return {best == draft, best};
+  double total = 0.0, w_draft = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    total += weights_[i];
+    if (candidates_[i].second == draft) w_draft = weights_[i];
+  }
+  // Accept with probability p(draft) = w_draft / total (the drafter's own probability is 1).
+  std::uniform_real_distribution<double> accept(0.0, total);
+  if (accept(rng_) < w_draft) return {true, draft};
+  // Rejected: draw from max(p - q, 0), which is p without the draft.
+  const double rest = total - w_draft;
+  std::uniform_real_distribution<double> uni(0.0, rest);
+  double r = uni(rng_);
+  int32_t last = draft;
+  for (size_t i = 0; i < keep; ++i) {
+    if (candidates_[i].second == draft) continue;
+    last = candidates_[i].second;
+    r -= weights_[i];
+    if (r < 0) return {false, last};
+  }
+  return {false, last};
 }
 
 }  // namespace kvasir

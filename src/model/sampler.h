@@ -10,10 +10,10 @@
 namespace kvasir {
 
 struct SamplingParams {
-  float temperature = 0.0f;   // <= 0: greedy (argmax, first index wins ties)
-  int top_k = 40;             // <= 0: off
-  float top_p = 0.95f;        // >= 1: off
-  float min_p = 0.05f;        // <= 0: off
+  float temperature = 0.0f;     // <= 0: greedy (argmax, first index wins ties)
+  int top_k = 40;               // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off; applied to the last `repeat_last_n` tokens
   int repeat_last_n = 64;
   uint64_t seed = 0;
@@ -25,6 +25,18 @@ class Sampler {
   // Picks a token from `logits` (n_vocab values). `history` holds previous tokens (prompt and
   // generated) for the repetition penalty.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+
+  // Speculative verification of `draft`, a token proposed by a deterministic drafter for the
+  // position these logits predict. Greedy: accepted when it is the argmax; otherwise the argmax
+  // is returned. With temperature: accepted with probability p(draft) under the distribution
+  // Sample draws from; otherwise a token drawn from p with the draft removed (renormalised). Either
+  // way the returned token is distributed as Sample's (speculative rejection sampling); the RNG
+  // advances by one draw, or two on a rejection.
+  struct Verdict {
+    bool accepted = false;
+    int32_t token = 0;  // the draft when accepted
+  };
+  Verdict Verify(std::span<const float> logits, std::span<const int32_t> history, int32_t draft);
 
   // Sample in two steps, for a caller that restricts the choice further (a grammar):
   // Weigh leaves in `out` the tokens Sample would draw from, with their unnormalised weights at
@@ -43,10 +55,16 @@ class Sampler {
   bool greedy() const { return params_.temperature <= 0.0f; }
 
  private:
+  // Greedy: the argmax into *best and 0 returned. Otherwise candidates_ cut to the survivors of
+  // top-k/top-p/min-p, highest first, their weights at the temperature in *weights (unnormalised);
+  // returns the survivors' count.
+  size_t Survivors(std::span<const float> logits, std::span<const int32_t> history,
+                   std::vector<double>* weights, int32_t* best);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<Weighted> weighted_;
+  std::vector<double> weights_;  // [survivors] of the last call
 };
 
 // Index of the largest value; the first one wins ties.

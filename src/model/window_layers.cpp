@@ -135,13 +135,24 @@ void RunDeltaNet(const ModelConfig& cfg, const LayerWeights& lw, std::span<Chunk
   be.MatMul(*w.z, s.cur, n_rows, s.z);
   be.MatMul(*w.beta, s.cur, n_rows, s.beta);
   be.MatMul(*w.alpha, s.cur, n_rows, s.alpha);
-  for (ChunkState& ch : chunks) {
-    const int64_t row0 = ch.row0;
-    be.CausalConvSilu(s.qkv + row0 * conv, ch.n, conv, cfg.ssm_conv_kernel, w.conv,
-                      DevPtr{ch.state->conv.get(), 0}, s.conv + row0 * conv);
+  // Rows [row0, row0 + n) of one chunk through the recurrence, the state carried over.
+  auto recur = [&](LayerState* st, int64_t row0, int n) {
+    be.CausalConvSilu(s.qkv + row0 * conv, n, conv, cfg.ssm_conv_kernel, w.conv,
+                      DevPtr{st->conv.get(), 0}, s.conv + row0 * conv);
     be.GatedDeltaRule(s.conv + row0 * conv, conv, s.alpha + row0 * nv, s.beta + row0 * nv,
-                      w.dt_bias, w.a, ch.n, cfg.ssm_n_k_heads, nv, cfg.ssm_state, cfg.rms_eps,
-                      DevPtr{ch.state->ssm.get(), 0}, s.dn_out + row0 * inner);
+                      w.dt_bias, w.a, n, cfg.ssm_n_k_heads, nv, cfg.ssm_state, cfg.rms_eps,
+                      DevPtr{st->ssm.get(), 0}, s.dn_out + row0 * inner);
+  };
+  for (ChunkState& ch : chunks) {
+    // Rows run strictly in order in both ops, so running the saved rows one at a time gives the
+    // same bits as one call over the chunk.
+    const int head = ch.n - ch.n_save;
+    if (head > 0) recur(ch.state, ch.row0, head);
+    const int slots = static_cast<int>(ch.state->saved_conv.size());
+    for (int t = head; t < ch.n; ++t) {
+      SaveLayerState(be, (ch.pos0 + t) % slots, ch.state);
+      recur(ch.state, ch.row0 + t, 1);
+    }
   }
   // Gated RMSNorm per value head: norm(o) * silu(z).
   be.RmsNorm(s.dn_out, w.norm, n_rows * nv, cfg.ssm_state, cfg.rms_eps, s.dn_out);

@@ -79,6 +79,10 @@ struct LayerState {
   int capacity = 0;                    // positions k and v hold
   std::unique_ptr<DeviceBuffer> conv;  // DeltaNet: [conv_kernel - 1, conv_dim], oldest first
   std::unique_ptr<DeviceBuffer> ssm;   // DeltaNet: [n_v_heads, state, state]
+  // DeltaNet checkpoints: the conv and ssm states at earlier lengths, slot (length % slots), so a
+  // sequence can be rolled back within them. Empty until a chunk asks for checkpoints.
+  std::vector<std::unique_ptr<DeviceBuffer>> saved_conv;  // slots x [conv_kernel - 1, conv_dim]
+  std::vector<std::unique_ptr<DeviceBuffer>> saved_ssm;   // slots x [n_v_heads, state, state]
 };
 
 // A new sequence's state for a layer of `kind`: DeltaNet state allocated and zeroed; an attention
@@ -86,6 +90,11 @@ struct LayerState {
 Status NewLayerState(const ModelConfig& cfg, LayerKind kind, Backend& be, LayerState* s);
 // Zeroes a DeltaNet layer's state (a sequence cleared).
 void ClearLayerState(const ModelConfig& cfg, Backend& be, LayerState* s);
+// Gives a DeltaNet layer `slots` checkpoint slots (kept when it has them already).
+Status ReserveSavedStates(Backend& be, int slots, LayerState* s);
+// Copies a DeltaNet layer's state into checkpoint slot `slot`, or back from it.
+void SaveLayerState(Backend& be, int slot, LayerState* s);
+void RestoreLayerState(Backend& be, int slot, LayerState* s);
 // Makes an attention layer's cache hold at least `need` positions, keeping its first `length`:
 // grown geometrically up to n_ctx, so a long generation does not copy at every step.
 Status GrowKv(const ModelConfig& cfg, int n_ctx, int need, int length, Backend& be, LayerState* s);
@@ -96,6 +105,9 @@ struct ChunkState {
   int row0 = 0;
   int n = 0;
   int pos0 = 0;
+  // DeltaNet: save the state before each of the chunk's last n_save rows, the state before the
+  // row at position p into slot p % state->saved_conv.size() (those rows then run one by one).
+  int n_save = 0;
 };
 
 // A buffer in the backend that grows (never shrinks) and does not keep its contents when it grows.
