@@ -409,7 +409,9 @@ ApiResponse MarketApi::Ring(const std::string& model, const std::string& remote_
 ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
-  auto hex = StringField(*body, "receipt", 2 * (48 + 120 * 256));
+  auto hex = StringField(*body, "receipt",
+                         2 * (sizeof(wire::ReceiptBody) +
+                              size_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine)));
   if (!hex.ok()) return ErrorResponse(hex.status());
   auto bytes = FromHex(*hex);
   if (!bytes.ok()) {

@@ -94,6 +94,7 @@ Result<ring::DialHook> RelayHook(const json& peer, relay::Role role, const std::
 
 struct Joiner::Impl {
   JoinOptions o;
+  std::shared_ptr<ring::RowStore> rows;  // the stages' row store (set by Create)
   std::optional<MarketClient> client;
   std::optional<net::Listener> listener;
   std::string listen_host;
@@ -357,6 +358,7 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
   s.backend = o.backend;
   s.n_ctx = g.ctx;
   s.key = o.key;
+  s.row_store = rows;
   KV_ASSIGN_OR_RETURN(s.pred_key, ring::ParsePublicKey(pred.at("node").get<std::string>()));
   KV_ASSIGN_OR_RETURN(s.succ_key, ring::ParsePublicKey(next.at("node").get<std::string>()));
   if (next.contains("via")) {
@@ -560,6 +562,7 @@ Result<std::unique_ptr<Joiner>> Joiner::Create(JoinOptions o) {
   std::filesystem::create_directories(o.cache_dir, ec);
   if (ec) return Error("{}: cannot create the cache directory: {}", o.cache_dir, ec.message());
   impl->o = std::move(o);
+  impl->rows = std::make_shared<ring::RowStore>(impl->o.reveal);
   return std::unique_ptr<Joiner>(new Joiner(std::move(impl)));
 }
 

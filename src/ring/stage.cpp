@@ -129,7 +129,9 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
                                     std::chrono::milliseconds(
                                         options_.pressure_handshake_timeout_ms)}),
       client_budget_(ByteBudget::Create(options_.client_buffer_bytes)),
-      scheduler_(options_.max_batch_rows) {
+      scheduler_(options_.max_batch_rows),
+      row_store_(options_.row_store ? options_.row_store
+                                    : std::make_shared<RowStore>(RowStoreOptions{0, 0})) {
   client_max_payload_ =
       is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
                 : MaxClientPayload(0);

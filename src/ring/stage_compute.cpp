@@ -199,6 +199,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g) {
   s.sampling = g.sampling;
   s.n_prompt = static_cast<int>(ids.size());
   s.originated = true;
+  s.commit = NewCommit();
   s.client = client;
   s.stops = StopMatcher(std::move(g.stops));
   s.tail = std::move(tail);
@@ -250,6 +251,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.id = o.session;
   s.sampling = o.sampling;
   s.n_prompt = static_cast<int>(o.prompt.size());
+  s.commit = NewCommit();
   s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
@@ -369,7 +371,7 @@ void StageImpl::HandleClose(const CloseMsg& c, bool from_pred) {
   }
   if (it != sessions_.end()) {
     window_->CloseSequence(static_cast<int>(c.session));
-    closed_rows_.Put(c.session, it->second.rows);  // for the receipt that follows the CLOSE
+    KeepClosedRows(it->second);
     sessions_.erase(it);
     KV_LOG_INFO("{}: session {} closed", options_.name, c.session);
   }
@@ -488,11 +490,15 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
           static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
           std::span<const float>(out.hidden).subspan(row * n_embd,
                                                      static_cast<size_t>(w.n_tokens) * n_embd));
+      CommitRows(w, &h, std::nullopt);
       SendNext(h);
       row += w.n_tokens;
       continue;
     }
-    if (!w.sample) continue;
+    if (!w.sample) {
+      CommitRows(w, nullptr, std::nullopt);
+      continue;
+    }
     auto it = sessions_.find(w.session);
     if (it == sessions_.end()) {
       ++logit_row;
@@ -504,6 +510,7 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
     TokenMsg t;
     t.token = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, window_->n_ctx(),
                              [&](int32_t id) { return tokenizer_->IsEog(id); });
+    CommitRows(w, nullptr, t.token.id);
     if (is_head()) {
       HandleToken(t);  // a one-stage ring: the head samples for itself
     } else {
