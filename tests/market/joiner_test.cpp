@@ -95,7 +95,7 @@ class JoinerTest : public ::testing::Test {
     auto checker = StartStoreChecker(dir_.File("market.sqlite"));
     ASSERT_TRUE(checker.ok()) << checker.status().message();
     checker_ = std::move(checker).value();
-    api_ = std::make_unique<MarketApi>(store_.get(), MarketConfig{Lease(), 120, "", "", Eviction()},
+    api_ = std::make_unique<MarketApi>(store_.get(), MarketConfig{Lease(), 120, "", "", Eviction(), {}},
                                        checker_.get());
     MarketServerOptions so;
     so.listen = "127.0.0.1:0";

@@ -243,7 +243,7 @@ TEST_F(MarketApiTest, RewardsFavourScarceModels) {
 
 TEST_F(MarketApiTest, NodesBehindNatGetRelayEdgesWithTheirOwnTokens) {
   const std::string secret = "0123456789abcdef-relay-secret";
-  MakeApi({30, 120, "wss://relay.test:8443", secret, {}});
+  MakeApi({30, 120, "wss://relay.test:8443", secret, {}, {}});
   const auto a = Body(Claim(keys_[0], 0, kT0))["claim"].get<int64_t>();
   EXPECT_EQ(Claim(keys_[1], 0, kT0, {{"behind_nat", true}}).status, 400);  // the head needs an address
   const auto b = Body(Claim(keys_[1], 1, kT0, {{"behind_nat", true}}))["claim"].get<int64_t>();
