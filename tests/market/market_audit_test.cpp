@@ -25,7 +25,7 @@ class AuditTest : public MarketFixture {
  protected:
   void SetUp() override { Open(kvasir::testing::TestModel(), Config()); }
   static MarketConfig Config() {
-    MarketConfig c{7200, 120, "", "", {}};
+    MarketConfig c{7200, 120, "", "", {}, {}};
     c.audit.rate = 1;  // every credited session is audited
     c.audit.ban_s = 100;
     return c;
