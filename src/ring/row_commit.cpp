@@ -1,34 +1,33 @@
 #include "ring/row_commit.h"
 
-#include <sodium.h>
-
 #include <bit>
 
 #include "base/check.h"
+#include "base/sha256.h"
 
 namespace kvasir::ring {
 namespace {
 
+// OpenSSL's SHA-256 (SHA extensions where the CPU has them: several times libsodium's portable
+// code, bench/row_commit_bench.cpp), one hasher per thread, reset by each Finish.
 class Hasher {
  public:
-  Hasher() { crypto_hash_sha256_init(&state_); }
-  void Put(const void* p, size_t n) {
-    crypto_hash_sha256_update(&state_, static_cast<const unsigned char*>(p), n);
-  }
+  Hasher() : sha_(ThreadSha()) {}
+  void Put(const void* p, size_t n) { sha_.Update({static_cast<const uint8_t*>(p), n}); }
   void PutU8(uint8_t v) { Put(&v, 1); }
   void PutU32(uint32_t v) {
     const uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
                           static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
     Put(b, 4);
   }
-  Digest Finish() {
-    Digest d;
-    crypto_hash_sha256_final(&state_, d.data());
-    return d;
-  }
+  Digest Finish() { return sha_.Finish(); }
 
  private:
-  crypto_hash_sha256_state state_;
+  static Sha256& ThreadSha() {
+    thread_local Sha256 sha;
+    return sha;
+  }
+  Sha256& sha_;
 };
 
 Digest Node(const Digest& left, const Digest& right) {
