@@ -26,8 +26,10 @@ struct AuditPolicy {
   double ban_s = 600;     // the first offence's ban; each further one doubles it (at most a day)
 };
 
-// At most this many requests ride on one heartbeat reply, and answers on one heartbeat.
-inline constexpr size_t kMaxAuditsPerBeat = 2;
+// At most this many requests ride on one heartbeat reply, and answers on one heartbeat: one, so
+// that the rows of a wide model's reveal fit the 1 MiB of a heartbeat body (the holder beats
+// again at once after a reveal, and its reply brings the next request).
+inline constexpr size_t kMaxAuditsPerBeat = 1;
 // A revealed row is at most this many bytes (a 64 Ki-wide f32 row): the heartbeat body's 1 MiB
 // bounds the whole anyway.
 inline constexpr size_t kMaxRevealRowBytes = size_t{1} << 18;
