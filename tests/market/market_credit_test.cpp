@@ -21,7 +21,9 @@ using nlohmann::json;
 // Leases long enough that nothing expires while the tests move the clock by hours.
 class CreditTest : public MarketFixture {
  protected:
-  void SetUp() override { Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", "", {}, {}}); }
+  void SetUp() override {
+    Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", "", {}, {}});
+  }
 };
 
 TEST_F(CreditTest, ASessionEarnsForNoMoreRowsThanTheContext) {
