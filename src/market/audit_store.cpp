@@ -29,14 +29,16 @@ Status Store::CreateAudits(const ReceiptRecord& rec, const std::vector<ReceiptSh
   if (audit_.rate <= 0) return Status::Ok();
   // Drawn after the session was credited: nothing a stage saw tells it whether it is audited.
   if (audit_.rate < 1 && randombytes_uniform(1000000) >= audit_.rate * 1e6) return Status::Ok();
+  if (shares.empty()) return Status::Ok();
+  // The same positions of every line (the ledger made them agree on the token count, at most the
+  // model's ctx, so it fits 32 bits): neighbours reveal both sides of their shared boundary.
+  const auto n = static_cast<uint32_t>(shares[0].tokens);
+  const uint64_t k = std::min<uint64_t>(static_cast<uint64_t>(std::max(1, audit_.positions)), n);
+  std::set<uint64_t> picked;
+  while (picked.size() < k) picked.insert(randombytes_uniform(n));
+  const json positions(std::vector<uint64_t>(picked.begin(), picked.end()));
   for (size_t i = 0; i < rec.lines.size() && i < shares.size(); ++i) {
     const ReceiptShare& sh = shares[i];
-    // tokens is at most the model's ctx (checked by the ledger), so it fits 32 bits.
-    const auto n = static_cast<uint32_t>(sh.tokens);
-    const uint64_t k = std::min<uint64_t>(static_cast<uint64_t>(std::max(1, audit_.positions)), n);
-    std::set<uint64_t> picked;
-    while (picked.size() < k) picked.insert(randombytes_uniform(n));
-    const json positions(std::vector<uint64_t>(picked.begin(), picked.end()));
     KV_ASSIGN_OR_RETURN(
         auto s,
         db_->Prepare(

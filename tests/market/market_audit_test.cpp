@@ -112,6 +112,7 @@ TEST_F(AuditTest, HonestRevealsPassAndLiesRefusalsAndSilenceForfeit) {
     EXPECT_EQ(asked[w][0].receipt, ring::ReceiptIdHex(r));
     EXPECT_EQ(asked[w][0].positions.size(), 4u);
     for (uint64_t p : asked[w][0].positions) EXPECT_LT(p, 20u);
+    EXPECT_EQ(asked[w][0].positions, asked[0][0].positions) << "both sides of every boundary";
   }
   const double earned = BalanceOf(0, kT0 + 11)["credit"].get<double>();
   EXPECT_GT(earned, 0);
