@@ -5,6 +5,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -169,12 +170,12 @@ Status Store::AnswerAuditsOnce(const std::string& node, const std::vector<AuditA
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_RETURN_IF_ERROR(Sweep(now));
   for (const AuditAnswer& a : answers) {
-    std::string owner, root_hex, positions_text, state;
-    int64_t tokens = 0, work = 0;
+    std::string owner, root_hex, positions_text, state, receipt;
+    int64_t tokens = 0, work = 0, line = 0;
     double credit = 0;
     {
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT node, tokens, root, positions, state, work, "
-                                               "credit FROM audits WHERE id = ?"));
+                                               "credit, receipt, line FROM audits WHERE id = ?"));
       KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, a.id).Step());
       if (!row) return Error(StatusCode::kNotFound, "audit {} does not exist", a.id);
       owner = s.Text(0);
@@ -184,6 +185,8 @@ Status Store::AnswerAuditsOnce(const std::string& node, const std::vector<AuditA
       state = s.Text(4);
       work = s.Int(5);
       credit = s.Real(6);
+      receipt = s.Text(7);
+      line = s.Int(8);
     }
     if (owner != node) {
       return Error(StatusCode::kForbidden, "audit {} is node {}'s, not {}", a.id, Short(owner),
@@ -212,13 +215,93 @@ Status Store::AnswerAuditsOnce(const std::string& node, const std::vector<AuditA
       }
     }
     if (failure.empty()) {
-      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE audits SET state = 'passed' WHERE id = ?"));
-      KV_RETURN_IF_ERROR(s.Bind(1, a.id).Run());
+      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE audits SET state = 'passed', revealed = ? "
+                                               "WHERE id = ?"));
+      KV_RETURN_IF_ERROR(s.Bind(1, AuditAnswerToJson(a.id, a.reveal).dump()).Bind(2, a.id).Run());
+      KV_RETURN_IF_ERROR(CompareNeighbours(a.id, receipt, line, a.reveal));
     } else {
       KV_RETURN_IF_ERROR(FailAudit(a.id, node, work, credit, failure, now));
     }
   }
   return txn->Commit();
+}
+
+Status Store::Dispute(int64_t id, const std::string& node, int64_t work, double credit,
+                      const std::string& reason) {
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE audits SET state = 'disputed', reason = ? "
+                                             "WHERE id = ?"));
+    KV_RETURN_IF_ERROR(s.Bind(1, reason).Bind(2, id).Run());
+  }
+  KV_ASSIGN_OR_RETURN(
+      auto s,
+      db_->Prepare(
+          "UPDATE balances SET credit = credit - ?, work = CASE WHEN work > ? THEN work - ? ELSE 0 "
+          "END WHERE node = ?"));
+  KV_RETURN_IF_ERROR(s.Bind(1, credit).Bind(2, work).Bind(3, work).Bind(4, node).Run());
+  KV_LOG_WARN("market: audit {} of node {} disputed: {}; {:.0f} credit held", id, Short(node),
+              reason, credit);
+  return Status::Ok();
+}
+
+Status Store::CompareNeighbours(int64_t id, const std::string& receipt, int64_t line,
+                                const ring::RowReveal& reveal) {
+  for (const int64_t other : {line - 1, line + 1}) {
+    int64_t other_id = 0, work = 0;
+    std::string node, revealed;
+    double credit = 0;
+    {
+      KV_ASSIGN_OR_RETURN(auto s,
+                          db_->Prepare("SELECT id, node, work, credit, revealed FROM audits "
+                                       "WHERE receipt = ? AND line = ? AND state = "
+                                       "'passed'"));
+      KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, receipt).Bind(2, other).Step());
+      if (!row) continue;
+      other_id = s.Int(0);
+      node = s.Text(1);
+      work = s.Int(2);
+      credit = s.Real(3);
+      revealed = s.Text(4);
+    }
+    const json parsed = json::parse(revealed, nullptr, false);
+    auto answers = ParseAuditAnswers(json{{"reveals", json::array({parsed})}});
+    if (parsed.is_discarded() || !answers.ok() || answers->size() != 1) {
+      return Error("{}: audit {}: its stored reveal does not parse", db_->path(), other_id);
+    }
+    const ring::RowReveal& theirs = (*answers)[0].reveal;
+    // `before` gave out what `after` took in.
+    const ring::RowReveal& before = other < line ? theirs : reveal;
+    const ring::RowReveal& after = other < line ? reveal : theirs;
+    std::string disagree;
+    for (const ring::RevealedPosition& b : before.positions) {
+      for (const ring::RevealedPosition& a : after.positions) {
+        if (a.index == b.index && !ring::SameBoundaryRow(b.rows.out, a.rows.in)) {
+          disagree = fmt::format(
+              "lines {} and {} of receipt {} disagree at their boundary: at position {} the row "
+              "one gave out is not the row the other took in",
+              std::min(line, other), std::max(line, other), receipt, a.index);
+          break;
+        }
+      }
+      if (!disagree.empty()) break;
+    }
+    if (disagree.empty()) continue;
+    KV_RETURN_IF_ERROR(Dispute(other_id, node, work, credit, disagree));
+    int64_t my_work = 0;
+    double my_credit = 0;
+    std::string my_node;
+    {
+      KV_ASSIGN_OR_RETURN(auto s,
+                          db_->Prepare("SELECT node, work, credit FROM audits WHERE id = ?"));
+      KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, id).Step());
+      if (!row) return Error("{}: audit {} is gone", db_->path(), id);
+      my_node = s.Text(0);
+      my_work = s.Int(1);
+      my_credit = s.Real(2);
+    }
+    return Dispute(id, my_node, my_work, my_credit, disagree);
+  }
+  return Status::Ok();
 }
 
 Result<std::optional<std::string>> Store::AuditBan(const std::string& node, double now) {
@@ -236,17 +319,19 @@ Status Store::ReadAuditCounts(std::vector<Balance>* balances) {
       auto s,
       db_->Prepare(
           "SELECT node, SUM(CASE WHEN state = 'passed' THEN 1 ELSE 0 END), SUM(CASE WHEN state = "
-          "'failed' THEN 1 ELSE 0 END) FROM audits GROUP BY node"));
-  std::map<std::string, std::pair<int64_t, int64_t>> counts;
+          "'failed' THEN 1 ELSE 0 END), SUM(CASE WHEN state = 'disputed' THEN 1 ELSE 0 END) FROM "
+          "audits GROUP BY node"));
+  std::map<std::string, std::array<int64_t, 3>> counts;
   while (true) {
     KV_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    counts[s.Text(0)] = {s.Int(1), s.Int(2)};
+    counts[s.Text(0)] = {s.Int(1), s.Int(2), s.Int(3)};
   }
   for (Balance& b : *balances) {
     if (auto it = counts.find(b.node); it != counts.end()) {
-      b.audits_passed = it->second.first;
-      b.audits_failed = it->second.second;
+      b.audits_passed = it->second[0];
+      b.audits_failed = it->second[1];
+      b.audits_disputed = it->second[2];
     }
   }
   return Status::Ok();

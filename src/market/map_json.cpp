@@ -165,7 +165,8 @@ json BalancesToJson(const std::vector<Balance>& balances,
                   {"work", b.work},
                   {"receipts", b.receipts},
                   {"audits_passed", b.audits_passed},
-                  {"audits_failed", b.audits_failed}});
+                  {"audits_failed", b.audits_failed},
+                  {"audits_disputed", b.audits_disputed}});
   }
   json jr = json::array();
   for (const ReceiptRecord& r : receipts) {

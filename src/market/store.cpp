@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS audits(
   id INTEGER PRIMARY KEY AUTOINCREMENT, receipt TEXT NOT NULL, line INT NOT NULL,
   node TEXT NOT NULL, tokens INT NOT NULL, root TEXT NOT NULL, positions TEXT NOT NULL,
   work INT NOT NULL, credit REAL NOT NULL, state TEXT NOT NULL, asked REAL NOT NULL,
-  deadline REAL NOT NULL, reason TEXT NOT NULL DEFAULT '');
+  deadline REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', revealed TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS audits_receipt ON audits(receipt, line);
 CREATE INDEX IF NOT EXISTS audits_node ON audits(node, state);
 CREATE INDEX IF NOT EXISTS audits_deadline ON audits(state, deadline);
 CREATE TABLE IF NOT EXISTS audit_bans(

@@ -188,7 +188,7 @@ struct Balance {
   double credit = 0;
   uint64_t work = 0;
   int64_t receipts = 0;
-  int64_t audits_passed = 0, audits_failed = 0;
+  int64_t audits_passed = 0, audits_failed = 0, audits_disputed = 0;
 };
 
 // rate = (1 + d) * (1 + u), rounded to 3 decimals: d = min(4, recent demand / 10), u = the
@@ -324,6 +324,13 @@ class Store {
                       double now);
   // Fails every audit past its deadline (whoever held it), then reads `node`'s open requests.
   Status ReadAudits(const std::string& node, double now, std::vector<AuditRequest>* out);
+  // After audit `id` (line `line` of `receipt`) passed with `reveal`: compares the rows it gave out
+  // and took in with those its neighbours revealed; where they disagree, both audits are disputed.
+  Status CompareNeighbours(int64_t id, const std::string& receipt, int64_t line,
+                           const ring::RowReveal& reveal);
+  // Holds the audited line's credit (taken from the balance) while the audit is disputed.
+  Status Dispute(int64_t id, const std::string& node, int64_t work, double credit,
+                 const std::string& reason);
   // Forfeits the audited line's credit, bans the node (longer each time), evicts its claim.
   Status FailAudit(int64_t id, const std::string& node, int64_t work, double credit,
                    const std::string& reason, double now);

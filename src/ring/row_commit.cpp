@@ -1,9 +1,11 @@
 #include "ring/row_commit.h"
 
 #include <bit>
+#include <cstring>
 
 #include "base/check.h"
 #include "base/sha256.h"
+#include "kernels/kernels.h"
 
 namespace kvasir::ring {
 namespace {
@@ -125,6 +127,22 @@ bool VerifyMerklePath(const Digest& leaf, uint64_t index, uint64_t n, std::span<
     sn >>= 1;
   }
   return sn == 0 && r == root;
+}
+
+bool SameBoundaryRow(const RowSide& sent, const RowSide& received) {
+  if (received.kind != RowKind::kF32 || received.bytes.size() % 4 != 0) return false;
+  const size_t n = received.bytes.size() / 4;
+  if (sent.kind == RowKind::kF32) return sent.bytes == received.bytes;
+  if ((sent.kind != RowKind::kF16 && sent.kind != RowKind::kBF16) || sent.bytes.size() != 2 * n) {
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, sent.bytes.data() + 2 * i, 2);
+    const float wide = sent.kind == RowKind::kF16 ? F16ToF32(h) : BF16ToF32(h);
+    if (std::memcmp(&wide, received.bytes.data() + 4 * i, 4) != 0) return false;
+  }
+  return true;
 }
 
 std::string DigestHex(const Digest& d) {

@@ -75,6 +75,11 @@ std::vector<Digest> MerklePath(std::span<const Digest> leaves, uint64_t index);
 bool VerifyMerklePath(const Digest& leaf, uint64_t index, uint64_t n, std::span<const Digest> path,
                       const Digest& root);
 
+// Whether `received` (a stage's input row, kind kF32) is `sent` (its predecessor's output row, as
+// sent: kF32, kF16 or kBF16) widened to f32, bit for bit: what one stage gave out and the next
+// took in at a position agree. False for any other kinds or sizes.
+bool SameBoundaryRow(const RowSide& sent, const RowSide& received);
+
 std::string DigestHex(const Digest& d);
 Result<Digest> ParseDigestHex(std::string_view hex);
 

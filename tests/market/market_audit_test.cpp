@@ -31,9 +31,16 @@ class AuditTest : public MarketFixture {
     return c;
   }
 
-  // What the holders of ring 0 ran for session `n`: 20 positions of rows of their own, kept in
-  // their row stores as a stage keeps them, and the receipt they signed over their commitments.
-  ring::Receipt RunSession(uint32_t n, uint64_t tokens = 20) {
+  // The f32 row holder `w` gave out at position `p` of session `n`.
+  static std::vector<uint8_t> OutRow(uint32_t n, int w, uint32_t p) {
+    return std::vector<uint8_t>(16, static_cast<uint8_t>(n * p + 7 * w));
+  }
+
+  // What the holders of ring 0 ran for session `n`: `tokens` positions, the head taking in a
+  // token and every other holder the row its predecessor gave out (unless it is `odd_in`, whose
+  // inputs differ in one byte), kept in their row stores as a stage keeps them, and the receipt
+  // they signed over their commitments.
+  ring::Receipt RunSession(uint32_t n, uint64_t tokens = 20, int odd_in = -1) {
     ring::Receipt r;
     r.id.fill(0x7a);
     std::memcpy(r.id.data(), &n, sizeof(n));
@@ -47,8 +54,13 @@ class AuditTest : public MarketFixture {
       for (uint32_t p = 0; p < tokens; ++p) {
         ring::PositionRows pr;
         pr.pos = p;
-        pr.in = {ring::RowKind::kF32, std::vector<uint8_t>(16, static_cast<uint8_t>(w + p))};
-        pr.out = {ring::RowKind::kF16, std::vector<uint8_t>(8, static_cast<uint8_t>(n * p))};
+        if (w == 0) {
+          pr.in = {ring::RowKind::kToken, {static_cast<uint8_t>(p), 0, 0, 0}};
+        } else {
+          pr.in = {ring::RowKind::kF32, OutRow(n, w - 1, p)};
+          if (w == odd_in) pr.in.bytes[5] ^= 1;
+        }
+        pr.out = {ring::RowKind::kF32, OutRow(n, w, p)};
         rows.Add(std::move(pr));
       }
       const ring::Digest root = rows.Root();
@@ -153,6 +165,31 @@ TEST_F(AuditTest, HonestRevealsPassAndLiesRefusalsAndSilenceForfeit) {
   EXPECT_EQ(BeatWith(0, ids[0], epoch, kT0 + 15, Answer(0, asked[0][0], r)).status, 200);
   EXPECT_EQ(BalanceOf(0, kT0 + 15)["audits_passed"], 1);
   EXPECT_EQ(BeatWith(0, ids[0], epoch, kT0 + 15, Answer(1, asked[1][0], r)).status, 403);
+}
+
+// Neighbours that each reveal what they committed to, but whose rows disagree at their shared
+// boundary (one took in other rows than the other gave out): one of them lied, and the market
+// cannot tell which from the reveals, so both lines' credit is held; the other holder passes.
+TEST_F(AuditTest, NeighboursThatDisagreeAtTheirBoundaryAreBothHeld) {
+  const auto ids = FillRing(kT0);
+  const int64_t epoch = MakeReady(ids, kT0);
+  const ring::Receipt r = RunSession(1, 20, /*odd_in=*/2);
+  ASSERT_EQ(Submit(r, kT0 + 10).status, 200);
+  for (int w : {2, 0, 1}) {
+    const std::vector<AuditRequest> asked = Requests(w, ids[w], epoch, kT0 + 11);
+    ASSERT_EQ(asked.size(), 1u);
+    ApiResponse a = BeatWith(w, ids[w], epoch, kT0 + 12, Answer(w, asked[0], r));
+    EXPECT_EQ(a.status, 200) << w << ": " << a.body;
+  }
+  EXPECT_EQ(BalanceOf(0, kT0 + 12)["audits_passed"], 1);
+  EXPECT_GT(BalanceOf(0, kT0 + 12)["credit"].get<double>(), 0);
+  for (int w : {1, 2}) {
+    const json b = BalanceOf(w, kT0 + 12);
+    EXPECT_EQ(b["audits_disputed"], 1) << b.dump();
+    EXPECT_EQ(b["audits_passed"], 0) << b.dump();
+    EXPECT_EQ(b["credit"].get<double>(), 0.0) << "held: " << b.dump();
+  }
+  EXPECT_TRUE(RingJson(kT0 + 12)["ready"].get<bool>()) << "nobody is banned for it";
 }
 
 TEST_F(AuditTest, SilenceIsARefusalAndEachOffenceBansLonger) {

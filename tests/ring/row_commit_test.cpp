@@ -105,6 +105,18 @@ TEST(RowCommitTest, BuilderMatchesTheRecursiveTreeAndEveryPathVerifies) {
   }
 }
 
+TEST(RowCommitTest, ABoundaryRowIsWhatWasSentWidenedBitForBit) {
+  // 1.5 and -2.0: f16 0x3e00 0xc000, bf16 0x3fc0 0xc000, f32 0x3fc00000 0xc0000000.
+  const RowSide received{RowKind::kF32, {0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x00, 0xc0}};
+  EXPECT_TRUE(SameBoundaryRow({RowKind::kF16, {0x00, 0x3e, 0x00, 0xc0}}, received));
+  EXPECT_TRUE(SameBoundaryRow({RowKind::kBF16, {0xc0, 0x3f, 0x00, 0xc0}}, received));
+  EXPECT_TRUE(SameBoundaryRow(received, received));
+  EXPECT_FALSE(SameBoundaryRow({RowKind::kF16, {0x01, 0x3e, 0x00, 0xc0}}, received));
+  EXPECT_FALSE(SameBoundaryRow({RowKind::kF16, {0x00, 0x3e}}, received)) << "a shorter row";
+  EXPECT_FALSE(SameBoundaryRow({RowKind::kToken, {0, 0, 0, 0}}, {RowKind::kToken, {0, 0, 0, 0}}));
+  EXPECT_FALSE(SameBoundaryRow(received, {RowKind::kF32, {0x00, 0x00, 0xc0}}));
+}
+
 TEST(RowCommitTest, DigestHexRoundTripsAndRefusesBadText) {
   const Digest d = LeafHash(Rows(3));
   auto back = ParseDigestHex(DigestHex(d));
