@@ -55,6 +55,8 @@ int JoinMain(int argc, char** argv) {
     app.add_option("--poll", o.poll_s, "seconds between map polls while waiting")
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    RevealFlags reveal;
+    AddRevealFlags(app, &reveal);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
     if (auto u = net::ParseUrl(o.market_url); !u.ok()) {
@@ -63,6 +65,11 @@ int JoinMain(int argc, char** argv) {
     if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
     if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
+    if (auto r = ApplyRevealFlags(reveal); r.ok()) {
+      o.reveal = *r;
+    } else {
+      return UsageError(kCmd, r.status().message());
+    }
     if (memory.empty()) {
       // The market is told what the backend's device can hold: host memory for the CPU, the
       // card's for a GPU.

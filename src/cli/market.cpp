@@ -164,9 +164,22 @@ int Serve(int argc, char** argv) {
   app.add_option("--cooldown", config.eviction.cooldown_s,
                  "seconds an evicted key waits before it may claim again (doubled each eviction)")
       ->capture_default_str();
+  config.audit.rate = market::kDefaultAuditRate;
+  app.add_option("--audit-rate", config.audit.rate,
+                 "fraction of credited sessions whose holders must reveal rows (0 to 1)")
+      ->capture_default_str();
+  app.add_option("--audit-ban", config.audit.ban_s,
+                 "seconds a node that fails an audit may not claim (doubled each offence)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
   if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
   if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+  if (!(config.audit.rate >= 0 && config.audit.rate <= 1)) {
+    return UsageError(kCmd, "--audit-rate must be from 0 to 1");
+  }
+  if (!(config.audit.ban_s >= 0 && config.audit.ban_s <= 86400)) {
+    return UsageError(kCmd, "--audit-ban must be from 0 to 86400 seconds");
+  }
   if (!(config.eviction.deadline_s >= 1 && config.eviction.deadline_s <= 86400)) {
     return UsageError(kCmd, "--serve-deadline must be from 1 to 86400 seconds");
   }

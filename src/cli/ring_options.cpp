@@ -65,6 +65,28 @@ Result<ManifestRank> ManifestRankFor(const std::string& manifest_path, int rank,
   return manifest->ranks[rank];
 }
 
+void AddRevealFlags(CLI::App& app, RevealFlags* flags) {
+  app.add_option("--reveal-mib", flags->mib,
+                 "MiB of recent sessions' boundary rows kept to reveal to audits (0: none)")
+      ->capture_default_str();
+  app.add_option("--reveal-seconds", flags->seconds,
+                 "how long a session's rows are kept after it closed")
+      ->capture_default_str();
+}
+
+Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
+  if (!(flags.mib >= 0 && flags.mib <= 1 << 20)) {
+    return Error("--reveal-mib {} must be from 0 to 1048576", flags.mib);
+  }
+  if (!(flags.seconds >= 1 && flags.seconds <= 86400)) {
+    return Error("--reveal-seconds {} must be from 1 to 86400", flags.seconds);
+  }
+  ring::RowStoreOptions o;
+  o.max_bytes = static_cast<size_t>(flags.mib * 1048576.0);
+  o.max_age_s = flags.seconds;
+  return o;
+}
+
 Status ApplyLogLevel(const std::string& text) {
   if (text == "debug") {
     SetLogLevel(LogLevel::kDebug);

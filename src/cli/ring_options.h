@@ -49,6 +49,15 @@ Status ApplyStageTrust(const TrustFlags& flags, const Manifest* manifest, int ra
 Status ApplyClientTrust(const TrustFlags& flags, const Manifest* manifest,
                         ring::ClientOptions* opt, bool* usage_error);
 
+// The row store's budget (docs/PROTOCOL.md, "Row commitments"): --reveal-mib, --reveal-seconds.
+struct RevealFlags {
+  double mib = 256;
+  double seconds = 600;
+};
+void AddRevealFlags(CLI::App& app, RevealFlags* flags);
+// Checks the flags (a usage error names the flag) and gives the store's options.
+Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags);
+
 // "debug", "info", "warn" or "error".
 Status ApplyLogLevel(const std::string& text);
 

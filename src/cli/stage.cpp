@@ -158,6 +158,9 @@ int StageMain(int argc, char** argv) {
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
     TrustFlags trust;
     AddStageTrustFlags(app, &trust);
+    RevealFlags reveal;
+    reveal.mib = 0;  // a stage of its own ring keeps none unless asked: no market audits it
+    AddRevealFlags(app, &reveal);
     AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
@@ -189,6 +192,11 @@ int StageMain(int argc, char** argv) {
     }
     opt.cache_bytes = static_cast<uint64_t>(cache_mb) << 20;
     opt.cache_ttl_ms = cache_ttl_s * 1000;
+    if (auto r = ApplyRevealFlags(reveal); r.ok()) {
+      opt.row_store = std::make_shared<ring::RowStore>(*r);
+    } else {
+      return UsageError(kCmd, r.status().message());
+    }
     if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     if (const int hw = DefaultThreads(); opt.n_threads > hw) {
       return UsageError(kCmd, fmt::format("-t {}: this machine runs {} threads at once",

@@ -221,6 +221,7 @@ MarketApi::MarketApi(Store* store, MarketConfig config, CheckQueue* checks)
     : store_(store), config_(std::move(config)), checks_(checks) {
   store_->set_lease_s(config_.lease_s);
   store_->set_eviction(config_.eviction);
+  store_->set_audit(config_.audit);
 }
 
 void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring) {
@@ -372,6 +373,14 @@ ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
   if (!epoch.ok()) return ErrorResponse(epoch.status());
   auto proof = ProofField(*body);
   if (!proof.ok()) return ErrorResponse(proof.status());
+  auto answers = ParseAuditAnswers(*body);
+  if (!answers.ok()) return ErrorResponse(400, "bad_request", answers.status().message());
+  if (!answers->empty()) {
+    // Before the heartbeat: a failed audit evicts the claim, and the heartbeat then says so.
+    if (Status s = store_->AnswerAudits(by->node_hex, *answers, now); !s.ok()) {
+      return ErrorResponse(s);
+    }
+  }
   auto reply = store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s,
                                  proof->has_value() ? &**proof : nullptr);
   if (!reply.ok()) return ErrorResponse(reply.status());
@@ -409,7 +418,9 @@ ApiResponse MarketApi::Ring(const std::string& model, const std::string& remote_
 ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
-  auto hex = StringField(*body, "receipt", 2 * (48 + 120 * 256));
+  auto hex = StringField(*body, "receipt",
+                         2 * (sizeof(wire::ReceiptBody) +
+                              size_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine)));
   if (!hex.ok()) return ErrorResponse(hex.status());
   auto bytes = FromHex(*hex);
   if (!bytes.ok()) {
@@ -423,7 +434,7 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
   std::vector<ReceiptShare> shares;
   for (const ring::ReceiptLine& l : receipt->lines) {
     shares.push_back({ring::PublicKeyHex(l.node), static_cast<int>(l.first),
-                      static_cast<int>(l.last), l.tokens});
+                      static_cast<int>(l.last), l.tokens, ring::DigestHex(l.rows_root)});
   }
   const std::string model_id(reinterpret_cast<const char*>(receipt->model_id.data()),
                              receipt->model_id.size());

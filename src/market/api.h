@@ -41,6 +41,7 @@ struct MarketConfig {
   std::string relay_url;     // "wss://relay.example.org" (no path), or empty
   std::string relay_secret;  // the relay's secret, or empty (zero tokens)
   EvictionPolicy eviction;   // when claims that do not serve are evicted
+  AuditPolicy audit;         // which credited sessions are audited, and the penalties
 };
 
 class MarketApi {

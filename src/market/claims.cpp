@@ -46,6 +46,13 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
                    Short(req.node), count, std::ceil(wait));
     }
   }
+  {
+    KV_ASSIGN_OR_RETURN(std::optional<std::string> banned, AuditBan(req.node, now));
+    if (banned.has_value()) {
+      KV_RETURN_IF_ERROR(txn->Commit());
+      return Error(StatusCode::kForbidden, "{}", *banned);
+    }
+  }
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
   if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
   ModelState& m = models[0];
@@ -223,6 +230,7 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
     KV_RETURN_IF_ERROR(f.Bind(1, node).Run());
   }
   if (!reply.claim.proven) KV_RETURN_IF_ERROR(ReadChallenge(claim, &reply));
+  KV_RETURN_IF_ERROR(ReadAudits(node, now, &reply.audits));
   KV_RETURN_IF_ERROR(txn->Commit());
   return reply;
 }

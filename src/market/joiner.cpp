@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "base/human.h"
 #include "base/log.h"
@@ -94,6 +95,7 @@ Result<ring::DialHook> RelayHook(const json& peer, relay::Role role, const std::
 
 struct Joiner::Impl {
   JoinOptions o;
+  std::shared_ptr<ring::RowStore> rows;  // the stages' row store (set by Create)
   std::optional<MarketClient> client;
   std::optional<net::Listener> listener;
   std::string listen_host;
@@ -110,6 +112,7 @@ struct Joiner::Impl {
   bool hb_stop = false;
   int64_t serving_epoch = -1;
   std::optional<json> proof;  // the answer to the claim's challenge, sent until it is proven
+  json reveals = json::array();  // answers to the market's audits, for the next heartbeat
 
   std::deque<std::vector<uint8_t>> receipts;  // guarded by mu
 
@@ -126,6 +129,9 @@ struct Joiner::Impl {
   // Answers the challenge of the heartbeat reply `beat`, if it has one, from the slice (the answer
   // goes with the next heartbeat, which is sent at once).
   Status AnswerChallenge(const std::string& slice, const json& beat);
+  // Reveals the rows the market's audits in the heartbeat reply `beat` ask for, from the row
+  // store (a reveal the store cannot give is answered as a refusal, with the reason).
+  json AnswerAudits(const json& beat);
   Result<std::unique_ptr<ring::Stage>> StartStage(const Grant& g, const std::string& slice,
                                                   const json& beat);
   Result<std::unique_ptr<ring::Stage>> StageFromBeat(const Grant& g, const std::string& slice,
@@ -243,11 +249,17 @@ void Joiner::Impl::HeartbeatLoop(int64_t claim, double interval_s) {
       if (hb_stop) return;
       body = {{"claim", claim}, {"serving_epoch", serving_epoch}};
       if (proof) body["proof"] = *proof;
+      if (!reveals.empty()) body["reveals"] = std::exchange(reveals, json::array());
       beat_now = false;
     }
     auto reply = client->PostSigned("/v1/heartbeat", body);
+    json answers = reply.ok() ? AnswerAudits(*reply) : json::array();
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (!answers.empty()) {
+        reveals = std::move(answers);
+        beat_now = true;  // the reveals go at once
+      }
       if (reply.ok()) {
         last_beat = *reply;
       } else if (reply.status().code() == StatusCode::kNotFound ||
@@ -265,6 +277,29 @@ void Joiner::Impl::HeartbeatLoop(int64_t claim, double interval_s) {
     cv.wait_for(lock, std::chrono::duration<double>(interval_s),
                 [&] { return hb_stop || beat_now; });
   }
+}
+
+json Joiner::Impl::AnswerAudits(const json& beat) {
+  json out = json::array();
+  auto requests = ParseAuditRequests(beat);
+  if (!requests.ok()) {
+    KV_LOG_WARN("join: the market's audit requests are malformed: {}",
+                requests.status().message());
+    return out;
+  }
+  for (const AuditRequest& r : *requests) {
+    auto id = FromHex(r.receipt, sizeof(ring::ReceiptId));
+    Result<ring::RowReveal> reveal = Error("receipt id '{}' is not 32 hex digits", r.receipt);
+    if (id.ok()) {
+      ring::ReceiptId rid;
+      std::memcpy(rid.data(), id->data(), rid.size());
+      reveal = rows->Reveal(rid, r.positions);
+    }
+    KV_LOG_INFO("join: audit {} of receipt {} ({} positions): {}", r.id, r.receipt,
+                r.positions.size(), reveal.ok() ? "revealed" : reveal.status().message());
+    out.push_back(AuditAnswerToJson(r.id, reveal));
+  }
+  return out;
 }
 
 Status Joiner::Impl::AnswerChallenge(const std::string& slice, const json& beat) {
@@ -357,6 +392,7 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
   s.backend = o.backend;
   s.n_ctx = g.ctx;
   s.key = o.key;
+  s.row_store = rows;
   KV_ASSIGN_OR_RETURN(s.pred_key, ring::ParsePublicKey(pred.at("node").get<std::string>()));
   KV_ASSIGN_OR_RETURN(s.succ_key, ring::ParsePublicKey(next.at("node").get<std::string>()));
   if (next.contains("via")) {
@@ -560,6 +596,7 @@ Result<std::unique_ptr<Joiner>> Joiner::Create(JoinOptions o) {
   std::filesystem::create_directories(o.cache_dir, ec);
   if (ec) return Error("{}: cannot create the cache directory: {}", o.cache_dir, ec.message());
   impl->o = std::move(o);
+  impl->rows = std::make_shared<ring::RowStore>(impl->o.reveal);
   return std::unique_ptr<Joiner>(new Joiner(std::move(impl)));
 }
 

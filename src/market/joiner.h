@@ -32,6 +32,9 @@ struct JoinOptions {
   std::string backend = "cpu";  // where claimed windows run (--backend)
   std::string ca_file;  // for https:// markets, models and wss:// relays
   double poll_s = 2;    // map polls while waiting, and the longest gap between heartbeats
+  // The budget of the rows kept to reveal (docs/PROTOCOL.md, "Row commitments"): one store for
+  // the node's life, so a stage restarted with new neighbours still reveals earlier sessions.
+  ring::RowStoreOptions reveal;
   // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).
   // The CLI passes one that shows progress.
   std::function<Status(const FetchOptions&)> ensure_slice;

@@ -226,6 +226,7 @@ Result<ReceiptRecord> Store::CreditReceiptOnce(const std::string& receipt_id,
                            .Bind(4, static_cast<int64_t>(receipts))
                            .Run());
   }
+  KV_RETURN_IF_ERROR(CreateAudits(rec, shares, now));
   KV_RETURN_IF_ERROR(txn->Commit());
   return rec;
 }
@@ -239,6 +240,7 @@ Result<std::vector<Balance>> Store::Balances() {
     if (!row) break;
     out.push_back({s.Text(0), s.Real(1), static_cast<uint64_t>(s.Int(2)), s.Int(3)});
   }
+  KV_RETURN_IF_ERROR(ReadAuditCounts(&out));
   return out;
 }
 

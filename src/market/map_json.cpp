@@ -152,6 +152,7 @@ json HeartbeatToJson(const HeartbeatReply& reply, double now, const std::string&
     }
     out["challenge"] = {{"nonce", reply.challenge_nonce}, {"ranges", ranges}};
   }
+  if (!reply.audits.empty()) out["audits"] = AuditRequestsToJson(reply.audits);
   return out;
 }
 
@@ -159,7 +160,13 @@ json BalancesToJson(const std::vector<Balance>& balances,
                     const std::vector<ReceiptRecord>& receipts) {
   json jb = json::array();
   for (const Balance& b : balances) {
-    jb.push_back({{"node", b.node}, {"credit", b.credit}, {"work", b.work}, {"receipts", b.receipts}});
+    jb.push_back({{"node", b.node},
+                  {"credit", b.credit},
+                  {"work", b.work},
+                  {"receipts", b.receipts},
+                  {"audits_passed", b.audits_passed},
+                  {"audits_failed", b.audits_failed},
+                  {"audits_disputed", b.audits_disputed}});
   }
   json jr = json::array();
   for (const ReceiptRecord& r : receipts) {

@@ -56,6 +56,16 @@ CREATE INDEX IF NOT EXISTS credits_node ON credits(node);
 CREATE TABLE IF NOT EXISTS balances(
   node TEXT PRIMARY KEY, credit REAL NOT NULL, work INT NOT NULL, receipts INT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audits(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, receipt TEXT NOT NULL, line INT NOT NULL,
+  node TEXT NOT NULL, tokens INT NOT NULL, root TEXT NOT NULL, positions TEXT NOT NULL,
+  work INT NOT NULL, credit REAL NOT NULL, state TEXT NOT NULL, asked REAL NOT NULL,
+  deadline REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', revealed TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS audits_receipt ON audits(receipt, line);
+CREATE INDEX IF NOT EXISTS audits_node ON audits(node, state);
+CREATE INDEX IF NOT EXISTS audits_deadline ON audits(state, deadline);
+CREATE TABLE IF NOT EXISTS audit_bans(
+  node TEXT PRIMARY KEY, offences INT NOT NULL, until REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS claims_expires ON claims(expires);
 CREATE INDEX IF NOT EXISTS nonces_expires ON nonces(expires);
 CREATE INDEX IF NOT EXISTS demand_time ON demand(time);

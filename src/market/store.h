@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "market/audit.h"
 #include "market/proof.h"
 #include "market/sql.h"
 
@@ -148,6 +149,8 @@ struct HeartbeatReply {
   // While the claim has not proved its bytes: the challenge to answer (nonce as 32 hex digits).
   std::string challenge_nonce;
   std::vector<ProofRange> challenge;
+  // Audits of this node's work waiting for its reveal (docs/MARKET.md, "Audits").
+  std::vector<AuditRequest> audits;
 };
 
 // A holder's answer to its claim's challenge, sent with a heartbeat.
@@ -161,6 +164,7 @@ struct ReceiptShare {
   std::string node;  // 64 hex
   int first = 0, last = 0;
   uint64_t tokens = 0;
+  std::string rows_root;  // 64 hex: the line's commitment to its rows
 };
 
 struct CreditLine {
@@ -184,6 +188,7 @@ struct Balance {
   double credit = 0;
   uint64_t work = 0;
   int64_t receipts = 0;
+  int64_t audits_passed = 0, audits_failed = 0, audits_disputed = 0;
 };
 
 // rate = (1 + d) * (1 + u), rounded to 3 decimals: d = min(4, recent demand / 10), u = the
@@ -201,6 +206,7 @@ class Store {
   // after one is all of it. MarketApi sets it from its configuration.
   void set_lease_s(double lease_s) { lease_s_ = lease_s; }
   void set_eviction(const EvictionPolicy& policy) { eviction_ = policy; }
+  void set_audit(const AuditPolicy& policy) { audit_ = policy; }
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
   // Marks the start of a market process: the time it was down counts as silence with no limit
@@ -257,7 +263,16 @@ class Store {
                                       const std::string& payload, double now,
                                       const std::function<Status()>& verify);
 
-  // Every node with credit, highest first.
+  // Checks the node's answers to its audits (audit.h): each must be the node's; a reveal of the
+  // positions asked whose every leaf is on its path to the receipt line's commitment passes; any
+  // other reveal, or a refusal, fails: the line's credit is forfeited, the node is banned for
+  // AuditPolicy::ban_s, doubling with each offence (at most a day), and its claim is evicted.
+  // An audit answered before keeps its first outcome. kNotFound / kForbidden for an audit that
+  // does not exist or is another node's.
+  Status AnswerAudits(const std::string& node, const std::vector<AuditAnswer>& answers,
+                      double now);
+
+  // Every node with credit, highest first, with its audits passed and failed.
   Result<std::vector<Balance>> Balances();
   // The latest `limit` receipts, or all of one node's when `node` is not empty.
   Result<std::vector<ReceiptRecord>> Receipts(const std::string& node, int limit);
@@ -301,6 +316,27 @@ class Store {
                                           const std::string& payload, double now,
                                           const std::function<Status()>& verify);
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
+  Status AnswerAuditsOnce(const std::string& node, const std::vector<AuditAnswer>& answers,
+                          double now);
+  // audit_store.cpp, inside a transaction: picks (by AuditPolicy::rate) whether the credited
+  // receipt is audited and asks each line's signer for a few positions.
+  Status CreateAudits(const ReceiptRecord& rec, const std::vector<ReceiptShare>& shares,
+                      double now);
+  // Fails every audit past its deadline (whoever held it), then reads `node`'s open requests.
+  Status ReadAudits(const std::string& node, double now, std::vector<AuditRequest>* out);
+  // After audit `id` (line `line` of `receipt`) passed with `reveal`: compares the rows it gave out
+  // and took in with those its neighbours revealed; where they disagree, both audits are disputed.
+  Status CompareNeighbours(int64_t id, const std::string& receipt, int64_t line,
+                           const ring::RowReveal& reveal);
+  // Holds the audited line's credit (taken from the balance) while the audit is disputed.
+  Status Dispute(int64_t id, const std::string& node, int64_t work, double credit,
+                 const std::string& reason);
+  // Forfeits the audited line's credit, bans the node (longer each time), evicts its claim.
+  Status FailAudit(int64_t id, const std::string& node, int64_t work, double credit,
+                   const std::string& reason, double now);
+  // Why the node may not claim now after failed audits; nothing when it may.
+  Result<std::optional<std::string>> AuditBan(const std::string& node, double now);
+  Status ReadAuditCounts(std::vector<Balance>* balances);
   // Expires what is due (claims by the lease clock, old nonces and demand) and notes whether the
   // market is in a silence. Every transaction starts with it.
   Status Sweep(double now);
@@ -331,6 +367,7 @@ class Store {
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
+  AuditPolicy audit_;
   double evict_scan_at_ = 0;  // `now` of the last scan for idle claims
   double last_beat_ = 0;  // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;  // as of the last Sweep: no heartbeat answered for half a lease

@@ -24,6 +24,7 @@ wire::ReceiptBody Body(const Receipt& r, uint32_t n_lines) {
   b.n_lines = n_lines;
   std::memcpy(b.receipt_id, r.id.data(), sizeof(b.receipt_id));
   std::memcpy(b.model_id, r.model_id.data(), sizeof(b.model_id));
+  b.version = wire::kReceiptVersion;
   return b;
 }
 
@@ -33,6 +34,7 @@ wire::ReceiptLine Line(const ReceiptLine& l) {
   w.first = l.first;
   w.last = l.last;
   w.tokens = l.tokens;
+  std::memcpy(w.rows_root, l.rows_root.data(), sizeof(w.rows_root));
   std::memcpy(w.signature, l.signature.data(), sizeof(w.signature));
   return w;
 }
@@ -88,6 +90,16 @@ Result<Receipt> ParseReceipt(std::span<const uint8_t> payload) {
   }
   wire::ReceiptBody b;
   std::memcpy(&b, payload.data(), kBodyBytes);
+  if (b.version != wire::kReceiptVersion) {
+    if (b.version == 0) {
+      return Error(
+          "RECEIPT: version (offset 40) is 0: a version 1 receipt, without row "
+          "commitments, is no longer accepted (version {} is)",
+          wire::kReceiptVersion);
+    }
+    return Error("RECEIPT: version (offset 40) is {}, this stage knows version {}", b.version,
+                 wire::kReceiptVersion);
+  }
   if (b.session == 0) return Error("RECEIPT: session (offset 0) is 0 (session ids are nonzero)");
   if (b.n_lines == 0) {
     return Error("RECEIPT: n_lines (offset 4) is 0 (the head signs the first line)");
@@ -127,13 +139,14 @@ Result<Receipt> ParseReceipt(std::span<const uint8_t> payload) {
     l.first = w.first;
     l.last = w.last;
     l.tokens = w.tokens;
+    std::memcpy(l.rows_root.data(), w.rows_root, l.rows_root.size());
     std::memcpy(l.signature.data(), w.signature, l.signature.size());
   }
   return r;
 }
 
 void AppendReceiptLine(Receipt* receipt, const NodeKey& key, uint32_t first, uint32_t last,
-                       uint64_t tokens) {
+                       uint64_t tokens, const Digest& rows_root) {
   KV_CHECK(receipt->lines.size() < wire::kMaxReceiptLines,
            "appending to a receipt of {} lines (limit {})", receipt->lines.size(),
            wire::kMaxReceiptLines);
@@ -142,6 +155,7 @@ void AppendReceiptLine(Receipt* receipt, const NodeKey& key, uint32_t first, uin
   l.first = first;
   l.last = last;
   l.tokens = tokens;
+  l.rows_root = rows_root;
   l.signature = key.Sign(SignedBytes(*receipt, receipt->lines.size() - 1));
 }
 

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "ring/node_key.h"
+#include "ring/row_commit.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -21,6 +22,7 @@ struct ReceiptLine {
   PublicKey node{};              // the signer
   uint32_t first = 0, last = 0;  // the signer's window [first, last)
   uint64_t tokens = 0;           // token rows the window ran for the session
+  Digest rows_root{};            // Merkle root of those rows, in and out (row_commit.h)
   Signature signature{};         // over everything before it (wire.h, "RECEIPT")
 };
 
@@ -35,17 +37,19 @@ struct Receipt {
 std::vector<uint8_t> EncodeReceipt(const Receipt& receipt);
 
 // Parses a RECEIPT payload (any bytes are safe). Refuses a payload shorter than the body, a
-// session of 0, n_lines of 0 or over kMaxReceiptLines, a tail that is not exactly n_lines lines,
-// nonzero reserved bytes and empty windows; errors name the field and its offset:
-// "RECEIPT: line 2 (offset 288): reserved byte 3 is 0x07, must be 0". Signatures are not checked
-// here (VerifyReceipt). A receipt that parses encodes back to the same bytes.
+// version other than wire::kReceiptVersion (a version 1 receipt, from a stage that predates row
+// commitments, is named as such), a session of 0, n_lines of 0 or over kMaxReceiptLines, a tail
+// that is not exactly n_lines lines, nonzero reserved bytes and empty windows; errors name the
+// field and its offset: "RECEIPT: line 2 (offset 288): reserved byte 3 is 0x07, must be 0".
+// Signatures are not checked here (VerifyReceipt). A receipt that parses encodes back to the same
+// bytes.
 Result<Receipt> ParseReceipt(std::span<const uint8_t> payload);
 
-// Appends `key`'s line for window [first, last) and `tokens` rows, signed over the receipt as it
-// stands plus the new line. Requires receipt->lines.size() < kMaxReceiptLines (check before
-// appending to a receipt from a peer).
+// Appends `key`'s line for window [first, last), `tokens` rows and their commitment `rows_root`
+// (SessionRows::Root), signed over the receipt as it stands plus the new line. Requires
+// receipt->lines.size() < kMaxReceiptLines (check before appending to a receipt from a peer).
 void AppendReceiptLine(Receipt* receipt, const NodeKey& key, uint32_t first, uint32_t last,
-                       uint64_t tokens);
+                       uint64_t tokens, const Digest& rows_root);
 
 // Checks every line's signature, each over everything before it, and the line count (1 to
 // kMaxReceiptLines). The error names the first line that fails and its signer: "receipt line 1

@@ -131,7 +131,9 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
                                         options_.pressure_handshake_timeout_ms)}),
       client_budget_(ByteBudget::Create(options_.client_buffer_bytes)),
       scheduler_(options_.max_batch_rows),
-      cache_(options_.cache_bytes, std::chrono::milliseconds(options_.cache_ttl_ms)) {
+      cache_(options_.cache_bytes, std::chrono::milliseconds(options_.cache_ttl_ms)),
+      row_store_(options_.row_store ? options_.row_store
+                                    : std::make_shared<RowStore>(RowStoreOptions{0, 0})) {
   for (LayerKind k : window_->config().layer_kinds) recurrent_ |= k != LayerKind::kAttention;
   client_max_payload_ =
       is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))

@@ -14,6 +14,7 @@
 #include "net/stream.h"
 #include "ring/handshake.h"
 #include "ring/node_key.h"
+#include "ring/row_store.h"
 #include "ring/wire.h"
 
 namespace kvasir::ring {
@@ -87,6 +88,13 @@ struct StageOptions {
   // logged. Other stages ignore it: they sign every receipt that reaches them for a session that
   // closed there.
   std::function<void(std::vector<uint8_t> payload)> on_receipt;
+
+  // Row commitments (docs/PROTOCOL.md, "Row commitments"): every stage signs in its receipt line
+  // a Merkle root over the rows each session took in and gave out, and keeps the rows of the
+  // sessions it signed here, within this store's budget, to reveal them when asked (`kvasir
+  // join` answers the market's audits from it). Null: no rows are kept (the commitment is still
+  // signed), as in a ring no market audits.
+  std::shared_ptr<RowStore> row_store;
 };
 
 class Stage {

@@ -206,6 +206,7 @@ void StageImpl::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   s.sampling = g.sampling;
   s.n_prompt = static_cast<int>(ids.size());
   s.originated = true;
+  s.commit = NewCommit();
   s.client = client;
   s.report_cached = g.report_cached;
   s.keep = cache_.budget() > 0;
@@ -276,6 +277,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.n_prompt = static_cast<int>(o.prompt.size());
   s.keep = o.keep;
   s.n_cached = o.n_cached;
+  s.commit = NewCommit();
   s.tail = std::move(tail);
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
@@ -398,7 +400,7 @@ void StageImpl::HandleClose(const CloseMsg& c, bool from_pred) {
   }
   if (it != sessions_.end()) {
     KeepOrClose(it->second, static_cast<wire::FinishReason>(c.reason));
-    closed_rows_.Put(c.session, it->second.rows);  // for the receipt that follows the CLOSE
+    KeepClosedRows(it->second);
     sessions_.erase(it);
     KV_LOG_INFO("{}: session {} closed", options_.name, c.session);
   }
@@ -518,11 +520,15 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
           static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
           std::span<const float>(out.hidden).subspan(row * n_embd,
                                                      static_cast<size_t>(w.n_tokens) * n_embd));
+      CommitRows(w, &h, std::nullopt);
       SendNext(h);
       row += w.n_tokens;
       continue;
     }
-    if (!w.sample) continue;
+    if (!w.sample) {
+      CommitRows(w, nullptr, std::nullopt);
+      continue;
+    }
     auto it = sessions_.find(w.session);
     if (it == sessions_.end()) {
       ++logit_row;
@@ -539,6 +545,7 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
       continue;
     }
     TokenMsg& t = *sampled;
+    CommitRows(w, nullptr, t.token.id);
     if (is_head()) {
       HandleToken(t);  // a one-stage ring: the head samples for itself
     } else {

@@ -28,6 +28,7 @@
 #include "ring/messages.h"
 #include "ring/pending_table.h"
 #include "ring/recent_map.h"
+#include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
 #include "ring/prompt_cache.h"
@@ -90,6 +91,8 @@ struct Session {
   // has sent CLOSE_SESSION, and every other stage runs the rows it was sent before the CLOSE
   // before it closes, so every stage runs exactly the head's rows.
   uint64_t rows = 0;
+  // Those rows, in and out, for the receipt line's commitment (stage_rows.cpp).
+  SessionRows commit;
   std::unique_ptr<TailSampler> tail;  // on the last stage
   // Head only:
   bool originated = false;   // opened by this stage (it is the head)
@@ -192,10 +195,21 @@ class StageImpl final : public Stage {
   void ExpireCache();
   // Head: a forked session that a stage could not fork is opened afresh; true when it was.
   bool RetryWithoutCache(uint32_t session);
+  // stage_rows.cpp: row commitments.
+  // A new session's commitment, keeping its rows when the store keeps rows.
+  SessionRows NewCommit() const { return SessionRows(row_store_); }
+  // Adds the positions of `w`, which ran, to its session's commitment: their inputs (w's tokens
+  // on the head, else its rows) and outputs: `out`'s rows (the HIDDEN sent on), else on the last
+  // stage the token `sampled` from the last row, else nothing.
+  void CommitRows(const Work& w, const HiddenMsg* out, std::optional<int32_t> sampled);
+  // A session that closed here: its row count and commitment wait for the receipt (not the
+  // head), its rows go to the store.
+  void KeepClosedRows(Session& s);
 
   // stage_receipts.cpp: contribution receipts.
-  // Head, once the session's CLOSE went out: starts its receipt around the ring.
-  void SendReceipt(const Session& s);
+  // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
+  // session's rows under its id.
+  void SendReceipt(Session& s);
   void HandleReceipt(ReceiptMsg& m);
   void SignAndForwardReceipt(ReceiptMsg& m);  // not the head
   void ReceiptCameBack(ReceiptMsg& m);        // the head
@@ -263,7 +277,12 @@ class StageImpl final : public Stage {
   // Receipts: rows of sessions that closed here, waiting for their receipt (not the head), and
   // the receipts this head sent around, waiting to come back (id -> session). Both bounded.
   static constexpr size_t kMaxRecentReceipts = 1024;
-  RecentMap<uint32_t, uint64_t> closed_rows_{kMaxRecentReceipts};
+  struct ClosedRows {
+    uint64_t rows = 0;
+    Digest root{};  // SessionRows::Root
+  };
+  RecentMap<uint32_t, ClosedRows> closed_rows_{kMaxRecentReceipts};
+  std::shared_ptr<RowStore> row_store_;  // never null
   RecentMap<std::array<uint8_t, 16>, uint32_t> pending_receipts_{kMaxRecentReceipts};
 
   // Statistics.

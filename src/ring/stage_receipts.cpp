@@ -14,7 +14,7 @@
 
 namespace kvasir::ring {
 
-void StageImpl::SendReceipt(const Session& s) {
+void StageImpl::SendReceipt(Session& s) {
   if (!options_.on_receipt || s.rows == 0) return;
   InitCrypto();
   Receipt r;
@@ -22,8 +22,11 @@ void StageImpl::SendReceipt(const Session& s) {
   static_assert(sizeof(model_id_) == sizeof(r.model_id));
   std::memcpy(r.model_id.data(), model_id_.data(), r.model_id.size());
   r.session = s.id;
+  const Digest root = s.commit.Root();
   AppendReceiptLine(&r, *options_.key, static_cast<uint32_t>(options_.first),
-                    static_cast<uint32_t>(options_.last), s.rows);
+                    static_cast<uint32_t>(options_.last), s.rows, root);
+  row_store_->Put(s.id, std::move(s.commit));
+  row_store_->Bind(s.id, root, r.id);
   pending_receipts_.Put(r.id, s.id);
   KV_LOG_DEBUG("{}: session {}: receipt {} sent around ({} rows)", options_.name, s.id,
                ReceiptIdHex(r), s.rows);
@@ -64,12 +67,13 @@ void StageImpl::SignAndForwardReceipt(ReceiptMsg& m) {
   }
   // Nothing gets this stage's signature on top of lines that do not verify.
   if (Status s = VerifyReceipt(r); !s.ok()) return drop(s.message());
-  const std::optional<uint64_t> rows = closed_rows_.Take(r.session);
-  if (!rows.has_value()) {
+  const std::optional<ClosedRows> closed = closed_rows_.Take(r.session);
+  if (!closed.has_value()) {
     return drop("the session did not close here (or closed too long ago)");
   }
   AppendReceiptLine(&r, *options_.key, static_cast<uint32_t>(options_.first),
-                    static_cast<uint32_t>(options_.last), *rows);
+                    static_cast<uint32_t>(options_.last), closed->rows, closed->root);
+  row_store_->Bind(r.session, closed->root, r.id);
   SendNext(ReceiptMsg{EncodeReceipt(r)});
 }
 

@@ -295,14 +295,18 @@ static_assert(sizeof(KeepaliveBody) == 16);
 // RECEIPT (docs/PROTOCOL.md, "RECEIPT"): the body, then n_lines lines, one per stage in ring
 // order from the head. Line i's signature covers kReceiptSignLabel, the body with n_lines = i + 1,
 // lines 0..i-1 whole and line i up to its signature (ring/receipt.h builds and checks them).
-inline constexpr char kReceiptSignLabel[] = "kvasir-receipt-v1";  // signed with its NUL
+// Version 2 added the row commitment of each line; a version 1 receipt (version field 0) is
+// refused.
+inline constexpr uint32_t kReceiptVersion = 2;
+inline constexpr char kReceiptSignLabel[] = "kvasir-receipt-v2";  // signed with its NUL
 
 struct ReceiptBody {
   uint32_t session;
   uint32_t n_lines;        // tail: n_lines × ReceiptLine, 1..kMaxReceiptLines
   uint8_t receipt_id[16];  // random, chosen by the head: the session's global id
   uint8_t model_id[16];    // the model identity (HELLO's model_id)
-  uint8_t reserved[8];     // zero
+  uint32_t version;        // kReceiptVersion
+  uint8_t reserved[4];     // zero
 };
 static_assert(sizeof(ReceiptBody) == 48);
 
@@ -311,11 +315,12 @@ struct ReceiptLine {
   uint32_t first;          // the signer's window [first, last)
   uint32_t last;
   uint64_t tokens;         // token rows the signer's window ran for the session
+  uint8_t rows_root[32];   // Merkle root of the rows it took in and gave out (row_commit.h)
   uint8_t reserved[8];     // zero
   uint8_t signature[64];   // Ed25519 by node_key (see above)
 };
-static_assert(sizeof(ReceiptLine) == 120);
-inline constexpr size_t kReceiptLineSigned = 56;  // the bytes of a line before its signature
+static_assert(sizeof(ReceiptLine) == 152);
+inline constexpr size_t kReceiptLineSigned = 88;  // the bytes of a line before its signature
 static_assert(offsetof(ReceiptLine, signature) == kReceiptLineSigned);
 
 #pragma pack(pop)

@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require(!ring::VerifyReceipt(tampered).ok());
   const uint32_t last = r.lines.back().last;
   if (r.lines.size() < wire::kMaxReceiptLines && last < std::numeric_limits<uint32_t>::max()) {
-    ring::AppendReceiptLine(&r, Key(), last, last + 1, 1);
+    ring::AppendReceiptLine(&r, Key(), last, last + 1, 1, ring::Digest{});
     Require(ring::VerifyReceipt(r).ok());
     auto reparsed = ring::ParseReceipt(ring::EncodeReceipt(r));
     Require(reparsed.ok() && ring::VerifyReceipt(*reparsed).ok());

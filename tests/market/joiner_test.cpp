@@ -95,8 +95,8 @@ class JoinerTest : public ::testing::Test {
     auto checker = StartStoreChecker(dir_.File("market.sqlite"));
     ASSERT_TRUE(checker.ok()) << checker.status().message();
     checker_ = std::move(checker).value();
-    api_ = std::make_unique<MarketApi>(store_.get(), MarketConfig{Lease(), 120, "", "", Eviction()},
-                                       checker_.get());
+    api_ = std::make_unique<MarketApi>(
+        store_.get(), MarketConfig{Lease(), 120, "", "", Eviction(), Audit()}, checker_.get());
     MarketServerOptions so;
     so.listen = "127.0.0.1:0";
     if (Tls()) {
@@ -125,6 +125,7 @@ class JoinerTest : public ::testing::Test {
   virtual bool Tls() const { return false; }
   virtual int Rings() const { return 1; }
   virtual EvictionPolicy Eviction() const { return {}; }
+  virtual AuditPolicy Audit() const { return {}; }
 
   void AddNode(int n) {
     nodes_.push_back(std::make_unique<Node>(url_, n, dir_.File("cache-" + std::to_string(n))));
@@ -296,6 +297,39 @@ TEST_F(JoinerTest, AJoinerRefusesAnImpostorNeighbour) {
   EXPECT_EQ(ring["windows"][1]["state"], "claimed");
   auto pick = client_->Get("/v1/rings/stories260K");
   EXPECT_EQ(pick.status().code(), StatusCode::kUnavailable);
+}
+
+// Audits on a real ring: every credited session is audited, and the joiners reveal from their
+// stages' row stores what their receipt lines committed to, so every holder passes (and keeps
+// its credit and its claim).
+class JoinerAuditTest : public JoinerTest {
+ protected:
+  AuditPolicy Audit() const override {
+    AuditPolicy a;
+    a.rate = 1;
+    return a;
+  }
+};
+
+TEST_F(JoinerAuditTest, HonestHoldersPassTheirAudits) {
+  for (int n = 1; n <= 3; ++n) AddNode(n);
+  ASSERT_TRUE(WaitMap(60, Ready));
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(Generate().ids.empty());
+  auto passed = [&](json* last) {
+    auto b = client_->Get("/v1/balances");
+    if (!b.ok()) return false;
+    *last = *b;
+    int holders = 0;
+    for (const json& x : (*b)["balances"]) {
+      EXPECT_EQ(x["audits_failed"], 0) << x.dump();
+      holders += x["audits_passed"].get<int>() == 2;
+    }
+    return holders == 3;
+  };
+  json last;
+  EXPECT_TRUE(WaitFor(30, [&] { return passed(&last); })) << last.dump();
+  for (const json& x : last["balances"]) EXPECT_GT(x["credit"].get<double>(), 0) << x.dump();
+  EXPECT_TRUE(Ready(Map())) << "no holder lost its claim";
 }
 
 // The Sybil squat replayed: 50 keys claim every window they can (each as soon as one is uncovered,

@@ -243,7 +243,7 @@ TEST_F(MarketApiTest, RewardsFavourScarceModels) {
 
 TEST_F(MarketApiTest, NodesBehindNatGetRelayEdgesWithTheirOwnTokens) {
   const std::string secret = "0123456789abcdef-relay-secret";
-  MakeApi({30, 120, "wss://relay.test:8443", secret, {}});
+  MakeApi({30, 120, "wss://relay.test:8443", secret, {}, {}});
   const auto a = Body(Claim(keys_[0], 0, kT0))["claim"].get<int64_t>();
   EXPECT_EQ(Claim(keys_[1], 0, kT0, {{"behind_nat", true}}).status, 400);  // the head needs an address
   const auto b = Body(Claim(keys_[1], 1, kT0, {{"behind_nat", true}}))["claim"].get<int64_t>();
@@ -334,9 +334,9 @@ TEST_F(MarketReceiptTest, DuplicatedForgedTruncatedAndForeignReceiptsAreRefused)
   greedy.id.fill(5);
   greedy.model_id = good.model_id;
   greedy.session = 7;
-  ring::AppendReceiptLine(&greedy, keys_[0], 0, 2, 20);
-  ring::AppendReceiptLine(&greedy, keys_[1], 2, 4, 99);
-  ring::AppendReceiptLine(&greedy, keys_[2], 4, 6, 20);
+  ring::AppendReceiptLine(&greedy, keys_[0], 0, 2, 20, ring::Digest{});
+  ring::AppendReceiptLine(&greedy, keys_[1], 2, 4, 99, ring::Digest{});
+  ring::AppendReceiptLine(&greedy, keys_[2], 4, 6, 20, ring::Digest{});
   ApiResponse g = Submit(greedy);
   EXPECT_EQ(g.status, 422);
   EXPECT_NE(Reason(g).find("must agree"), std::string::npos);
@@ -346,9 +346,9 @@ TEST_F(MarketReceiptTest, DuplicatedForgedTruncatedAndForeignReceiptsAreRefused)
   gap.id.fill(6);
   gap.model_id = good.model_id;
   gap.session = 7;
-  ring::AppendReceiptLine(&gap, keys_[0], 0, 2, 20);
-  ring::AppendReceiptLine(&gap, keys_[1], 3, 4, 20);
-  ring::AppendReceiptLine(&gap, keys_[2], 4, 6, 20);
+  ring::AppendReceiptLine(&gap, keys_[0], 0, 2, 20, ring::Digest{});
+  ring::AppendReceiptLine(&gap, keys_[1], 3, 4, 20, ring::Digest{});
+  ring::AppendReceiptLine(&gap, keys_[2], 4, 6, 20, ring::Digest{});
   EXPECT_EQ(Submit(gap).status, 422);
 
   ring::Receipt other_model =
@@ -356,6 +356,29 @@ TEST_F(MarketReceiptTest, DuplicatedForgedTruncatedAndForeignReceiptsAreRefused)
   ApiResponse om = Submit(other_model);
   EXPECT_EQ(om.status, 422);
   EXPECT_NE(Reason(om).find("no registered model"), std::string::npos);
+
+  // A version 1 receipt (from stages that predate row commitments): the version field, at
+  // offset 40, was reserved and zero.
+  std::vector<uint8_t> v1 = ring::EncodeReceipt(
+      kvasir::testing::SignedReceipt({&keys_[0], &keys_[1], &keys_[2]}, 20, 8));
+  v1[40] = 0;
+  std::string v1_hex;
+  for (uint8_t b : v1) v1_hex += fmt::format("{:02x}", b);
+  ApiResponse old = api_->Handle(
+      Plain("POST", "/v1/receipts", fmt::format(R"({{"receipt":"{}"}})", v1_hex)), kT0);
+  EXPECT_EQ(old.status, 422);
+  EXPECT_NE(Reason(old).find("a version 1 receipt, without row commitments"), std::string::npos)
+      << Reason(old);
+
+  // The largest receipt is read (and refused for what it says, not for its length).
+  ring::Receipt full;
+  full.id.fill(9);
+  full.model_id = good.model_id;
+  full.session = 7;
+  for (uint32_t i = 0; i < wire::kMaxReceiptLines; ++i) {
+    ring::AppendReceiptLine(&full, keys_[0], i, i + 1, 20, ring::Digest{});
+  }
+  EXPECT_EQ(Submit(full).status, 422);
 
   EXPECT_EQ(api_->Handle(Plain("POST", "/v1/receipts", R"({"receipt":"0g"})"), kT0).status, 400);
   EXPECT_EQ(api_->Handle(Plain("POST", "/v1/receipts", R"({"receipt":"00"})"), kT0).status, 422);

@@ -21,7 +21,9 @@ using nlohmann::json;
 // Leases long enough that nothing expires while the tests move the clock by hours.
 class CreditTest : public MarketFixture {
  protected:
-  void SetUp() override { Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", "", {}}); }
+  void SetUp() override {
+    Open(kvasir::testing::TestModel(), MarketConfig{7200, 120, "", "", {}, {}});
+  }
 };
 
 TEST_F(CreditTest, ASessionEarnsForNoMoreRowsThanTheContext) {
@@ -57,7 +59,7 @@ TEST_F(CreditTest, ClaimsThatNeverServedEarnNothing) {
 }
 
 TEST_F(CreditTest, ASessionCannotHaveRunBeforeTheRingWasReady) {
-  MarketConfig config{7200, 120, "", "", {}};
+  MarketConfig config{7200, 120, "", "", {}, {}};
   config.eviction.deadline_s = 1000;  // the holders take 100 s to serve, and are not evicted
   MakeApi(config);
   const auto ids = FillRing(kT0);
@@ -152,7 +154,7 @@ TEST_F(CreditTest, ABalanceThatWouldOverflowRefusesTheReceipt) {
 class DemandTest : public MarketFixture {
  protected:
   void SetUp() override {
-    Open(kvasir::testing::TestModel("tiny", 2), MarketConfig{7200, 120, "", "", {}});
+    Open(kvasir::testing::TestModel("tiny", 2), MarketConfig{7200, 120, "", "", {}, {}});
   }
   void AskFrom(int addresses, double now) {
     for (int i = 0; i < addresses; ++i) {

@@ -118,7 +118,7 @@ TEST_F(EvictTest, AnEvictedKeyWaitsLongerEachTimeAndIsForgivenOnceItServes) {
   EXPECT_EQ(r.status, 403);
   EXPECT_NE(Reason(r).find("evicted 2 time(s)"), std::string::npos) << Reason(r);
   // The cool-down survives a restart of the market.
-  Reopen({300, 120, "", "", {10, 1e15, 30}});
+  Reopen({300, 120, "", "", {10, 1e15, 30}, {}});
   EXPECT_EQ(Claim(keys_[2], 2, t + 59).status, 403);
   t += 60;
   std::vector<int64_t> ids;

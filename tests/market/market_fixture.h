@@ -103,7 +103,7 @@ class MarketFixture : public ::testing::Test {
     std::memcpy(r.id.data(), &n, sizeof(n));
     for (int w = 0; w < 3; ++w) {
       ring::AppendReceiptLine(&r, keys_[3 * ring + w], static_cast<uint32_t>(2 * w),
-                              static_cast<uint32_t>(2 * w + 2), tokens);
+                              static_cast<uint32_t>(2 * w + 2), tokens, ring::Digest{});
     }
     return r;
   }

@@ -90,7 +90,7 @@ inline ring::Receipt SignedReceipt(const std::vector<const ring::NodeKey*>& keys
   r.session = 7;
   for (size_t i = 0; i < keys.size(); ++i) {
     ring::AppendReceiptLine(&r, *keys[i], static_cast<uint32_t>(2 * i),
-                            static_cast<uint32_t>(2 * i + 2), tokens);
+                            static_cast<uint32_t>(2 * i + 2), tokens, ring::Digest{});
   }
   return r;
 }

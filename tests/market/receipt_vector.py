@@ -42,18 +42,21 @@ class Key:
 
 
 def body(session, n_lines, receipt_id, model_id):
-    # ReceiptBody: session u32, n_lines u32, receipt_id[16], model_id[16], reserved[8].
-    return struct.pack("<II", session, n_lines) + receipt_id + model_id + bytes(8)
+    # ReceiptBody: session u32, n_lines u32, receipt_id[16], model_id[16], version u32 (2),
+    # reserved[4].
+    return struct.pack("<II", session, n_lines) + receipt_id + model_id + struct.pack("<I", 2) + \
+        bytes(4)
 
 
 def receipt(session, receipt_id, model_id, lines, workdir):
-    """lines: (key, first, last, tokens) in ring order."""
+    """lines: (key, first, last, tokens, rows_root) in ring order."""
     signed = []
-    for i, (key, first, last, tokens) in enumerate(lines):
-        # node_key[32], first u32, last u32, tokens u64, reserved[8]: the 56 bytes before the
-        # signature, which covers the body with n_lines = i + 1, the lines before, and these.
-        head = key.public + struct.pack("<IIQ", first, last, tokens) + bytes(8)
-        message = (b"kvasir-receipt-v1\x00" + body(session, i + 1, receipt_id, model_id) +
+    for i, (key, first, last, tokens, rows_root) in enumerate(lines):
+        # node_key[32], first u32, last u32, tokens u64, rows_root[32], reserved[8]: the 88 bytes
+        # before the signature, which covers the body with n_lines = i + 1, the lines before, and
+        # these.
+        head = key.public + struct.pack("<IIQ", first, last, tokens) + rows_root + bytes(8)
+        message = (b"kvasir-receipt-v2\x00" + body(session, i + 1, receipt_id, model_id) +
                    b"".join(signed) + head)
         signed.append(head + key.sign(message, workdir))
     return body(session, len(lines), receipt_id, model_id) + b"".join(signed)
@@ -74,10 +77,13 @@ def main():
     want = expected_from(sys.argv[1])
     with tempfile.TemporaryDirectory() as workdir:
         # ThreeLines() of the C++ test: keys from seeds (i * 32 + j), id 00..0f, model a0..af,
-        # session 7, a 5-layer model on [0,2) [2,4) [4,5), 20 rows each.
+        # session 7, a 5-layer model on [0,2) [2,4) [4,5), 20 rows each, line i's rows_root the
+        # bytes 0x80 + 0x20 i + j.
         keys = [Key(bytes(i * 32 + j for j in range(32)), workdir) for i in range(3)]
+        roots = [bytes(0x80 + 0x20 * i + j for j in range(32)) for i in range(3)]
         got = receipt(7, bytes(range(16)), bytes(0xA0 + i for i in range(16)),
-                      [(keys[0], 0, 2, 20), (keys[1], 2, 4, 20), (keys[2], 4, 5, 20)],
+                      [(keys[0], 0, 2, 20, roots[0]), (keys[1], 2, 4, 20, roots[1]),
+                       (keys[2], 4, 5, 20, roots[2])],
                       workdir).hex()
     if got != want:
         print(f"the vector in {sys.argv[1]}:\n{want}\nthe protocol gives:\n{got}")

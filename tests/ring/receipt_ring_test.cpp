@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <set>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "model/model_id.h"
 #include "ring/handshake.h"
 #include "ring/receipt.h"
+#include "ring/row_store.h"
 #include "ring/sampling_wire.h"
 #include "ring/secure_stream.h"
 #include "ring_test_util.h"
@@ -169,6 +171,95 @@ TEST(RingReceiptTest, ThreeStagesSignOneReceiptPerSession) {
   // What each window actually ran, by the stages' own statistics.
   ASSERT_EQ(stats.size(), 3u);
   for (const auto& s : stats) EXPECT_EQ(s.rows, rows) << s.name;
+}
+
+// The widened f32 values of a revealed hidden row.
+std::vector<float> Widen(const ring::RowSide& side) {
+  ring::HiddenMsg h;
+  h.dtype = side.kind == ring::RowKind::kF16 ? wire::Dtype::kF16 : wire::Dtype::kF32;
+  h.n_tokens = 1;
+  h.n_embd = static_cast<uint32_t>(side.bytes.size() / wire::DtypeSize(h.dtype));
+  h.data = side.bytes;
+  std::vector<float> out;
+  ring::HiddenToF32(h, &out);
+  return out;
+}
+
+std::vector<uint8_t> TokenBytes(int32_t id) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &id, 4);
+  return b;
+}
+
+// Every stage's line commits to the rows its window took in and gave out, and every stage
+// reveals any position of the session from its row store, checked against its line alone. The
+// reveals chain: what a stage sent (f16 on the wire) is what the next one took in, the head took
+// in the prompt and then each token the last stage sampled, and only sampled positions carry a
+// token out of the last stage.
+TEST(RingReceiptTest, EveryLineCommitsToRowsItsStageReveals) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  Receipts receipts;
+  std::vector<std::shared_ptr<ring::RowStore>> stores;
+  for (int i = 0; i < 3; ++i) {
+    stores.push_back(std::make_shared<ring::RowStore>(ring::RowStoreOptions{}));
+  }
+  auto ring = LocalRing::Start(Model(), 3, wire::Dtype::kF16, 256, /*chunk=*/3, 256,
+                               [&](int i, ring::StageOptions& o) {
+                                 o.row_store = stores[i];
+                                 if (i == 0) o.on_receipt = receipts.Callback();
+                               });
+  ASSERT_NE(ring, nullptr);
+  const std::string prompt = "Once upon a time";
+  const ring::GenerateResult result = Ask(ring->head(), prompt, 8);
+  ASSERT_EQ(receipts.WaitFor(1, 20000).size(), 1u);
+  auto r = ParseReceipt(receipts.WaitFor(1, 0)[0]);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->lines.size(), 3u);
+  const uint64_t n = r->lines[0].tokens;
+  ASSERT_EQ(n, static_cast<uint64_t>(result.n_prompt + result.n_generated - 1));
+  std::vector<uint64_t> all(n);
+  for (uint64_t i = 0; i < n; ++i) all[i] = i;
+  std::vector<ring::RowReveal> reveals;
+  for (size_t s = 0; s < 3; ++s) {
+    auto rev = stores[s]->Reveal(r->id, all);
+    ASSERT_TRUE(rev.ok()) << s << ": " << rev.status().message();
+    ASSERT_TRUE(ring::CheckReveal(*rev, r->lines[s].rows_root, n).ok())
+        << s << ": " << ring::CheckReveal(*rev, r->lines[s].rows_root, n).message();
+    EXPECT_EQ(rev->root, r->lines[s].rows_root);
+    reveals.push_back(std::move(rev).value());
+  }
+  EXPECT_NE(r->lines[0].rows_root, r->lines[1].rows_root);
+  for (uint64_t p = 0; p < n; ++p) {
+    const ring::PositionRows& head = reveals[0].positions[p].rows;
+    const ring::PositionRows& mid = reveals[1].positions[p].rows;
+    const ring::PositionRows& tail = reveals[2].positions[p].rows;
+    EXPECT_EQ(head.pos, p);
+    EXPECT_EQ(head.in.kind, ring::RowKind::kToken);
+    EXPECT_EQ(head.out.kind, ring::RowKind::kF16);
+    EXPECT_EQ(head.out.bytes.size(), 64u * 2) << "stories260K's 64 values, f16";
+    EXPECT_EQ(Widen(head.out), Widen(mid.in)) << "position " << p;
+    EXPECT_EQ(mid.in.kind, ring::RowKind::kF32);
+    EXPECT_EQ(Widen(mid.out), Widen(tail.in)) << "position " << p;
+    const bool sampled = p + 1 >= static_cast<uint64_t>(result.n_prompt);
+    if (!sampled) {
+      EXPECT_EQ(tail.out.kind, ring::RowKind::kNone) << p;
+      continue;
+    }
+    ASSERT_EQ(tail.out.kind, ring::RowKind::kToken) << p;
+    if (p + 1 < n) {
+      EXPECT_EQ(tail.out.bytes, reveals[0].positions[p + 1].rows.in.bytes)
+          << "the head ran the token sampled at " << p;
+    }
+  }
+  // Positions the head had from the prompt are the prompt's tokens: the first is BOS.
+  auto file = GgufFile::Open(Model());
+  ASSERT_TRUE(file.ok());
+  auto tok = Tokenizer::FromGguf(file->header(), Model());
+  ASSERT_TRUE(tok.ok());
+  const std::vector<int32_t> ids = (*tok)->Encode(prompt, true, true);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    EXPECT_EQ(reveals[0].positions[p].rows.in.bytes, TokenBytes(ids[p])) << p;
+  }
 }
 
 // A one-stage ring: the head's successor is itself, and the receipt is its line alone.
@@ -371,12 +462,12 @@ TEST(RingReceiptTest, HeadHandsOnOnlyCompleteReceiptsItStarted) {
     ring::Link& pred = fake->pred();
     const uint64_t rows = r->lines[0].tokens;
     Receipt done = *r;
-    ring::AppendReceiptLine(&done, fake->key(), 2, 5, rows);
+    ring::AppendReceiptLine(&done, fake->key(), 2, 5, rows, ring::Digest{});
     Receipt tampered = done;
     tampered.lines[1].tokens += 1;
     Receipt unknown = *r;
     unknown.id[0] ^= 1;
-    ring::AppendReceiptLine(&unknown, fake->key(), 2, 5, rows);
+    ring::AppendReceiptLine(&unknown, fake->key(), 2, 5, rows, ring::Digest{});
     for (const std::vector<uint8_t>& payload :
          {std::vector<uint8_t>{1, 2, 3}, m.payload, ring::EncodeReceipt(tampered),
           ring::EncodeReceipt(unknown), ring::EncodeReceipt(done), ring::EncodeReceipt(done)}) {
@@ -460,13 +551,13 @@ TEST(RingReceiptTest, StageSignsOnlyReceiptsOfSessionsClosedThere) {
     r.session = session;
     r.id[0] = static_cast<uint8_t>(session);
     std::copy(model_id.begin(), model_id.end(), r.model_id.begin());
-    ring::AppendReceiptLine(&r, fake->key(), 0, last, kRows);
+    ring::AppendReceiptLine(&r, fake->key(), 0, last, kRows, ring::Digest{});
     return r;
   };
   Receipt wrong_model = receipt(kSession, 2);
   wrong_model.model_id[3] ^= 1;
   wrong_model.lines.clear();
-  ring::AppendReceiptLine(&wrong_model, fake->key(), 0, 2, kRows);
+  ring::AppendReceiptLine(&wrong_model, fake->key(), 0, 2, kRows, ring::Digest{});
   Receipt forged = receipt(kSession, 2);
   forged.lines[0].tokens = 600;
   const Receipt good = receipt(kSession, 2);

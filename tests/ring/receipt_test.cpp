@@ -20,8 +20,15 @@ NodeKey Key(int i) {
   return NodeKey::FromSeed(seed);
 }
 
+// A stand-in for line i's row commitment: bytes 0x80 + 0x20 i + j.
+Digest RootOf(int i) {
+  Digest d;
+  for (size_t j = 0; j < d.size(); ++j) d[j] = static_cast<uint8_t>(0x80 + 0x20 * i + j);
+  return d;
+}
+
 // A receipt of a 5-layer model on three stages ([0,2), [2,4), [4,5)), 20 rows each, signed by
-// the keys of seeds 0, 1, 2.
+// the keys of seeds 0, 1, 2, committing to RootOf(0, 1, 2).
 Receipt ThreeLines() {
   Receipt r;
   for (size_t i = 0; i < 16; ++i) {
@@ -29,9 +36,9 @@ Receipt ThreeLines() {
     r.model_id[i] = static_cast<uint8_t>(0xA0 + i);
   }
   r.session = 7;
-  AppendReceiptLine(&r, Key(0), 0, 2, 20);
-  AppendReceiptLine(&r, Key(1), 2, 4, 20);
-  AppendReceiptLine(&r, Key(2), 4, 5, 20);
+  AppendReceiptLine(&r, Key(0), 0, 2, 20, RootOf(0));
+  AppendReceiptLine(&r, Key(1), 2, 4, 20, RootOf(1));
+  AppendReceiptLine(&r, Key(2), 4, 5, 20, RootOf(2));
   return r;
 }
 
@@ -57,7 +64,7 @@ std::string Node(int i) { return ShortKey(Key(i).public_key()); }
 TEST(ReceiptTest, EncodeParseRoundTrip) {
   const Receipt r = ThreeLines();
   const std::vector<uint8_t> bytes = EncodeReceipt(r);
-  ASSERT_EQ(bytes.size(), 48u + 3 * 120u);
+  ASSERT_EQ(bytes.size(), 48u + 3 * 152u);
   auto back = ParseReceipt(bytes);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->id, r.id);
@@ -69,6 +76,7 @@ TEST(ReceiptTest, EncodeParseRoundTrip) {
     EXPECT_EQ(back->lines[i].first, r.lines[i].first);
     EXPECT_EQ(back->lines[i].last, r.lines[i].last);
     EXPECT_EQ(back->lines[i].tokens, 20u);
+    EXPECT_EQ(back->lines[i].rows_root, RootOf(static_cast<int>(i)));
     EXPECT_EQ(back->lines[i].signature, r.lines[i].signature);
   }
   EXPECT_EQ(EncodeReceipt(*back), bytes);
@@ -103,10 +111,10 @@ TEST(ReceiptTest, ParseRefusesBadPayloads) {
   std::vector<uint8_t> longer = good;
   longer.push_back(0);
   EXPECT_EQ(ParseError(longer),
-            "RECEIPT: tail is 361 bytes, but n_lines 3 x 120-byte lines needs 360");
+            "RECEIPT: tail is 457 bytes, but n_lines 3 x 152-byte lines needs 456");
   std::vector<uint8_t> b = good;
   b[4] = 2;  // n_lines 2 with three lines behind it
-  EXPECT_EQ(ParseError(b), "RECEIPT: tail is 360 bytes, but n_lines 2 x 120-byte lines needs 240");
+  EXPECT_EQ(ParseError(b), "RECEIPT: tail is 456 bytes, but n_lines 2 x 152-byte lines needs 304");
   b = good;
   b[4] = 1;
   b[5] = 1;  // 257
@@ -118,19 +126,24 @@ TEST(ReceiptTest, ParseRefusesBadPayloads) {
   b[0] = 0;
   EXPECT_EQ(ParseError(b), "RECEIPT: session (offset 0) is 0 (session ids are nonzero)");
   b = good;
-  b[43] = 7;
-  EXPECT_EQ(ParseError(b), "RECEIPT: reserved byte 3 (offset 43) is 0x07, must be 0");
+  b[47] = 7;
+  EXPECT_EQ(ParseError(b), "RECEIPT: reserved byte 3 (offset 47) is 0x07, must be 0");
   b = good;
-  b[48 + 2 * 120 + 48 + 5] = 1;
-  EXPECT_EQ(ParseError(b), "RECEIPT: line 2 (offset 288): reserved byte 5 is 0x01, must be 0");
+  b[48 + 2 * 152 + 80 + 5] = 1;
+  EXPECT_EQ(ParseError(b), "RECEIPT: line 2 (offset 352): reserved byte 5 is 0x01, must be 0");
   b = good;
-  b[48 + 120 + 36] = 2;  // line 1's last = first
-  EXPECT_EQ(ParseError(b), "RECEIPT: line 1 (offset 168): window [2, 2) is empty");
+  b[48 + 152 + 36] = 2;  // line 1's last = first
+  EXPECT_EQ(ParseError(b), "RECEIPT: line 1 (offset 200): window [2, 2) is empty");
+  b = good;
+  b[40] = 3;
+  EXPECT_EQ(ParseError(b), "RECEIPT: version (offset 40) is 3, this stage knows version 2");
   // The largest receipt parses.
   Receipt full;
   full.session = 1;
   const NodeKey k = Key(3);
-  for (uint32_t i = 0; i < wire::kMaxReceiptLines; ++i) AppendReceiptLine(&full, k, i, i + 1, 1);
+  for (uint32_t i = 0; i < wire::kMaxReceiptLines; ++i) {
+    AppendReceiptLine(&full, k, i, i + 1, 1, RootOf(1));
+  }
   auto parsed = ParseReceipt(EncodeReceipt(full));
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->lines.size(), wire::kMaxReceiptLines);
@@ -139,6 +152,18 @@ TEST(ReceiptTest, ParseRefusesBadPayloads) {
 
 // Each signature covers everything before it: no line can be altered, dropped, reordered or
 // claimed by another key without a signature failing, and the error names that line.
+// A receipt of version 1 (48-byte body with the version field zero, 120-byte lines without a
+// commitment), from a stage that predates row commitments, is refused by name.
+TEST(ReceiptTest, VersionOneIsRefused) {
+  std::vector<uint8_t> v1(48 + 120, 0);
+  v1[0] = 7;        // session
+  v1[4] = 1;        // n_lines
+  v1[48 + 36] = 2;  // last
+  EXPECT_EQ(ParseError(v1),
+            "RECEIPT: version (offset 40) is 0: a version 1 receipt, without row commitments, is "
+            "no longer accepted (version 2 is)");
+}
+
 TEST(ReceiptTest, SignaturesCatchEveryChange) {
   const Receipt good = ThreeLines();
   ASSERT_TRUE(VerifyReceipt(good).ok());
@@ -147,13 +172,16 @@ TEST(ReceiptTest, SignaturesCatchEveryChange) {
   r.lines[2].tokens = 21;  // a stage claims more work than it signed
   EXPECT_EQ(VerifyError(r), "receipt line 2 (node " + Node(2) + "): the signature does not verify");
   r = good;
+  r.lines[0].rows_root[31] ^= 1;  // a stage disowns the rows it committed to
+  EXPECT_EQ(VerifyError(r), "receipt line 0 (node " + Node(0) + "): the signature does not verify");
+  r = good;
   r.lines[1].last = 5;  // a changed window
   EXPECT_EQ(VerifyError(r), "receipt line 1 (node " + Node(1) + "): the signature does not verify");
   Receipt resigned = good;  // an earlier line changed, the later lines signed again over it
   resigned.lines.resize(1);
   resigned.lines[0].tokens = 40;
-  AppendReceiptLine(&resigned, Key(1), 2, 4, 20);
-  AppendReceiptLine(&resigned, Key(2), 4, 5, 20);
+  AppendReceiptLine(&resigned, Key(1), 2, 4, 20, RootOf(1));
+  AppendReceiptLine(&resigned, Key(2), 4, 5, 20, RootOf(2));
   EXPECT_EQ(VerifyError(resigned),
             "receipt line 0 (node " + Node(0) + "): the signature does not verify");
   r = good;
@@ -195,16 +223,18 @@ TEST(ReceiptTest, KnownAnswerVector) {
   const std::vector<uint8_t> bytes = EncodeReceipt(ThreeLines());
   const std::string expected =
       "0700000003000000000102030405060708090a0b0c0d0e0fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
-      "000000000000000003a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
-      "00000000020000001400000000000000000000000000000058a6a0c23baa59a3945454a5c1140865"
-      "e631223f1ef70765b5a62d0f7a39d99070fa5f8fc997526dd345b3b079b81901dad24834791103eb"
-      "f3c910bc97880a0729acbae141bccaf0b22e1a94d34d0bc7361e526d0bfe12c89794bc9322966dd7"
-      "0200000004000000140000000000000000000000000000008eb23839d949e7f8608b6c6c309e4bc3"
-      "b8d47e658fe413def883aac2ba63732f59f32fcc9714e7280dcaf7397396d2379e72ad3fede76acd"
-      "1e56c33deac4ae012543b92ff1095511476adc8369db6ddc933665a11978dda1404ee1066ca9559d"
-      "040000000500000014000000000000000000000000000000c0bb50de7e1b1f712d56e63e33010808"
-      "ee633c5b702bf71eb9af0e8c926fdb19d66eeb69a8a6a70f0332bca60d01079cc2514f5dd30728d6"
-      "649eb5bde6113907";
+      "020000000000000003a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+      "00000000020000001400000000000000808182838485868788898a8b8c8d8e8f9091929394959697"
+      "98999a9b9c9d9e9f0000000000000000eeef3b9be8afb29034d6d80e389db10e445a3750c76abab2"
+      "c5efd3544584c10ac4201f158eae8374d51cbaadcd7f7a10a15c6b0e5ce15af6350baf7823bd8708"
+      "29acbae141bccaf0b22e1a94d34d0bc7361e526d0bfe12c89794bc9322966dd70200000004000000"
+      "1400000000000000a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+      "0000000000000000893fc0643db9165dc8348e5fd8878cbb4278facd3016ab6e8783bd0ebe1829e9"
+      "b42009338e80be5cf5d9e062d465d12607948377544246096ae2dcf4bd8cdc0e2543b92ff1095511"
+      "476adc8369db6ddc933665a11978dda1404ee1066ca9559d04000000050000001400000000000000"
+      "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf0000000000000000"
+      "c249d678e48437bf2b64dce1c95c1795829580e8cb3cce4e7be33f84c01976c987946b3d05e7d366"
+      "a5a8b1c74710f1e4e48687c5d455654d2c7c133f1ce27907";
   EXPECT_EQ(Hex(bytes), expected);
 }
 
