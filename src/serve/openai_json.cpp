@@ -80,13 +80,25 @@ std::string NewAnswerId(Endpoint endpoint) {
 
 std::string AnswerBody(const AnswerMeta& m, const std::string& text,
                        const std::string& finish_reason, const Usage& usage,
-                       const LogprobsPart* logprobs) {
+                       const LogprobsPart* logprobs, std::span<const ToolCall> calls) {
   json j = Head(m, IsChat(m) ? "chat.completion" : "text_completion");
   json choice = {{"index", 0},
                  {"logprobs", LogprobsJson(m, logprobs)},
                  {"finish_reason", Finish(finish_reason)}};
   if (IsChat(m)) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) {
+      // OpenAI's content beside calls: the text before them, or null when there is none.
+      const bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
+      if (blank) choice["message"]["content"] = nullptr;
+      json list = json::array();
+      for (const ToolCall& c : calls) {
+        list.push_back({{"id", c.id},
+                        {"type", "function"},
+                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      choice["message"]["tool_calls"] = std::move(list);
+    }
   } else {
     choice["text"] = text;
   }
@@ -113,6 +125,23 @@ std::string ChunkEvent(const AnswerMeta& m, const std::string& text,
   j["choices"] = json::array({choice});
   if (usage_null) j["usage"] = nullptr;
   return SseEvent(Dump(j));
+}
+
+std::string ToolCallEvents(const AnswerMeta& m, const ToolCall& call, int index, bool usage_null) {
+  auto chunk = [&](json tool_call) {
+    json j = Head(m, "chat.completion.chunk");
+    j["choices"] = json::array({{{"index", 0},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr},
+                                 {"delta", {{"tool_calls", json::array({tool_call})}}}}});
+    if (usage_null) j["usage"] = nullptr;
+    return SseEvent(Dump(j));
+  };
+  return chunk({{"index", index},
+                {"id", call.id},
+                {"type", "function"},
+                {"function", {{"name", call.name}, {"arguments", ""}}}}) +
+         chunk({{"index", index}, {"function", {{"arguments", call.arguments}}}});
 }
 
 std::string UsageEvent(const AnswerMeta& m, const Usage& usage) {

@@ -49,10 +49,13 @@ std::string NewAnswerId(Endpoint endpoint);
 
 // The whole answer: {"id", "object": "text_completion" | "chat.completion", "created", "model",
 // "choices": [{"index": 0, "text" | "message", "logprobs": null, "finish_reason"}], "usage"}.
-// `logprobs`: when the request asked for them (else "logprobs": null).
+// `logprobs`: when the request asked for them (else "logprobs": null). `calls`: the tool calls of
+// a chat answer, as message.tool_calls [{"id", "type": "function", "function": {"name",
+// "arguments"}}]; with them, a content of only whitespace is null.
 std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
                        const std::string& finish_reason, const Usage& usage,
-                       const LogprobsPart* logprobs = nullptr);
+                       const LogprobsPart* logprobs = nullptr,
+                       std::span<const ToolCall> calls = {});
 
 // One stream chunk as an SSE event. `text` is the new text (the chat delta's content);
 // `finish_reason` is "" until the last chunk; `first` opens a chat answer with the assistant's
@@ -60,6 +63,10 @@ std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
 std::string ChunkEvent(const AnswerMeta& meta, const std::string& text,
                        const std::string& finish_reason, bool first, bool usage_null,
                        const LogprobsPart* logprobs = nullptr);
+// A tool call of a streamed chat answer, as two chunks: delta.tool_calls [{"index", "id", "type":
+// "function", "function": {"name", "arguments": ""}}], then [{"index", "function": {"arguments"}}].
+std::string ToolCallEvents(const AnswerMeta& meta, const ToolCall& call, int index,
+                           bool usage_null);
 // The chunk after the last one when include_usage: no choices, the usage.
 std::string UsageEvent(const AnswerMeta& meta, const Usage& usage);
 // "data: [DONE]\n\n".

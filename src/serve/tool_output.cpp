@@ -1,0 +1,224 @@
+#include "serve/tool_output.h"
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "serve/tool_prompt.h"
+
+namespace kvasir::serve {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+constexpr size_t kIncomplete = std::string::npos;
+constexpr size_t kMalformed = std::string::npos - 1;
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t SkipSpace(std::string_view s, size_t i, bool semicolons = false) {
+  while (i < s.size() && (IsSpace(s[i]) || (semicolons && s[i] == ';'))) ++i;
+  return i;
+}
+
+// One past the end of the JSON object or array that starts at s[i], found by its brackets (the
+// parser checks the rest); kIncomplete when it has not ended yet, kMalformed when it cannot.
+size_t ValueEnd(std::string_view s, size_t i) {
+  std::string closers;
+  bool in_string = false, escaped = false;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      if (closers.empty()) return kMalformed;
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      closers.push_back(c == '{' ? '}' : ']');
+    } else if (c == '}' || c == ']') {
+      if (closers.empty() || closers.back() != c) return kMalformed;
+      closers.pop_back();
+      if (closers.empty()) return i + 1;
+    } else if (closers.empty() && !IsSpace(c)) {
+      return kMalformed;
+    }
+  }
+  return kIncomplete;
+}
+
+// The length of the longest end of `s` that is a proper prefix of `marker`.
+size_t PartialMarker(std::string_view s, std::string_view marker) {
+  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n) {
+    if (marker.starts_with(s.substr(s.size() - n))) return n;
+  }
+  return 0;
+}
+
+bool HasText(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return !IsSpace(c); });
+}
+
+}  // namespace
+
+ToolSyntax ToolSyntaxFor(ChatFamily family, bool forced) {
+  switch (ToolStyleFor(family)) {
+    case ToolStyle::kLlama3:
+      return {"<|python_tag|>", "", false, true};
+    case ToolStyle::kMistral:
+      return {"[TOOL_CALLS]", "", true, forced};
+    case ToolStyle::kHermes:
+      break;
+  }
+  return {"<tool_call>", "</tool_call>", false, false};
+}
+
+std::string NewToolCallId() {
+  static constexpr std::string_view kAlphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % kAlphabet.size()];
+  return id;
+}
+
+ToolCallParser::ToolCallParser(ToolSyntax syntax, std::vector<std::string> names)
+    : syntax_(std::move(syntax)), names_(std::move(names)) {}
+
+ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
+  Output out;
+  held_ += text;
+  Scan(/*final=*/false, &out);
+  return out;
+}
+
+ToolCallParser::Output ToolCallParser::Finish() {
+  Output out;
+  Scan(/*final=*/true, &out);
+  out.content += held_;  // text held back for a marker that never came, or a call cut short
+  held_.clear();
+  return out;
+}
+
+void ToolCallParser::Scan(bool final, Output* out) {
+  for (;;) {
+    if (mode_ == Mode::kPlain) {
+      out->content += held_;
+      held_.clear();
+      return;
+    }
+    if (mode_ == Mode::kCalls) {
+      if (!CallStep(final, out)) return;
+      continue;
+    }
+    if (syntax_.bare && at_start_) {
+      const size_t p = SkipSpace(held_, 0);
+      if (p == held_.size()) return;  // only whitespace: a bare call may still begin
+      if (held_[p] == '{' || (syntax_.array && held_[p] == '[')) {
+        held_.erase(0, p);
+        mode_ = Mode::kCalls;
+        continue;
+      }
+    }
+    const size_t at = held_.find(syntax_.open);
+    const size_t shown = at != std::string::npos ? at
+                         : final                 ? held_.size()
+                                 : held_.size() - PartialMarker(held_, syntax_.open);
+    if (HasText(std::string_view(held_).substr(0, shown))) at_start_ = false;
+    out->content += held_.substr(0, shown);
+    held_.erase(0, shown);
+    if (at == std::string::npos) return;
+    mode_ = Mode::kCalls;
+  }
+}
+
+bool ToolCallParser::CallStep(bool final, Output* out) {
+  const size_t p = SkipSpace(held_, 0, syntax_.bare);
+  if (p == held_.size()) {
+    if (final) held_.clear();  // whitespace after the last call
+    return false;
+  }
+  const std::string_view rest = std::string_view(held_).substr(p);
+  size_t v = 0;
+  if (rest.starts_with(syntax_.open)) {
+    v = SkipSpace(held_, p + syntax_.open.size());
+  } else if (syntax_.bare && (rest[0] == '{' || (syntax_.array && rest[0] == '['))) {
+    v = p;
+  } else if (!final && std::string_view(syntax_.open).starts_with(rest)) {
+    return false;  // perhaps the next call's marker
+  } else {         // text after the calls: back to text, which may hold more calls
+    held_.erase(0, p);
+    mode_ = Mode::kText;
+    at_start_ = false;
+    return true;
+  }
+  if (v == held_.size()) {
+    if (final) GiveUp(out);
+    return false;
+  }
+  const size_t end = ValueEnd(held_, v);
+  if (end == kIncomplete) {
+    if (final) GiveUp(out);
+    return false;
+  }
+  std::vector<ToolCall> calls;
+  if (end == kMalformed || !ReadCalls(std::string_view(held_).substr(v, end - v), &calls)) {
+    GiveUp(out);
+    return false;
+  }
+  size_t after = end;
+  if (!syntax_.close.empty()) {
+    after = SkipSpace(held_, end);
+    const std::string_view tail = std::string_view(held_).substr(after);
+    if (tail.starts_with(syntax_.close)) {
+      after += syntax_.close.size();
+    } else if (!std::string_view(syntax_.close).starts_with(tail)) {
+      GiveUp(out);
+      return false;
+    } else if (!final) {
+      return false;  // the close marker may be coming
+    } else {
+      after = held_.size();  // the answer ended before the close marker: the call stands
+    }
+  }
+  held_.erase(0, after);
+  made_ += calls.size();
+  for (ToolCall& c : calls) out->calls.push_back(std::move(c));
+  return true;
+}
+
+void ToolCallParser::GiveUp(Output* out) {
+  mode_ = Mode::kPlain;
+  out->content += held_;
+  held_.clear();
+}
+
+bool ToolCallParser::ReadCalls(std::string_view text, std::vector<ToolCall>* out) const {
+  const OrderedJson v = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded() || (v.is_array() && v.empty())) return false;
+  for (const OrderedJson& c : v.is_array() ? v : OrderedJson::array({v})) {
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return false;
+    ToolCall call;
+    call.id = NewToolCallId();
+    call.name = c["name"].get<std::string>();
+    if (std::find(names_.begin(), names_.end(), call.name) == names_.end()) return false;
+    OrderedJson args = OrderedJson::object();
+    for (const char* key : {"arguments", "parameters"}) {
+      if (c.contains(key)) args = c[key];
+    }
+    if (args.is_string()) {  // some models write the arguments as a JSON string
+      args = OrderedJson::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    }
+    if (!args.is_object()) return false;
+    call.arguments = args.dump();
+    out->push_back(std::move(call));
+  }
+  return true;
+}
+
+}  // namespace kvasir::serve
