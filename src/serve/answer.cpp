@@ -197,7 +197,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   }
   std::string finish = text.stopped() ? "stop" : FinishReason(r->reason);
   bool ok = emit(text.Finish());
-  if (tools && ok) ok = emit_parsed(tools->Finish());
+  if (tools && ok) ok = emit_parsed(tools->Finish(/*cut=*/finish == "length"));
   if (!calls.empty() && finish != "length") finish = "tool_calls";
   Usage usage;
   usage.prompt_tokens = r->n_prompt;

@@ -97,8 +97,9 @@ ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
   return out;
 }
 
-ToolCallParser::Output ToolCallParser::Finish() {
+ToolCallParser::Output ToolCallParser::Finish(bool cut) {
   Output out;
+  if (cut && mode_ == Mode::kCalls) held_.clear();
   Scan(/*final=*/true, &out);
   out.content += held_;  // text held back for a marker that never came, or a call cut short
   held_.clear();

@@ -42,8 +42,10 @@ class ToolCallParser {
   };
   // Adds the next piece of the answer.
   Output Push(std::string_view text);
-  // At the end of the answer: what was held back (a call cut short becomes content).
-  Output Finish();
+  // At the end of the answer: what was held back. A call cut short becomes content, unless `cut`
+  // (max_tokens or the context ended the answer inside it): then it is dropped, as its markup is
+  // not the model's text.
+  Output Finish(bool cut = false);
   // Calls returned so far.
   size_t calls_made() const { return made_; }
 

@@ -118,6 +118,17 @@ TEST(ToolOutputTest, ACallThatDoesNotParseIsGivenBackAsContent) {
   }
 }
 
+TEST(ToolOutputTest, ACallCutShortByTheTokenLimitIsDropped) {
+  ToolCallParser parser(kHermes, kNames);
+  auto out = parser.Push("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>\n<tool_c");
+  EXPECT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.content, "");
+  EXPECT_EQ(parser.Finish(/*cut=*/true).content, "");
+  ToolCallParser text(kHermes, kNames);
+  EXPECT_EQ(text.Push("just text").content, "just text");
+  EXPECT_EQ(text.Finish(/*cut=*/true).content, "");
+}
+
 TEST(ToolOutputTest, ArgumentsWrittenAsAStringAreRead) {
   const Parsed p = Whole(
       kHermes, "<tool_call>{\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}");
