@@ -135,14 +135,15 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   }
   std::vector<ToolCall> calls;
   auto emit_parsed = [&](ToolCallParser::Output out) {
-    if (!emit_text(out.content)) return false;
-    for (ToolCall& c : out.calls) {
-      if (req.stream && !stream->Write(ToolCallEvents(job.meta, c, static_cast<int>(calls.size()),
-                                                      req.include_usage))) {
+    for (const ToolCallParser::Piece& p : out.pieces) {
+      if (p.call < 0) {
+        if (!emit_text(p.content)) return false;
+      } else if (req.stream && !stream->Write(ToolCallChunk(job.meta, p.call, p.id, p.name,
+                                                            p.arguments, req.include_usage))) {
         return false;
       }
-      calls.push_back(std::move(c));
     }
+    for (ToolCall& c : out.calls) calls.push_back(std::move(c));
     return true;
   };
   auto emit = [&](const std::string& piece) {

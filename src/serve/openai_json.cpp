@@ -127,21 +127,23 @@ std::string ChunkEvent(const AnswerMeta& m, const std::string& text,
   return SseEvent(Dump(j));
 }
 
-std::string ToolCallEvents(const AnswerMeta& m, const ToolCall& call, int index, bool usage_null) {
-  auto chunk = [&](json tool_call) {
-    json j = Head(m, "chat.completion.chunk");
-    j["choices"] = json::array({{{"index", 0},
-                                 {"logprobs", nullptr},
-                                 {"finish_reason", nullptr},
-                                 {"delta", {{"tool_calls", json::array({tool_call})}}}}});
-    if (usage_null) j["usage"] = nullptr;
-    return SseEvent(Dump(j));
-  };
-  return chunk({{"index", index},
-                {"id", call.id},
-                {"type", "function"},
-                {"function", {{"name", call.name}, {"arguments", ""}}}}) +
-         chunk({{"index", index}, {"function", {{"arguments", call.arguments}}}});
+std::string ToolCallChunk(const AnswerMeta& m, int index, const std::string& id,
+                          const std::string& name, const std::string& arguments, bool usage_null) {
+  json call = {{"index", index}};
+  if (!id.empty()) {
+    call["id"] = id;
+    call["type"] = "function";
+    call["function"] = {{"name", name}, {"arguments", arguments}};
+  } else {
+    call["function"] = {{"arguments", arguments}};
+  }
+  json j = Head(m, "chat.completion.chunk");
+  j["choices"] = json::array({{{"index", 0},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr},
+                               {"delta", {{"tool_calls", json::array({call})}}}}});
+  if (usage_null) j["usage"] = nullptr;
+  return SseEvent(Dump(j));
 }
 
 std::string UsageEvent(const AnswerMeta& m, const Usage& usage) {

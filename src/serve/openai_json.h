@@ -63,10 +63,11 @@ std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
 std::string ChunkEvent(const AnswerMeta& meta, const std::string& text,
                        const std::string& finish_reason, bool first, bool usage_null,
                        const LogprobsPart* logprobs = nullptr);
-// A tool call of a streamed chat answer, as two chunks: delta.tool_calls [{"index", "id", "type":
-// "function", "function": {"name", "arguments": ""}}], then [{"index", "function": {"arguments"}}].
-std::string ToolCallEvents(const AnswerMeta& meta, const ToolCall& call, int index,
-                           bool usage_null);
+// A piece of a tool call of a streamed chat answer: delta.tool_calls [{"index", "id", "type":
+// "function", "function": {"name", "arguments"}}] for the call's first piece (`id` not empty),
+// [{"index", "function": {"arguments"}}] for the next ones.
+std::string ToolCallChunk(const AnswerMeta& meta, int index, const std::string& id,
+                          const std::string& name, const std::string& arguments, bool usage_null);
 // The chunk after the last one when include_usage: no choices, the usage.
 std::string UsageEvent(const AnswerMeta& meta, const Usage& usage);
 // "data: [DONE]\n\n".

@@ -1,6 +1,7 @@
 #include "serve/tool_output.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "serve/tool_prompt.h"
@@ -64,18 +65,125 @@ bool HasText(std::string_view s) {
   return std::any_of(s.begin(), s.end(), [](char c) { return !IsSpace(c); });
 }
 
+// How far the call object at s[start] ('{') has been written: its name once complete, and where
+// its arguments' value begins and ends.
+struct CallShape {
+  std::optional<std::string> name;
+  size_t args_begin = std::string::npos;
+  size_t args_end = std::string::npos;  // one past the value's end; npos: not yet
+  size_t end = std::string::npos;       // one past the object's '}'; npos: not yet
+};
+
+// The text of the JSON string token `token`, or nullopt.
+std::optional<std::string> DecodeString(std::string_view token) {
+  const OrderedJson v = OrderedJson::parse(token, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_string()) return std::nullopt;
+  return v.get<std::string>();
+}
+
+// One past the string token at s[i] ('"'), or npos when it has not ended yet.
+size_t StringEnd(std::string_view s, size_t i) {
+  for (++i; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '"') {
+      return i + 1;
+    }
+  }
+  return std::string::npos;
+}
+
+CallShape ScanCall(std::string_view s, size_t start) {
+  CallShape shape;
+  std::string key;
+  bool in_value = false;
+  for (size_t i = start + 1; i < s.size();) {
+    const char c = s[i];
+    if (IsSpace(c) || c == ',') {
+      if (c == ',') in_value = false;
+      ++i;
+    } else if (c == ':') {
+      in_value = true;
+      ++i;
+    } else if (c == '}') {
+      shape.end = i + 1;
+      return shape;
+    } else {
+      // A token: a key, or a value (a string, an object or array, a number or literal).
+      size_t end = c == '"'               ? StringEnd(s, i)
+                   : c == '{' || c == '[' ? ValueEnd(s, i)
+                                          : s.find_first_of(",}", i);
+      const bool args = in_value && (key == "arguments" || key == "parameters");
+      if (args && shape.args_begin == std::string::npos) shape.args_begin = i;
+      if (end == kMalformed || end == std::string::npos) return shape;
+      if (!in_value) {
+        auto k = DecodeString(s.substr(i, end - i));
+        if (!k) return shape;
+        key = std::move(*k);
+      } else if (key == "name" && c == '"') {
+        shape.name = DecodeString(s.substr(i, end - i));
+      }
+      if (args && shape.args_begin == i) shape.args_end = end;
+      in_value = false;
+      i = end;
+    }
+  }
+  return shape;
+}
+
+// Where the calls of the value at s[v] begin: v for an object; for an array, each object in it
+// (as far as it has been written).
+std::vector<size_t> CallStarts(std::string_view s, size_t v) {
+  if (s[v] == '{') return {v};
+  std::vector<size_t> starts;
+  for (size_t i = v + 1; i < s.size();) {
+    if (s[i] != '{') {
+      ++i;
+      continue;
+    }
+    starts.push_back(i);
+    const size_t end = ValueEnd(s, i);
+    if (end == kIncomplete || end == kMalformed) break;
+    i = end;
+  }
+  return starts;
+}
+
 }  // namespace
+
+std::string ToolCallParser::Output::text() const {
+  std::string t;
+  for (const Piece& p : pieces) t += p.content;
+  return t;
+}
+
+std::string ToolCallParser::CompactArguments(std::string_view json_text) {
+  std::string out;
+  bool in_string = false, escaped = false;
+  for (const char c : json_text) {
+    if (in_string) {
+      in_string = escaped || c != '"';
+      escaped = !escaped && c == '\\';
+    } else if (IsSpace(c)) {
+      continue;
+    } else {
+      in_string = c == '"';
+    }
+    out += c;
+  }
+  return out;
+}
 
 ToolSyntax ToolSyntaxFor(ChatFamily family, bool forced) {
   switch (ToolStyleFor(family)) {
     case ToolStyle::kLlama3:
-      return {"<|python_tag|>", "", false, true};
+      return {"<|python_tag|>", "", false, true, forced};
     case ToolStyle::kMistral:
-      return {"[TOOL_CALLS]", "", true, forced};
+      return {"[TOOL_CALLS]", "", true, forced, forced};
     case ToolStyle::kHermes:
       break;
   }
-  return {"<tool_call>", "</tool_call>", false, false};
+  return {"<tool_call>", "</tool_call>", false, false, forced};
 }
 
 std::string NewToolCallId() {
@@ -101,7 +209,7 @@ ToolCallParser::Output ToolCallParser::Finish(bool cut) {
   Output out;
   if (cut && mode_ == Mode::kCalls) held_.clear();
   Scan(/*final=*/true, &out);
-  out.content += held_;  // text held back for a marker that never came, or a call cut short
+  AddText(std::move(held_), &out);  // held back for a marker that never came
   held_.clear();
   return out;
 }
@@ -109,7 +217,7 @@ ToolCallParser::Output ToolCallParser::Finish(bool cut) {
 void ToolCallParser::Scan(bool final, Output* out) {
   for (;;) {
     if (mode_ == Mode::kPlain) {
-      out->content += held_;
+      AddText(std::move(held_), out);
       held_.clear();
       return;
     }
@@ -131,7 +239,7 @@ void ToolCallParser::Scan(bool final, Output* out) {
                          : final                 ? held_.size()
                                  : held_.size() - PartialMarker(held_, syntax_.open);
     if (HasText(std::string_view(held_).substr(0, shown))) at_start_ = false;
-    out->content += held_.substr(0, shown);
+    AddText(held_.substr(0, shown), out);
     held_.erase(0, shown);
     if (at == std::string::npos) return;
     mode_ = Mode::kCalls;
@@ -164,7 +272,11 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
   }
   const size_t end = ValueEnd(held_, v);
   if (end == kIncomplete) {
-    if (final) GiveUp(out);
+    if (final) {
+      GiveUp(out);
+    } else if (syntax_.forced) {
+      StreamPartial(v, out);
+    }
     return false;
   }
   std::vector<ToolCall> calls;
@@ -188,21 +300,79 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
     }
   }
   held_.erase(0, after);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    ToolCall& c = calls[k];
+    Piece piece;
+    piece.call = static_cast<int>(made_ + k);
+    size_t shown = 0;
+    if (k < streamed_.size()) {  // its first pieces went out as it was written
+      c.id = streamed_[k].id;
+      shown = std::min(streamed_[k].args_shown, c.arguments.size());
+    } else {
+      piece.id = c.id;
+      piece.name = c.name;
+    }
+    piece.arguments = c.arguments.substr(shown);
+    if (!piece.id.empty() || !piece.arguments.empty()) out->pieces.push_back(std::move(piece));
+  }
+  streamed_.clear();
   made_ += calls.size();
   for (ToolCall& c : calls) out->calls.push_back(std::move(c));
   return true;
 }
 
+void ToolCallParser::StreamPartial(size_t v, Output* out) {
+  const std::vector<size_t> starts = CallStarts(held_, v);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const CallShape shape = ScanCall(held_, starts[k]);
+    if (!shape.name) return;
+    Piece piece;
+    piece.call = static_cast<int>(made_ + k);
+    if (k == streamed_.size()) {
+      streamed_.push_back({NewToolCallId(), 0});
+      piece.id = streamed_[k].id;
+      piece.name = *shape.name;
+    }
+    if (shape.args_begin != std::string::npos && held_[shape.args_begin] != '"') {
+      const size_t avail = std::min(shape.args_end, held_.size());
+      const std::string args = CompactArguments(
+          std::string_view(held_).substr(shape.args_begin, avail - shape.args_begin));
+      if (args.size() > streamed_[k].args_shown) {
+        piece.arguments = args.substr(streamed_[k].args_shown);
+        streamed_[k].args_shown = args.size();
+      }
+    }
+    if (!piece.id.empty() || !piece.arguments.empty()) out->pieces.push_back(std::move(piece));
+    if (shape.end == std::string::npos) return;
+  }
+}
+
+void ToolCallParser::AddText(std::string text, Output* out) {
+  if (text.empty()) return;
+  if (!out->pieces.empty() && out->pieces.back().call < 0) {
+    out->pieces.back().content += text;
+  } else {
+    Piece p;
+    p.content = std::move(text);
+    out->pieces.push_back(std::move(p));
+  }
+}
+
 void ToolCallParser::GiveUp(Output* out) {
   mode_ = Mode::kPlain;
-  out->content += held_;
+  AddText(std::move(held_), out);
   held_.clear();
+  streamed_.clear();
 }
 
 bool ToolCallParser::ReadCalls(std::string_view text, std::vector<ToolCall>* out) const {
   const OrderedJson v = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (v.is_discarded() || (v.is_array() && v.empty())) return false;
+  const std::vector<size_t> starts = CallStarts(text, 0);
+  if (starts.size() != (v.is_array() ? v.size() : 1)) return false;  // not all objects
+  size_t k = 0;
   for (const OrderedJson& c : v.is_array() ? v : OrderedJson::array({v})) {
+    const CallShape shape = ScanCall(text, starts[k++]);
     if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return false;
     ToolCall call;
     call.id = NewToolCallId();
@@ -214,9 +384,16 @@ bool ToolCallParser::ReadCalls(std::string_view text, std::vector<ToolCall>* out
     }
     if (args.is_string()) {  // some models write the arguments as a JSON string
       args = OrderedJson::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!args.is_object()) return false;
+      call.arguments = args.dump();
+    } else if (!args.is_object()) {
+      return false;
+    } else if (shape.args_end != std::string::npos) {  // as written, as it was streamed
+      call.arguments =
+          CompactArguments(text.substr(shape.args_begin, shape.args_end - shape.args_begin));
+    } else {
+      call.arguments = "{}";  // none given
     }
-    if (!args.is_object()) return false;
-    call.arguments = args.dump();
     out->push_back(std::move(call));
   }
   return true;

@@ -273,9 +273,11 @@ async function streamedCalls(stream) {
       if (d.id) {
         assert.equal(d.index, calls.length, 'calls come in order');
         assert.equal(d.type, 'function');
-        calls.push({ id: d.id, name: d.function.name, arguments: d.function.arguments ?? '' });
+        calls.push({ id: d.id, name: d.function.name, arguments: d.function.arguments ?? '',
+          pieces: 1 });
       } else {
         calls[d.index].arguments += d.function.arguments;
+        calls[d.index].pieces++;
       }
     }
   }
@@ -332,6 +334,8 @@ await test('tool calls: required and named choices return calls that validate, s
       assert.equal(got.content, '', 'no markup streamed as content');
       assert.deepEqual(got.calls.map((c) => [c.name, c.arguments]),
         calls.map((c) => [c.function.name, c.function.arguments]));
+      // An enforced call streams as it is written: its arguments in several pieces.
+      assert.ok(got.calls.every((c) => c.pieces > 2), JSON.stringify(got.calls));
       // The next turn: the assistant's calls and a result for each.
       const next = await client.chat.completions.create({
         messages: [...messages, choice.message, ...calls.map((c) => ({

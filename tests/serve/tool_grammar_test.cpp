@@ -118,9 +118,8 @@ TEST(ToolGrammarTest, WhatTheGrammarWritesIsReadBackAsValidCalls) {
       ToolCallParser parser(ToolSyntaxFor(family, /*forced=*/true), {"get_weather", "now"});
       auto out = parser.Push(text);
       auto end = parser.Finish();
-      out.content += end.content;
       out.calls.insert(out.calls.end(), end.calls.begin(), end.calls.end());
-      EXPECT_EQ(out.content, "") << text;
+      EXPECT_EQ(out.text() + end.text(), "") << text;
       ASSERT_FALSE(out.calls.empty()) << text;
       for (const ToolCall& c : out.calls) {
         const ToolDef& def = c.name == "now" ? tools.tools[1] : tools.tools[0];

@@ -11,18 +11,37 @@
 namespace kvasir::serve {
 namespace {
 
+struct Parsed;
+void Add(ToolCallParser::Output out, Parsed* p);
+
 struct Parsed {
   std::string content;
   std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
   std::vector<std::string> ids;
+  std::vector<std::pair<std::string, std::string>> pieced;  // the calls as their pieces tell
+  std::vector<std::string> pieced_ids;
 };
 
+// Adds the output's text and calls, and checks that its pieces tell the same calls: a call's
+// first piece has its id and name, the next ones only arguments, in order.
 void Add(ToolCallParser::Output out, Parsed* p) {
-  p->content += out.content;
+  p->content += out.text();
+  for (const ToolCallParser::Piece& piece : out.pieces) {
+    if (piece.call < 0) continue;
+    if (!piece.id.empty()) {
+      EXPECT_EQ(static_cast<size_t>(piece.call), p->pieced.size());
+      p->pieced.emplace_back(piece.name, "");
+      p->pieced_ids.push_back(piece.id);
+    }
+    ASSERT_LT(static_cast<size_t>(piece.call), p->pieced.size());
+    p->pieced[piece.call].second += piece.arguments;
+  }
   for (const ToolCall& c : out.calls) {
     p->calls.emplace_back(c.name, c.arguments);
     p->ids.push_back(c.id);
   }
+  EXPECT_EQ(std::vector(p->pieced.begin(), p->pieced.begin() + p->calls.size()), p->calls);
+  EXPECT_EQ(std::vector(p->pieced_ids.begin(), p->pieced_ids.begin() + p->ids.size()), p->ids);
 }
 
 const std::vector<std::string> kNames = {"get_weather", "now"};
@@ -89,16 +108,16 @@ TEST(ToolOutputTest, AStreamNeverShowsPartOfAMarker) {
     ToolCallParser parser(kHermes, kNames);
     for (size_t i = 0; i < text.size(); i += size) {
       const auto out = parser.Push(text.substr(i, size));
-      EXPECT_EQ(out.content.find('<'), std::string::npos) << "pieces of " << size;
+      EXPECT_EQ(out.text().find('<'), std::string::npos) << "pieces of " << size;
     }
   }
 }
 
 TEST(ToolOutputTest, TextThatOnlyLooksLikeAMarkerIsShownOnceItIsNot) {
   ToolCallParser parser(kHermes, kNames);
-  EXPECT_EQ(parser.Push("a <tool").content, "a ");
-  EXPECT_EQ(parser.Push("box> b").content, "<toolbox> b");
-  EXPECT_EQ(parser.Finish().content, "");
+  EXPECT_EQ(parser.Push("a <tool").text(), "a ");
+  EXPECT_EQ(parser.Push("box> b").text(), "<toolbox> b");
+  EXPECT_EQ(parser.Finish().text(), "");
   EXPECT_EQ(parser.calls_made(), 0u);
   ExpectSameAtEverySplit(kHermes, "a <toolbox> b <tool");
 }
@@ -122,11 +141,11 @@ TEST(ToolOutputTest, ACallCutShortByTheTokenLimitIsDropped) {
   ToolCallParser parser(kHermes, kNames);
   auto out = parser.Push("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>\n<tool_c");
   EXPECT_EQ(out.calls.size(), 1u);
-  EXPECT_EQ(out.content, "");
-  EXPECT_EQ(parser.Finish(/*cut=*/true).content, "");
+  EXPECT_EQ(out.text(), "");
+  EXPECT_EQ(parser.Finish(/*cut=*/true).text(), "");
   ToolCallParser text(kHermes, kNames);
-  EXPECT_EQ(text.Push("just text").content, "just text");
-  EXPECT_EQ(text.Finish(/*cut=*/true).content, "");
+  EXPECT_EQ(text.Push("just text").text(), "just text");
+  EXPECT_EQ(text.Finish(/*cut=*/true).text(), "");
 }
 
 TEST(ToolOutputTest, ArgumentsWrittenAsAStringAreRead) {
@@ -166,6 +185,36 @@ TEST(ToolOutputTest, MistralCallsAreAnArrayAfterTheMarker) {
   const std::string bare = "[{\"name\": \"now\", \"arguments\": {}}]";
   EXPECT_EQ(Whole(mistral, bare).calls.size(), 0u);
   EXPECT_EQ(Whole(ToolSyntaxFor(ChatFamily::kMistralV7, true), bare).calls.size(), 1u);
+}
+
+TEST(ToolOutputTest, AForcedCallIsStreamedAsItIsWritten) {
+  const ToolSyntax forced = ToolSyntaxFor(ChatFamily::kChatMl, /*forced=*/true);
+  ToolCallParser parser(forced, kNames);
+  EXPECT_TRUE(parser.Push("<tool_call>\n{ \"name\" : \"get_wea").pieces.empty());
+  auto named = parser.Push("ther\", \"arguments\": { \"city");
+  ASSERT_EQ(named.pieces.size(), 1u);
+  EXPECT_EQ(named.pieces[0].call, 0);
+  EXPECT_EQ(named.pieces[0].name, "get_weather");
+  EXPECT_TRUE(named.pieces[0].id.starts_with("call_"));
+  EXPECT_EQ(named.pieces[0].arguments, "{\"city");
+  auto more = parser.Push("\": \"New York\", ");
+  ASSERT_EQ(more.pieces.size(), 1u);
+  EXPECT_TRUE(more.pieces[0].id.empty());
+  EXPECT_EQ(more.pieces[0].arguments, "\":\"New York\",");
+  auto end = parser.Push("\"days\": 2}}\n</tool_call>");
+  ASSERT_EQ(end.calls.size(), 1u);
+  EXPECT_EQ(end.calls[0].id, named.pieces[0].id);
+  EXPECT_EQ(end.calls[0].arguments, R"({"city":"New York","days":2})");
+  const std::string text =
+      "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"tz\": \"a \\\" }\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  ExpectSameAtEverySplit(forced, text);
+  EXPECT_EQ(Whole(forced, text).calls[0].second, R"({"tz":"a \" }"})");
+  const std::string array =
+      "[{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Rome\"}}]";
+  ExpectSameAtEverySplit(ToolSyntaxFor(ChatFamily::kMistralV7, true), array);
+  EXPECT_EQ(Whole(ToolSyntaxFor(ChatFamily::kMistralV7, true), array).calls.size(), 2u);
 }
 
 TEST(ToolOutputTest, TextAfterTheCallsIsContent) {
