@@ -229,16 +229,34 @@ bool ReadToolCalls(const json& v, const std::string& param, std::vector<ToolCall
 }
 
 bool CompleteTools(const nlohmann::ordered_json& ordered, ToolsRequest* t, ApiError* e) {
-  if (ordered.contains("tools") && ordered["tools"].is_array()) {
-    const auto& list = ordered["tools"];
-    for (size_t i = 0; i < t->tools.size() && i < list.size(); ++i) {
+  if (!t->tools.empty()) {
+    // The body read again, in order: the same tools (the first reading checked their shape).
+    const auto tools = ordered.find("tools");
+    if (tools == ordered.end() || !tools->is_array() || tools->size() != t->tools.size()) {
+      *e = BadRequest("invalid_value", "tools", "'tools' reads differently a second time");
+      return false;
+    }
+    for (size_t i = 0; i < t->tools.size(); ++i) {
       const std::string param = fmt::format("tools[{}].function.parameters", i);
       ToolDef& tool = t->tools[i];
-      const auto& f = list[i].at("function");
-      if (f.contains("parameters") && !f["parameters"].is_null()) {
+      const auto& item = (*tools)[i];
+      if (!item.is_object() || !item.contains("function") || !item["function"].is_object()) {
+        *e = BadRequest("invalid_value", fmt::format("tools[{}]", i),
+                        fmt::format("'tools[{}]' reads differently a second time", i));
+        return false;
+      }
+      const auto& f = item["function"];
+      if (f.contains("parameters") && f["parameters"].is_object()) {
         tool.parameters = f["parameters"];
       } else {  // no parameters: a function of no arguments
         tool.parameters = {{"type", "object"}, {"properties", nlohmann::ordered_json::object()}};
+      }
+      // A call's arguments are a JSON object.
+      if (tool.parameters.contains("type") && tool.parameters["type"] != "object") {
+        *e = BadRequest("invalid_value", param,
+                        fmt::format("'{}' must describe an object (\"type\": \"object\"), not {}",
+                                    param, tool.parameters["type"].dump()));
+        return false;
       }
       auto grammar = grammar::JsonSchemaGrammarText(tool.parameters);
       if (!grammar.ok()) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,45 @@ TEST(ToolOutputTest, AForcedCallIsStreamedAsItIsWritten) {
       "{\"city\": \"Rome\"}}]";
   ExpectSameAtEverySplit(ToolSyntaxFor(ChatFamily::kMistralV7, true), array);
   EXPECT_EQ(Whole(ToolSyntaxFor(ChatFamily::kMistralV7, true), array).calls.size(), 2u);
+}
+
+// Answers near calls (calls with bytes changed, dropped or added) give, split anywhere, what they
+// give whole: the same text and the same calls, for every family, free or forced.
+TEST(ToolOutputTest, MangledCallsReadTheSameWholeAndSplit) {
+  const std::vector<std::string> seeds = {
+      "Hi <tool_call>\n{\"name\": \"now\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call>",
+      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"x\"}}; {\"name\": \"now\"}",
+      "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", "
+      "\"arguments\": \"{}\"}]",
+  };
+  const std::string alphabet = "{}[]\"\\:, \n<>/_;TOOLCALS";
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 400; ++round) {
+    std::string text = seeds[round % seeds.size()];
+    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+      const size_t at = rng() % (text.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          text.insert(at, 1, c);
+          break;
+        case 1:
+          if (at < text.size()) text.erase(at, 1);
+          break;
+        default:
+          if (at < text.size()) text[at] = c;
+      }
+    }
+    for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV3}) {
+      for (bool forced : {false, true}) {
+        const ToolSyntax syntax = ToolSyntaxFor(f, forced);
+        const Parsed whole = Whole(syntax, text);
+        const Parsed split = Streamed(syntax, text, 1 + rng() % 6);
+        EXPECT_EQ(split.content, whole.content) << text;
+        EXPECT_EQ(split.calls, whole.calls) << text;
+      }
+    }
+  }
 }
 
 TEST(ToolOutputTest, TextAfterTheCallsIsContent) {

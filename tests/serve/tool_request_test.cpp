@@ -112,6 +112,14 @@ TEST(ToolRequestTest, AnUnsupportedSchemaKeywordIsRefusedNamingTheToolAndTheKeyw
   EXPECT_THAT(e.message, HasSubstr("multipleOf"));
 }
 
+TEST(ToolRequestTest, ParametersMustDescribeAnObject) {
+  const ApiError e = Refusal(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "f", "parameters": {"type": "string"}}}]})");
+  EXPECT_EQ(e.param, "tools[0].function.parameters");
+  EXPECT_THAT(e.message, HasSubstr("object"));
+}
+
 TEST(ToolRequestTest, AToolWithoutParametersTakesNoArguments) {
   const CompletionRequest r = Parse(
       R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
