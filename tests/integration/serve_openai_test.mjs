@@ -346,6 +346,32 @@ await test('tool calls: required and named choices return calls that validate, s
     }
   });
 
+await test('tool calls: "none" lays out no tools, "auto" leaves the model free', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_time', parameters: {
+    type: 'object', properties: { city: { type: 'string' } } } } }];
+  const plain = await client.chat.completions.create({
+    messages: chatMessages, max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  const none = await client.chat.completions.create({
+    messages: chatMessages, tools, tool_choice: 'none', max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  assert.equal(none.choices[0].message.content, plain.choices[0].message.content);
+  assert.equal(none.usage.prompt_tokens, plain.usage.prompt_tokens);
+  // With the tools in the prompt, a model that never learnt to call answers in text.
+  const auto = await client.chat.completions.create({
+    messages: chatMessages, tools, max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  assert.ok(auto.usage.prompt_tokens > plain.usage.prompt_tokens, 'the tools are in the prompt');
+  assert.equal(typeof auto.choices[0].message.content, 'string');
+  assert.equal(auto.choices[0].message.tool_calls, undefined);
+  assert.ok(['stop', 'length'].includes(auto.choices[0].finish_reason));
+  const streamed = await streamedCalls(await client.chat.completions.create({
+    messages: chatMessages, tools, max_tokens: 32, temperature: 0.7, seed: 4, stream: true,
+  }));
+  assert.equal(streamed.content, auto.choices[0].message.content);
+  assert.deepEqual(streamed.calls, []);
+});
+
 await test('models lists the served model', async () => {
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
