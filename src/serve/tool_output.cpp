@@ -271,6 +271,10 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
     return false;
   }
   const size_t end = ValueEnd(held_, v);
+  if (end == kIncomplete && held_.size() - v > kMaxCallBytes) {  // each piece rescans the call
+    GiveUp(out);
+    return false;
+  }
   if (end == kIncomplete) {
     if (final) {
       GiveUp(out);

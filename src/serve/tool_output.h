@@ -14,6 +14,9 @@
 
 namespace kvasir::serve {
 
+// The longest call (or array of calls, after its marker) read back; a longer one is content.
+inline constexpr size_t kMaxCallBytes = size_t{256} << 10;
+
 // How a family's model writes calls (tool_prompt.h): each call is a JSON object {"name": ...,
 // "arguments" (or "parameters"): {...}}.
 struct ToolSyntax {

@@ -149,6 +149,16 @@ TEST(ToolOutputTest, ACallCutShortByTheTokenLimitIsDropped) {
   EXPECT_EQ(text.Finish(/*cut=*/true).text(), "");
 }
 
+TEST(ToolOutputTest, ACallLongerThanTheLimitIsContent) {
+  ToolCallParser parser(kHermes, kNames);
+  const std::string head = "<tool_call>{\"name\": \"now\", \"arguments\": {\"a\": \"";
+  EXPECT_EQ(parser.Push(head).text(), "");
+  const std::string filler(kMaxCallBytes, 'x');
+  EXPECT_EQ(parser.Push(filler).text(), head + filler);
+  EXPECT_EQ(parser.Push("\"}}</tool_call>").text(), "\"}}</tool_call>");
+  EXPECT_EQ(parser.calls_made(), 0u);
+}
+
 TEST(ToolOutputTest, ArgumentsWrittenAsAStringAreRead) {
   const Parsed p = Whole(
       kHermes, "<tool_call>{\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}");
