@@ -123,6 +123,9 @@ bool ReadMessages(const json& v, std::vector<ChatTurn>* out, ApiError* e) {
         if (!value.is_null() && !ReadString(value, param, 256, &turn.tool_call_id, e)) {
           return false;
         }
+      } else if ((key == "refusal" || key == "audio" || key == "annotations") &&
+                 (value.is_null() || (value.is_array() && value.empty()))) {
+        continue;  // what OpenAI's answers carry, sent back with a message: nothing to lay out
       } else if (key == "function_call" || key == "name") {
         if (value.is_null()) continue;
         *e = Unsupported(param, key == "name" ? "participant names (no chat template here has a "

@@ -149,18 +149,18 @@ bool ReadToolChoice(const json& v, ToolChoice* out, ApiError* e) {
       if (!ReadFunctionType(value, "tool_choice.type", e)) return false;
     } else if (key == "function") {
       if (!ReadObject(value, "tool_choice.function", e)) return false;
+      for (const auto& [k, x] : value.items()) {
+        if (k != "name") {
+          *e = UnknownField("tool_choice.function." + k);
+          return false;
+        }
+      }
       auto name = value.find("name");
       if (name == value.end()) {
         *e = Missing("tool_choice.function.name");
         return false;
       }
       if (!ReadName(*name, "tool_choice.function.name", &out->name, e)) return false;
-      if (value.size() != 1) {
-        *e = UnknownField("tool_choice.function." + std::string(value.begin().key() == "name"
-                                                                    ? std::next(value.begin()).key()
-                                                                    : value.begin().key()));
-        return false;
-      }
       has_function = true;
     } else {
       *e = UnknownField("tool_choice." + key);

@@ -133,8 +133,9 @@ TEST(ToolRequestTest, ASecondTurnCarriesTheCallsAndTheirResults) {
       {"role": "user", "content": "Weather in Paris?"},
       {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 1}"}}]},
-      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})");
-  ASSERT_EQ(r.messages.size(), 3u);
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+      {"role": "assistant", "content": "Sunny.", "refusal": null, "annotations": []}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
   ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
   EXPECT_EQ(r.messages[1].content, "");
   EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
@@ -163,6 +164,8 @@ TEST(ToolRequestTest, MalformedCallsAndResultsAreRefusedNamingTheField) {
                 .param,
             "messages[1].tool_calls");
   EXPECT_EQ(Refusal(with(R"({"role": "function", "content": "x"})")).param, "messages[1].role");
+  EXPECT_EQ(Refusal(with(R"({"role": "assistant", "content": "x", "refusal": "no"})")).param,
+            "messages[1].refusal");
 }
 
 TEST(ToolRequestTest, ARequiredCallAndAResponseFormatAreNotBothHonoured) {
