@@ -126,7 +126,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
     return stream->Write(ChunkEvent(job.meta, piece, "", false, req.include_usage,
                                     req.logprobs.enabled ? &part : nullptr));
   };
-  // With tools, the text goes through the call parser: content as text, each call as it ends.
+  // With tools, the text goes through the call parser: content as text, calls in pieces.
   std::optional<ToolCallParser> tools;
   if (job.tool_syntax) {
     std::vector<std::string> names;
