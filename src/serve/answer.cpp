@@ -116,7 +116,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   // incomplete characters hold text back), and none of the text a stop string cut.
   TokenLogs logs;
   // Streams `piece` (false: the client has gone) or keeps it for the whole answer.
-  auto emit = [&](const std::string& piece) {
+  auto emit_text = [&](const std::string& piece) {
     if (piece.empty()) return true;
     if (!req.stream) {
       whole += piece;
@@ -125,6 +125,29 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
     const LogprobsPart part = logs.Release(piece.size());
     return stream->Write(ChunkEvent(job.meta, piece, "", false, req.include_usage,
                                     req.logprobs.enabled ? &part : nullptr));
+  };
+  // With tools, the text goes through the call parser: content as text, calls in pieces.
+  std::optional<ToolCallParser> tools;
+  if (job.tool_syntax) {
+    std::vector<std::string> names;
+    for (const ToolDef& t : req.tools.tools) names.push_back(t.name);
+    tools.emplace(*job.tool_syntax, std::move(names));
+  }
+  std::vector<ToolCall> calls;
+  auto emit_parsed = [&](ToolCallParser::Output out) {
+    for (const ToolCallParser::Piece& p : out.pieces) {
+      if (p.call < 0) {
+        if (!emit_text(p.content)) return false;
+      } else if (req.stream && !stream->Write(ToolCallChunk(job.meta, p.call, p.id, p.name,
+                                                            p.arguments, req.include_usage))) {
+        return false;
+      }
+    }
+    for (ToolCall& c : out.calls) calls.push_back(std::move(c));
+    return true;
+  };
+  auto emit = [&](const std::string& piece) {
+    return tools ? emit_parsed(tools->Push(piece)) : emit_text(piece);
   };
   auto on_token = [&](const ring::TokenMsg& t) {
     if (!started) {
@@ -173,8 +196,10 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
     if (stream) stream->End();
     return;
   }
-  const std::string finish = text.stopped() ? "stop" : FinishReason(r->reason);
-  const bool ok = emit(text.Finish());
+  std::string finish = text.stopped() ? "stop" : FinishReason(r->reason);
+  bool ok = emit(text.Finish());
+  if (tools && ok) ok = emit_parsed(tools->Finish(/*cut=*/finish == "length"));
+  if (!calls.empty() && finish != "length") finish = "tool_calls";
   Usage usage;
   usage.prompt_tokens = r->n_prompt;
   usage.cached_tokens = r->n_cached;
@@ -186,7 +211,8 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
     net::HttpServerResponse res;
     res.content_type = "application/json";
     const LogprobsPart part = logs.Release(whole.size(), /*last=*/true);
-    res.body = AnswerBody(job.meta, whole, finish, usage, req.logprobs.enabled ? &part : nullptr);
+    res.body =
+        AnswerBody(job.meta, whole, finish, usage, req.logprobs.enabled ? &part : nullptr, calls);
     return job.reply(std::move(res));
   }
   if (ok) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "net/http_server.h"
 #include "ring/messages.h"
@@ -19,6 +20,7 @@
 #include "serve/openai_json.h"
 #include "serve/request.h"
 #include "serve/ring_access.h"
+#include "serve/tool_output.h"
 
 namespace kvasir::serve {
 
@@ -26,6 +28,8 @@ struct AnswerJob {
   CompletionRequest request;
   ring::GenerateMsg generate;
   AnswerMeta meta;
+  // With tools: how the answer is read back into calls (finish_reason "tool_calls").
+  std::optional<ToolSyntax> tool_syntax;
   net::HttpResponder reply;  // exactly once
   std::chrono::steady_clock::time_point arrived;
 };

@@ -13,6 +13,8 @@
 #include "serve/openai_json.h"
 #include "serve/request.h"
 #include "serve/ring_request.h"
+#include "serve/tool_grammar.h"
+#include "serve/tool_output.h"
 
 namespace kvasir::serve {
 namespace {
@@ -256,6 +258,11 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
   }
   auto text = PromptText(*req, o_.chat_family, &e);
   if (!text) return respond(ErrorResponse(e));
+  std::optional<ToolSyntax> tool_syntax;
+  if (req->tools.active()) {  // a chat request: PromptText had a family
+    if (!ApplyToolGrammar(*o_.chat_family, &*req, &e)) return respond(ErrorResponse(e));
+    tool_syntax = ToolSyntaxFor(*o_.chat_family, req->tools.forced());
+  }
   if (o_.tokenizer != nullptr) {
     for (const auto& [id, bias] : req->sampling.logit_bias) {
       if (id >= o_.tokenizer->n_vocab()) {
@@ -282,6 +289,7 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
     return respond(ErrorResponse(BadRequest("context_length_exceeded", input, s.message())));
   }
   job->meta = {endpoint, NewAnswerId(endpoint), o_.model_name, UnixNow()};
+  job->tool_syntax = std::move(tool_syntax);
   job->reply = respond;
   const AnswerLimits limits{o_.stream_buffer_bytes};
   const bool queued =

@@ -80,13 +80,25 @@ std::string NewAnswerId(Endpoint endpoint) {
 
 std::string AnswerBody(const AnswerMeta& m, const std::string& text,
                        const std::string& finish_reason, const Usage& usage,
-                       const LogprobsPart* logprobs) {
+                       const LogprobsPart* logprobs, std::span<const ToolCall> calls) {
   json j = Head(m, IsChat(m) ? "chat.completion" : "text_completion");
   json choice = {{"index", 0},
                  {"logprobs", LogprobsJson(m, logprobs)},
                  {"finish_reason", Finish(finish_reason)}};
   if (IsChat(m)) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) {
+      // OpenAI's content beside calls: the text before them, or null when there is none.
+      const bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
+      if (blank) choice["message"]["content"] = nullptr;
+      json list = json::array();
+      for (const ToolCall& c : calls) {
+        list.push_back({{"id", c.id},
+                        {"type", "function"},
+                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      choice["message"]["tool_calls"] = std::move(list);
+    }
   } else {
     choice["text"] = text;
   }
@@ -111,6 +123,25 @@ std::string ChunkEvent(const AnswerMeta& m, const std::string& text,
     choice["text"] = text;
   }
   j["choices"] = json::array({choice});
+  if (usage_null) j["usage"] = nullptr;
+  return SseEvent(Dump(j));
+}
+
+std::string ToolCallChunk(const AnswerMeta& m, int index, const std::string& id,
+                          const std::string& name, const std::string& arguments, bool usage_null) {
+  json call = {{"index", index}};
+  if (!id.empty()) {
+    call["id"] = id;
+    call["type"] = "function";
+    call["function"] = {{"name", name}, {"arguments", arguments}};
+  } else {
+    call["function"] = {{"arguments", arguments}};
+  }
+  json j = Head(m, "chat.completion.chunk");
+  j["choices"] = json::array({{{"index", 0},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr},
+                               {"delta", {{"tool_calls", json::array({call})}}}}});
   if (usage_null) j["usage"] = nullptr;
   return SseEvent(Dump(j));
 }

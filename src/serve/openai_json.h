@@ -49,10 +49,13 @@ std::string NewAnswerId(Endpoint endpoint);
 
 // The whole answer: {"id", "object": "text_completion" | "chat.completion", "created", "model",
 // "choices": [{"index": 0, "text" | "message", "logprobs": null, "finish_reason"}], "usage"}.
-// `logprobs`: when the request asked for them (else "logprobs": null).
+// `logprobs`: when the request asked for them (else "logprobs": null). `calls`: the tool calls of
+// a chat answer, as message.tool_calls [{"id", "type": "function", "function": {"name",
+// "arguments"}}]; with them, a content of only whitespace is null.
 std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
                        const std::string& finish_reason, const Usage& usage,
-                       const LogprobsPart* logprobs = nullptr);
+                       const LogprobsPart* logprobs = nullptr,
+                       std::span<const ToolCall> calls = {});
 
 // One stream chunk as an SSE event. `text` is the new text (the chat delta's content);
 // `finish_reason` is "" until the last chunk; `first` opens a chat answer with the assistant's
@@ -60,6 +63,11 @@ std::string AnswerBody(const AnswerMeta& meta, const std::string& text,
 std::string ChunkEvent(const AnswerMeta& meta, const std::string& text,
                        const std::string& finish_reason, bool first, bool usage_null,
                        const LogprobsPart* logprobs = nullptr);
+// A piece of a tool call of a streamed chat answer: delta.tool_calls [{"index", "id", "type":
+// "function", "function": {"name", "arguments"}}] for the call's first piece (`id` not empty),
+// [{"index", "function": {"arguments"}}] for the next ones.
+std::string ToolCallChunk(const AnswerMeta& meta, int index, const std::string& id,
+                          const std::string& name, const std::string& arguments, bool usage_null);
 // The chunk after the last one when include_usage: no choices, the usage.
 std::string UsageEvent(const AnswerMeta& meta, const Usage& usage);
 // "data: [DONE]\n\n".

@@ -10,6 +10,7 @@
 #include "ring/tail_sampler.h"
 #include "ring/wire.h"
 #include "serve/json_fields.h"
+#include "serve/tool_request.h"
 
 namespace kvasir::serve {
 namespace {
@@ -116,12 +117,20 @@ bool ReadMessages(const json& v, std::vector<ChatTurn>* out, ApiError* e) {
         has_role = true;
       } else if (key == "content") {
         if (!ReadContent(value, param, &turn.content, e)) return false;
-      } else if (key == "tool_calls" || key == "tool_call_id" || key == "function_call" ||
-                 key == "name") {
+      } else if (key == "tool_calls") {
+        if (!value.is_null() && !ReadToolCalls(value, param, &turn.tool_calls, e)) return false;
+      } else if (key == "tool_call_id") {
+        if (!value.is_null() && !ReadString(value, param, 256, &turn.tool_call_id, e)) {
+          return false;
+        }
+      } else if ((key == "refusal" || key == "audio" || key == "annotations") &&
+                 (value.is_null() || (value.is_array() && value.empty()))) {
+        continue;  // what OpenAI's answers carry, sent back with a message: nothing to lay out
+      } else if (key == "function_call" || key == "name") {
         if (value.is_null()) continue;
         *e = Unsupported(param, key == "name" ? "participant names (no chat template here has a "
                                                 "place for them)"
-                                              : "tool calls");
+                                              : "function_call (send tool_calls)");
         return false;
       } else {
         *e = BadRequest("unknown_parameter", param, fmt::format("unrecognized field '{}'", param));
@@ -134,15 +143,26 @@ bool ReadMessages(const json& v, std::vector<ChatTurn>* out, ApiError* e) {
       return false;
     }
     if (turn.role == "developer") turn.role = "system";
-    if (turn.role == "tool" || turn.role == "function") {
-      *e = Unsupported(at + ".role", fmt::format("messages of role '{}' (tool calls)", turn.role));
+    if (turn.role == "function") {
+      *e = Unsupported(at + ".role", "messages of role 'function' (send role 'tool')");
       return false;
     }
-    if (turn.role != "system" && turn.role != "user" && turn.role != "assistant") {
+    if (turn.role != "system" && turn.role != "user" && turn.role != "assistant" &&
+        turn.role != "tool") {
       *e = BadRequest("invalid_value", at + ".role",
-                      fmt::format("'{}.role' must be system, developer, user or assistant, not "
-                                  "'{}'",
+                      fmt::format("'{}.role' must be system, developer, user, assistant or tool, "
+                                  "not '{}'",
                                   at, turn.role));
+      return false;
+    }
+    if (!turn.tool_calls.empty() && turn.role != "assistant") {
+      *e = BadRequest("invalid_value", at + ".tool_calls",
+                      fmt::format("'{}.tool_calls' belongs to assistant messages", at));
+      return false;
+    }
+    if (turn.role == "tool" && turn.tool_call_id.empty()) {
+      *e = BadRequest("missing_required_parameter", at + ".tool_call_id",
+                      fmt::format("'{}.tool_call_id' is required for a tool message", at));
       return false;
     }
     out->push_back(std::move(turn));
@@ -281,14 +301,9 @@ bool ReadGrammar(const json& v, ResponseFormat* out, ApiError* e) {
   return true;
 }
 
-// The grammar of a JSON response_format, from `body` parsed with its members in order.
-bool CompileOutput(std::string_view body, ResponseFormat* out, ApiError* e) {
-  auto ordered = grammar::ParseJsonText(body);
-  if (!ordered.ok()) {  // parsed once already: only the depth limits differ
-    *e = BadRequest("invalid_value", "response_format", ordered.status().message());
-    return false;
-  }
-  auto text = grammar::ResponseFormatGrammarText(ordered->at("response_format"));
+// The grammar of a JSON response_format, from the body parsed with its members in order.
+bool CompileOutput(const nlohmann::ordered_json& ordered, ResponseFormat* out, ApiError* e) {
+  auto text = grammar::ResponseFormatGrammarText(ordered.at("response_format"));
   if (!text.ok()) {
     *e = BadRequest("invalid_value", "response_format", text.status().message());
     return false;
@@ -331,7 +346,12 @@ bool ReadNeutral(const std::string& key, const json& v, Endpoint endpoint, ApiEr
     }
     return true;
   }
-  if (key == "tools" || key == "functions") {
+  if (key == "functions") {
+    if (v.is_array() && v.empty()) return true;
+    *e = Unsupported(key, "functions (send tools)");
+    return false;
+  }
+  if (key == "tools") {  // chat completions read them
     if (v.is_array() && v.empty()) return true;
     *e = Unsupported(key, "tool calls");
     return false;
@@ -398,6 +418,9 @@ bool ReadField(const std::string& key, const json& v, CompletionRequest* r, bool
   if (key == "response_format") return ParseResponseFormat(v, &r->response_format, e);
   if (key == "grammar") return ReadGrammar(v, &r->response_format, e);
   if (key == "logprobs") return ReadLogprobs(v, r->endpoint, &r->logprobs, e);
+  if (key == "tools" && chat) return ReadTools(v, &r->tools.tools, e);
+  if (key == "tool_choice" && chat) return ReadToolChoice(v, &r->tools.choice, e);
+  if (key == "parallel_tool_calls" && chat) return ReadBool(v, key, &r->tools.parallel, e);
   if (key == "top_logprobs" && chat) {
     if (!ReadInt(v, key, 0, wire::kMaxTopLogprobs, &i, e)) return false;
     r->logprobs.top = static_cast<int>(i);
@@ -431,7 +454,26 @@ std::optional<CompletionRequest> ParseCompletionRequest(std::string_view body, E
   }
   const bool json_output = r.response_format.kind == ResponseFormat::Kind::kJsonObject ||
                            r.response_format.kind == ResponseFormat::Kind::kJsonSchema;
-  if (json_output && !CompileOutput(body, &r.response_format, error)) return std::nullopt;
+  if (!json_output && r.tools.tools.empty()) {  // no schema to compile; tool_choice checked
+    if (!CompleteTools(nlohmann::ordered_json::object(), &r.tools, error)) return std::nullopt;
+    return r;
+  }
+  // Schemas are compiled from the body parsed again with its members in order (a schema's
+  // properties are generated in the order they are written).
+  auto ordered = grammar::ParseJsonText(body);
+  if (!ordered.ok()) {  // parsed once already: only the depth limits differ
+    *error = BadRequest("invalid_value", json_output ? "response_format" : "tools",
+                        ordered.status().message());
+    return std::nullopt;
+  }
+  if (json_output && !CompileOutput(*ordered, &r.response_format, error)) return std::nullopt;
+  if (!CompleteTools(*ordered, &r.tools, error)) return std::nullopt;
+  if (r.tools.forced() && r.response_format.kind != ResponseFormat::Kind::kText) {
+    *error = BadRequest("invalid_value", "tool_choice",
+                        "a required tool call and 'response_format' or 'grammar' each constrain "
+                        "the output: send one of them");
+    return std::nullopt;
+  }
   return r;
 }
 

@@ -3,11 +3,12 @@
 // unit tests and the fuzzer (tests/fuzz/serve_request_fuzz.cpp) call them directly.
 //
 // Every field is checked for its type and range; a field this server does not know is refused
-// (as OpenAI does), and one it knows but cannot honour yet (n > 1, tools) is refused
+// (as OpenAI does), and one it knows but cannot honour yet (n > 1) is refused
 // naming it, rather than silently ignored.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,9 +28,48 @@ inline constexpr size_t kMaxLogitBias = 1024;  // ring/wire.h kMaxLogitBias
 inline constexpr int64_t kMaxTokensLimit = 1 << 20;
 inline constexpr int kJsonMaxDepth = 32;
 
+// One call of a tool: one the model made (parsed from its output), or one of an earlier
+// assistant turn that the client sends back.
+struct ToolCall {
+  std::string id;         // "call_..." (ours), or whatever the client sent
+  std::string name;       // the function's name
+  std::string arguments;  // a JSON object's text
+};
+
 struct ChatTurn {
-  std::string role;  // "system", "user" or "assistant" ("developer" arrives as "system")
+  std::string role;  // "system", "user", "assistant" or "tool" ("developer" arrives as "system")
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made (content may then be empty)
+  std::string tool_call_id;          // tool: the call this message answers
+};
+
+// A function the model may call (tools[i] with type "function").
+struct ToolDef {
+  std::string name;  // 1 to 64 of [a-zA-Z0-9_-]
+  std::string description;
+  nlohmann::ordered_json parameters;  // a JSON schema, members in the request's order
+  bool strict = false;                // accepted; every call is held to the schema when enforced
+};
+
+// tool_choice: "auto" lets the model answer or call; "none" lays no tools into the prompt;
+// "required" and a named function make the ring's last stage enforce a call by grammar.
+struct ToolChoice {
+  enum class Kind { kAuto, kNone, kRequired, kNamed };
+  Kind kind = Kind::kAuto;
+  std::string name;  // kNamed
+};
+
+struct ToolsRequest {
+  std::vector<ToolDef> tools;
+  ToolChoice choice;     // absent: "auto" with tools, "none" without
+  bool parallel = true;  // parallel_tool_calls: more than one call per answer
+  // True when tools are laid into the prompt and the answer is parsed for calls.
+  bool active() const { return !tools.empty() && choice.kind != ToolChoice::Kind::kNone; }
+  // True when the answer must be calls (a grammar enforces them).
+  bool forced() const {
+    return active() &&
+           (choice.kind == ToolChoice::Kind::kRequired || choice.kind == ToolChoice::Kind::kNamed);
+  }
 };
 
 // Sampling as the request asks for it. Absent fields keep these defaults, which are those of
@@ -80,6 +120,7 @@ struct CompletionRequest {
   std::string user;
   ResponseFormat response_format;
   LogprobsRequest logprobs;
+  ToolsRequest tools;  // chat only
 };
 
 // The request of `endpoint` in `body`; nullopt and `*error` set when it is refused.

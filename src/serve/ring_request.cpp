@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "ring/wire.h"
+#include "serve/tool_prompt.h"
 
 namespace kvasir::serve {
 
@@ -16,6 +17,7 @@ std::optional<std::string> PromptText(const CompletionRequest& r,
                         "kvasir serve with --chat-template NAME, or use /v1/completions");
     return std::nullopt;
   }
+  if (NeedsToolLayout(r)) return FormatToolChat(*family, r.messages, r.tools);
   std::vector<ChatMessage> messages;
   messages.reserve(r.messages.size());
   for (const ChatTurn& t : r.messages) messages.push_back({t.role, t.content});

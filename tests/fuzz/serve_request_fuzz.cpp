@@ -2,6 +2,7 @@
 // endpoint (completions, chat completions, tokenize, detokenize); the rest is the body. Accepted
 // requests go on to what the server makes of them: the chat layout, the ring's GENERATE (which
 // must be encodable or refused, never abort) and the stop filter over the prompt in pieces.
+// Any body is also read as a model's answer by the tool call parsers.
 // Invariants: a refusal names a status from 400 to 599 and has a message; its error body is JSON.
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,8 @@
 #include "serve/request.h"
 #include "serve/ring_request.h"
 #include "serve/stop_filter.h"
+#include "serve/tool_grammar.h"
+#include "serve/tool_output.h"
 
 using namespace kvasir;
 using namespace kvasir::serve;
@@ -35,6 +38,30 @@ void Follow(const CompletionRequest& r) {
     (void)out.Push(std::string_view(*text).substr(at, 3));
   }
   (void)out.Finish();
+  if (!r.tools.active()) return;
+  // Tools: each family's grammar, and its call parser over the prompt in pieces.
+  std::vector<std::string> names;
+  for (const ToolDef& t : r.tools.tools) names.push_back(t.name);
+  for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV7}) {
+    CompletionRequest copy = r;
+    if (!ApplyToolGrammar(f, &copy, &e)) CheckRefusal(e);
+    ToolCallParser parser(ToolSyntaxFor(f, copy.tools.forced()), names);
+    for (size_t at = 0; at < text->size(); at += 5) {
+      (void)parser.Push(std::string_view(*text).substr(at, 5));
+    }
+    (void)parser.Finish();
+  }
+}
+
+// The call parsers over any text, in pieces of `step` bytes.
+void ParseCalls(std::string_view text, size_t step) {
+  for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV3}) {
+    for (bool forced : {false, true}) {
+      ToolCallParser parser(ToolSyntaxFor(f, forced), {"f", "get_weather"});
+      for (size_t at = 0; at < text.size(); at += step) (void)parser.Push(text.substr(at, step));
+      (void)parser.Finish(/*cut=*/step % 2 == 0);
+    }
+  }
 }
 
 }  // namespace
@@ -42,6 +69,7 @@ void Follow(const CompletionRequest& r) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  ParseCalls(body, 1 + data[0] % 7);
   ApiError e;
   switch (data[0] % 4) {
     case 0:

@@ -258,6 +258,120 @@ await test('logprobs: one entry per token of the text, the greedy pick the most 
     assert.ok(Object.keys(l.top_logprobs[0]).length >= 1);
   });
 
+// Tool calls through the client's own shapes: the calls of a whole answer, and those the client
+// puts together from a stream's delta.tool_calls.
+async function streamedCalls(stream) {
+  const calls = [];
+  let finish = null;
+  let content = '';
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    if (c.finish_reason) finish = c.finish_reason;
+    content += c.delta.content ?? '';
+    for (const d of c.delta.tool_calls ?? []) {
+      if (d.id) {
+        assert.equal(d.index, calls.length, 'calls come in order');
+        assert.equal(d.type, 'function');
+        calls.push({ id: d.id, name: d.function.name, arguments: d.function.arguments ?? '',
+          pieces: 1 });
+      } else {
+        calls[d.index].arguments += d.function.arguments;
+        calls[d.index].pieces++;
+      }
+    }
+  }
+  return { calls, finish, content };
+}
+
+await test('tool calls: required and named choices return calls that validate, streamed or not',
+  async () => {
+    const weather = {
+      type: 'object',
+      properties: {
+        city: { type: 'string', minLength: 1, maxLength: 12 },
+        days: { type: 'integer', minimum: 1, maximum: 7 },
+        unit: { enum: ['celsius', 'fahrenheit'] },
+      },
+      required: ['city', 'days', 'unit'],
+      additionalProperties: false,
+    };
+    const time = { type: 'object', properties: { city: { type: 'string', maxLength: 12 } },
+      required: ['city'] };
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+        parameters: weather } },
+      { type: 'function', function: { name: 'get_time', parameters: time } },
+    ];
+    const ajv = new Ajv();
+    const validate = { get_weather: ajv.compile(weather), get_time: ajv.compile(time) };
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const named = { type: 'function', function: { name: 'get_weather' } };
+    // One call each (parallel_tool_calls false), then up to eight with room for all of them.
+    for (const [tool_choice, parallel_tool_calls, seed, max_tokens] of [['required', false, 1, 400],
+      [named, false, 2, 400], ['required', false, 7, 400], ['required', true, 1, 1300]]) {
+      const request = { messages, tools, tool_choice, parallel_tool_calls, max_tokens,
+        temperature: 0.8, seed };
+      const r = await client.chat.completions.create(request);
+      const choice = r.choices[0];
+      const what = JSON.stringify(choice);
+      assert.equal(choice.finish_reason, 'tool_calls', what);
+      assert.equal(choice.message.content, null, what);
+      const calls = choice.message.tool_calls;
+      if (parallel_tool_calls) assert.ok(calls.length >= 1, what);
+      else assert.equal(calls.length, 1, what);
+      for (const c of calls) {
+        assert.match(c.id, /^call_[A-Za-z0-9]{24}$/);
+        assert.equal(c.type, 'function');
+        if (tool_choice === named) assert.equal(c.function.name, 'get_weather');
+        const args = JSON.parse(c.function.arguments);
+        assert.ok(validate[c.function.name](args),
+          `${c.function.arguments}: ${JSON.stringify(validate[c.function.name].errors)}`);
+      }
+      const got = await streamedCalls(await client.chat.completions.create({ ...request,
+        stream: true }));
+      assert.equal(got.finish, 'tool_calls');
+      assert.equal(got.content, '', 'no markup streamed as content');
+      assert.deepEqual(got.calls.map((c) => [c.name, c.arguments]),
+        calls.map((c) => [c.function.name, c.function.arguments]));
+      // An enforced call streams as it is written: its arguments in several pieces.
+      assert.ok(got.calls.every((c) => c.pieces > 2), JSON.stringify(got.calls));
+      // The next turn: the assistant's calls and a result for each.
+      const next = await client.chat.completions.create({
+        messages: [...messages, choice.message, ...calls.map((c) => ({
+          role: 'tool', tool_call_id: c.id, content: 'Sunny, 21 degrees.' }))],
+        tools, max_tokens: 12, temperature: 0,
+      });
+      assert.ok(['stop', 'length', 'tool_calls'].includes(next.choices[0].finish_reason));
+    }
+  });
+
+await test('tool calls: "none" lays out no tools, "auto" leaves the model free', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_time', parameters: {
+    type: 'object', properties: { city: { type: 'string' } } } } }];
+  const plain = await client.chat.completions.create({
+    messages: chatMessages, max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  const none = await client.chat.completions.create({
+    messages: chatMessages, tools, tool_choice: 'none', max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  assert.equal(none.choices[0].message.content, plain.choices[0].message.content);
+  assert.equal(none.usage.prompt_tokens, plain.usage.prompt_tokens);
+  // With the tools in the prompt, a model that never learnt to call answers in text.
+  const auto = await client.chat.completions.create({
+    messages: chatMessages, tools, max_tokens: 32, temperature: 0.7, seed: 4,
+  });
+  assert.ok(auto.usage.prompt_tokens > plain.usage.prompt_tokens, 'the tools are in the prompt');
+  assert.equal(typeof auto.choices[0].message.content, 'string');
+  assert.equal(auto.choices[0].message.tool_calls, undefined);
+  assert.ok(['stop', 'length'].includes(auto.choices[0].finish_reason));
+  const streamed = await streamedCalls(await client.chat.completions.create({
+    messages: chatMessages, tools, max_tokens: 32, temperature: 0.7, seed: 4, stream: true,
+  }));
+  assert.equal(streamed.content, auto.choices[0].message.content);
+  assert.deepEqual(streamed.calls, []);
+});
+
 await test('models lists the served model', async () => {
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
@@ -280,8 +394,16 @@ await test('refusals: wrong types, unknown model, over the context, n, key, size
     assert.match(e.message, /multipleOf/);
   });
   await expectError(client.chat.completions.create({
+    messages: chatMessages, tools: [{ type: 'function', function: { name: 'f', parameters: {
+      type: 'object', properties: { n: { type: 'integer', multipleOf: 3 } } } } }],
+  }), 400, (e) => {
+    assert.equal(e.param, 'tools[0].function.parameters');
+    assert.match(e.message, /multipleOf/);
+  });
+  await expectError(client.chat.completions.create({
     messages: chatMessages, tools: [{ type: 'function', function: { name: 'f' } }],
-  }), 400, (e) => assert.equal(e.param, 'tools'));
+    tool_choice: { type: 'function', function: { name: 'g' } },
+  }), 400, (e) => assert.equal(e.param, 'tool_choice.function.name'));
   await expectError(client.completions.create({ model: 'gpt-4', prompt }), 404,
     (e) => assert.equal(e.code, 'model_not_found'));
   await expectError(client.completions.create({ prompt: 'dog '.repeat(2500), max_tokens: 4 }),

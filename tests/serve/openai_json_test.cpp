@@ -79,6 +79,40 @@ TEST(OpenAiJsonTest, AChatAnswer) {
   EXPECT_FALSE(j["choices"][0].contains("text"));
 }
 
+TEST(OpenAiJsonTest, AChatAnswerWithToolCalls) {
+  const std::vector<ToolCall> calls = {{"call_a", "get_weather", R"({"city":"Paris"})"},
+                                       {"call_b", "now", "{}"}};
+  const json j = json::parse(
+      AnswerBody(Meta(Endpoint::kChatCompletions), "\n", "tool_calls", {9, 2, 0}, nullptr, calls));
+  const json& message = j["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());  // only whitespace before the calls
+  ASSERT_EQ(message["tool_calls"].size(), 2u);
+  EXPECT_EQ(message["tool_calls"][0],
+            json({{"id", "call_a"},
+                  {"type", "function"},
+                  {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}}));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  const json with_text = json::parse(AnswerBody(Meta(Endpoint::kChatCompletions), "Looking.",
+                                                "tool_calls", {9, 2, 0}, nullptr, calls));
+  EXPECT_EQ(with_text["choices"][0]["message"]["content"], "Looking.");
+}
+
+TEST(OpenAiJsonTest, AToolCallStreamsItsIdAndNameFirstThenArguments) {
+  const AnswerMeta m = Meta(Endpoint::kChatCompletions);
+  const json first = EventJson(ToolCallChunk(m, 1, "call_a", "now", "{\"tz", true));
+  EXPECT_EQ(first["choices"][0]["delta"]["tool_calls"][0],
+            json({{"index", 1},
+                  {"id", "call_a"},
+                  {"type", "function"},
+                  {"function", {{"name", "now"}, {"arguments", "{\"tz"}}}}));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(first.contains("usage") && first["usage"].is_null());
+  const json next = EventJson(ToolCallChunk(m, 1, "", "", "\":1}", false));
+  EXPECT_EQ(next["choices"][0]["delta"]["tool_calls"][0],
+            json({{"index", 1}, {"function", {{"arguments", "\":1}"}}}}));
+  EXPECT_FALSE(next.contains("usage"));
+}
+
 TEST(OpenAiJsonTest, ChatChunksOpenWithTheRoleAndCloseWithTheReason) {
   const AnswerMeta m = Meta(Endpoint::kChatCompletions);
   const json first = EventJson(ChunkEvent(m, "", "", true, false));

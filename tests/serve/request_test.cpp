@@ -105,9 +105,10 @@ TEST(RequestTest, ChatRefusalsNameTheMessageField) {
   EXPECT_EQ(Refusal(R"({"messages": [{"content": "x"}]})", chat).param, "messages[0].role");
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "robot", "content": "x"}]})", chat).param,
             "messages[0].role");
-  const ApiError tool = Refusal(R"({"messages": [{"role": "tool", "content": "x"}]})", chat);
-  EXPECT_EQ(tool.param, "messages[0].role");
-  EXPECT_EQ(tool.code, "unsupported_parameter");
+  const ApiError function =
+      Refusal(R"({"messages": [{"role": "function", "content": "x"}]})", chat);
+  EXPECT_EQ(function.param, "messages[0].role");
+  EXPECT_EQ(function.code, "unsupported_parameter");
   EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url",
       "image_url": {"url": "x"}}]}]})",
                     chat)

@@ -1,0 +1,97 @@
+// A model's answer read back into tool calls, whole or as it streams. The text before a call is
+// content; a call's own markup is never content, so text that may be the start of a call marker is
+// held back until the next piece tells (as StopFilter holds back stop strings). A call that does
+// not parse, or names no tool of the request, is given back as content, markup included: nothing
+// the model wrote is lost.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/request.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvasir::serve {
+
+// The longest call (or array of calls, after its marker) read back; a longer one is content.
+inline constexpr size_t kMaxCallBytes = size_t{256} << 10;
+
+// How a family's model writes calls (tool_prompt.h): each call is a JSON object {"name": ...,
+// "arguments" (or "parameters"): {...}}.
+struct ToolSyntax {
+  std::string open;    // the marker before a call: "<tool_call>", "[TOOL_CALLS]", ...
+  std::string close;   // the marker after it ("</tool_call>"), or none
+  bool array = false;  // after `open` comes an array of calls (Mistral)
+  // A call may also begin without `open`, as bare JSON at the start of the answer or right after
+  // another call: Llama 3's plain JSON calls, and calls a grammar enforces without a marker.
+  bool bare = false;
+  // The answer is written under ToolCallGrammarText's grammar, so every call that begins is one
+  // (its name comes first, then its arguments): a call is streamed as it is written, not once it
+  // is complete.
+  bool forced = false;
+};
+
+// `family`'s syntax; `forced`: the answer is written under ToolCallGrammarText's grammar.
+ToolSyntax ToolSyntaxFor(ChatFamily family, bool forced);
+
+// "call_" and 24 random letters and digits.
+std::string NewToolCallId();
+
+class ToolCallParser {
+ public:
+  // `names`: the request's tools; a call of another name is content.
+  ToolCallParser(ToolSyntax syntax, std::vector<std::string> names);
+
+  // What a stream shows next, in order: text, or a piece of a call.
+  struct Piece {
+    std::string content;  // text (when call < 0)
+    int call = -1;        // else the call's index in the answer
+    std::string id;       // the call's first piece: its new id and its name
+    std::string name;
+    std::string arguments;  // the next bytes of the call's arguments
+  };
+  struct Output {
+    std::vector<Piece> pieces;
+    std::vector<ToolCall> calls;  // calls now complete (their pieces have all been given)
+    std::string text() const;     // the pieces' content, joined
+  };
+  // Adds the next piece of the answer.
+  Output Push(std::string_view text);
+  // At the end of the answer: what was held back. A call cut short becomes content, unless `cut`
+  // (max_tokens or the context ended the answer inside it): then it is dropped, as its markup is
+  // not the model's text.
+  Output Finish(bool cut = false);
+  // Calls returned so far.
+  size_t calls_made() const { return made_; }
+  // A call's arguments as returned: the JSON object's text without the whitespace between tokens.
+  static std::string CompactArguments(std::string_view json_text);
+
+ private:
+  enum class Mode { kText, kCalls, kPlain };
+  void Scan(bool final, Output* out);
+  // kCalls: one step over held_; false when it must wait for more text.
+  bool CallStep(bool final, Output* out);
+  void GiveUp(Output* out);
+  // The calls of the complete JSON value `text` (an object, or an array of them); false when it
+  // is not calls of the request's tools.
+  bool ReadCalls(std::string_view text, std::vector<ToolCall>* out) const;
+  // forced: the pieces of the calls in the value being written at held_[v...], so far.
+  void StreamPartial(size_t v, Output* out);
+  void AddText(std::string text, Output* out);
+
+  struct Streamed {  // a call of the value being written, as far as it has been shown
+    std::string id;
+    size_t args_shown = 0;  // bytes of its compact arguments shown
+  };
+
+  ToolSyntax syntax_;
+  std::vector<std::string> names_;
+  Mode mode_ = Mode::kText;
+  std::string held_;      // kText: text not yet shown; kCalls: the markup since the last call
+  bool at_start_ = true;  // only whitespace so far
+  size_t made_ = 0;
+  std::vector<Streamed> streamed_;  // forced: the calls of the value being written
+};
+
+}  // namespace kvasir::serve

@@ -1,0 +1,39 @@
+// Tool definitions and earlier tool calls laid into a chat prompt, in the format each template
+// family's models were trained on:
+//  - Hermes (ChatML/Qwen, and every family without a tool format of its own): a system block
+//    listing the tools in <tools></tools>, calls as <tool_call>{"name": ..., "arguments": ...}
+//    </tool_call>, results as <tool_response> blocks in a user turn;
+//  - Llama 3.1+: the tools as JSON in the first user turn, calls as {"name": ..., "parameters":
+//    ...}, results in an `ipython` turn;
+//  - Mistral v3+/v7: [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the last [INST], calls as
+//    [TOOL_CALLS] [...], results as [TOOL_RESULTS] {...}[/TOOL_RESULTS].
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+
+#include "serve/request.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvasir::serve {
+
+enum class ToolStyle { kHermes, kLlama3, kMistral };
+
+// The tool format of `family`.
+ToolStyle ToolStyleFor(ChatFamily family);
+
+// True when `request` needs the tool layout: tools to lay out, or tool calls and results among
+// its messages. Otherwise FormatChat lays it out alone, exactly as before tools.
+bool NeedsToolLayout(const CompletionRequest& request);
+
+// The conversation in `family`'s layout with the assistant's turn opened; the tools are laid out
+// only when `tools.active()` (tool_choice "none" shows none), earlier calls and results always.
+std::string FormatToolChat(ChatFamily family, std::span<const ChatTurn> turns,
+                           const ToolsRequest& tools);
+
+// JSON as Python's json.dumps writes it (the templates' `tojson`): ", " and ": " on one line, or
+// with `indent` > 0 one member per line. Non-ASCII text is kept as UTF-8.
+std::string TemplateJson(const nlohmann::ordered_json& v, int indent = 0);
+
+}  // namespace kvasir::serve
