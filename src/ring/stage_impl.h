@@ -17,21 +17,21 @@
 #include <thread>
 #include <vector>
 
+#include "base/watchdog.h"
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
-#include "base/watchdog.h"
 #include "net/stream.h"
 #include "ring/byte_budget.h"
 #include "ring/front_end.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/pending_table.h"
-#include "ring/recent_map.h"
+#include "ring/prompt_cache.h"
+#include "ring/receipt_book.h"
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
-#include "ring/prompt_cache.h"
 #include "ring/tail_sampler.h"
 #include "ring/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
@@ -48,7 +48,7 @@ struct Event {
   uint64_t client = 0;     // kMessage/kClientGone: client connection id
   std::optional<Message> msg;
   std::string reason;
-  ByteCharge charge;       // a client's message: its bytes, held until the event is handled
+  ByteCharge charge;  // a client's message: its bytes, held until the event is handled
 };
 
 // A client's GENERATE that waits for the ring to close, with the bytes it holds.
@@ -86,7 +86,7 @@ struct Session {
   uint32_t id = 0;
   wire::SamplingWire sampling{};
   int n_prompt = 0;
-  int n_generated = 0;               // head: tokens sent to the client
+  int n_generated = 0;  // head: tokens sent to the client
   // Token rows this window ran for the session (for its receipt). The head runs nothing once it
   // has sent CLOSE_SESSION, and every other stage runs the rows it was sent before the CLOSE
   // before it closes, so every stage runs exactly the head's rows.
@@ -95,15 +95,15 @@ struct Session {
   SessionRows commit;
   std::unique_ptr<TailSampler> tail;  // on the last stage
   // Head only:
-  bool originated = false;   // opened by this stage (it is the head)
-  bool closing = false;      // CLOSE sent around, waiting for it to come back
+  bool originated = false;  // opened by this stage (it is the head)
+  bool closing = false;     // CLOSE sent around, waiting for it to come back
   uint64_t client = 0;
   StopMatcher stops;
   bool report_cached = false;  // the client asked for the cached count with the first token
   // Prompt cache.
-  bool keep = false;              // kept when it ends (every stage)
-  uint32_t n_cached = 0;          // prompt positions taken over from a kept session
-  std::vector<int32_t> history;   // head: the ids of its positions (prompt, then tokens fed)
+  bool keep = false;                   // kept when it ends (every stage)
+  uint32_t n_cached = 0;               // prompt positions taken over from a kept session
+  std::vector<int32_t> history;        // head: the ids of its positions (prompt, then tokens fed)
   std::unique_ptr<GenerateMsg> retry;  // head, forked: the request, to open afresh on a miss
 };
 
@@ -206,13 +206,12 @@ class StageImpl final : public Stage {
   // head), its rows go to the store.
   void KeepClosedRows(Session& s);
 
-  // stage_receipts.cpp: contribution receipts.
+  // stage_receipts.cpp: contribution receipts, kept by receipts_.
   // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
   // session's rows under its id.
   void SendReceipt(Session& s);
+  // The head checks a receipt that came back and hands it to on_receipt; others sign and forward.
   void HandleReceipt(ReceiptMsg& m);
-  void SignAndForwardReceipt(ReceiptMsg& m);  // not the head
-  void ReceiptCameBack(ReceiptMsg& m);        // the head
 
   bool is_head() const { return window_->spec().has_embed; }
   bool is_last() const { return window_->spec().has_head; }
@@ -274,16 +273,8 @@ class StageImpl final : public Stage {
   bool ring_closed_ = false;
   uint64_t probe_nonce_ = 0;
   Clock::time_point last_probe_{};
-  // Receipts: rows of sessions that closed here, waiting for their receipt (not the head), and
-  // the receipts this head sent around, waiting to come back (id -> session). Both bounded.
-  static constexpr size_t kMaxRecentReceipts = 1024;
-  struct ClosedRows {
-    uint64_t rows = 0;
-    Digest root{};  // SessionRows::Root
-  };
-  RecentMap<uint32_t, ClosedRows> closed_rows_{kMaxRecentReceipts};
   std::shared_ptr<RowStore> row_store_;  // never null
-  RecentMap<std::array<uint8_t, 16>, uint32_t> pending_receipts_{kMaxRecentReceipts};
+  ReceiptBook receipts_;                 // after row_store_, which it shares
 
   // Statistics.
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};
