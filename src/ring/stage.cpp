@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <random>
 
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -145,10 +144,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   stage_max_payload_ = MaxStagePayload(window_->n_ctx(), window_->config().n_embd);
   if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
-  std::random_device rd;
-  // Session ids start at a random point so a restarted head never reuses live ids.
-  next_session_ = (rd() & 0x3fffffffu) + 1;
-  probe_nonce_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+  if (is_head()) head_ = std::make_unique<HeadRole>(*this);
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
@@ -300,12 +296,13 @@ Status StageImpl::Run() {
       const bool idle = scheduler_.size() == 0;
       if (events_.empty() && idle) {
         // Wake up periodically to probe the ring while it is not known to be closed.
-        events_cv_.wait_for(lock, std::chrono::milliseconds(ring_closed_ ? 1000 : 100));
+        const bool closed = head_ != nullptr && head_->ring_closed();
+        events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
       }
       batch.swap(events_);
     }
     for (Event& e : batch) HandleEvent(e);
-    MaybeProbeRing();
+    if (head_) head_->MaybeProbe();
     RunBatch();
   }
   return Status::Ok();

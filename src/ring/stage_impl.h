@@ -24,6 +24,7 @@
 #include "net/stream.h"
 #include "ring/byte_budget.h"
 #include "ring/front_end.h"
+#include "ring/head_role.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/pending_table.h"
@@ -49,13 +50,6 @@ struct Event {
   std::optional<Message> msg;
   std::string reason;
   ByteCharge charge;  // a client's message: its bytes, held until the event is handled
-};
-
-// A client's GENERATE that waits for the ring to close, with the bytes it holds.
-struct WaitingGenerate {
-  uint64_t client = 0;
-  GenerateMsg request;
-  ByteCharge charge;
 };
 
 // An accepted connection still in its handshake. The pending table may cut it (its deadline under
@@ -127,6 +121,8 @@ class StageImpl final : public Stage {
   }
 
  private:
+  friend class HeadRole;
+
   // stage.cpp: creation, stop, statistics, the event queue.
   wire::Hello MyHello() const;
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
@@ -163,16 +159,14 @@ class StageImpl final : public Stage {
   // Sends to the successor. A message the protocol cannot carry fails its session instead.
   bool SendNext(const Message& m);
 
-  // stage_compute.cpp: the compute loop.
+  // stage_compute.cpp: the compute loop, and a stage's part as a ring member (not the head).
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
-  void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
-  void StartSession(uint64_t client, GenerateMsg& g, bool use_cache = true);
   void HandleOpen(OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
-  void HandleToken(const TokenMsg& t);
-  void HandleClose(const CloseMsg& c, bool from_pred);
+  void HandleClose(const CloseMsg& c);
   void HandleError(const ErrorMsg& e);
+  // Drops every session for `why`; `forward`: an ERROR for session 0 goes on (not the head).
   void FailAll(const std::string& why, bool forward);
   void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
@@ -182,7 +176,6 @@ class StageImpl final : public Stage {
   // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
   void RunWork(std::span<const Work> batch);
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
-  void MaybeProbeRing();
 
   // stage_cache.cpp: the prompt cache.
   // Opens a sequence, first freeing kept sessions when the window has no room for another.
@@ -193,8 +186,6 @@ class StageImpl final : public Stage {
   // Keeps an ending session's state for later ones (when it asked and ended normally), or frees it.
   void KeepOrClose(Session& s, wire::FinishReason reason);
   void ExpireCache();
-  // Head: a forked session that a stage could not fork is opened afresh; true when it was.
-  bool RetryWithoutCache(uint32_t session);
   // stage_rows.cpp: row commitments.
   // A new session's commitment, keeping its rows when the store keeps rows.
   SessionRows NewCommit() const { return SessionRows(row_store_); }
@@ -210,8 +201,10 @@ class StageImpl final : public Stage {
   // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
   // session's rows under its id.
   void SendReceipt(Session& s);
-  // The head checks a receipt that came back and hands it to on_receipt; others sign and forward.
-  void HandleReceipt(ReceiptMsg& m);
+  // Not the head: signs a receipt and forwards it.
+  void SignReceipt(ReceiptMsg& m);
+  // The head: checks a receipt that came back and hands it to on_receipt.
+  void ReceiptCameBack(ReceiptMsg& m);
 
   bool is_head() const { return window_->spec().has_embed; }
   bool is_last() const { return window_->spec().has_head; }
@@ -265,14 +258,9 @@ class StageImpl final : public Stage {
   // Compute-thread state (no lock: only the compute loop touches it).
   std::map<uint32_t, Session> sessions_;
   BatchScheduler scheduler_;
-  std::deque<WaitingGenerate> waiting_generates_;
-  std::deque<uint64_t> stats_waiters_;
-  uint32_t next_session_ = 1;
   PromptCache cache_;
   bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
-  bool ring_closed_ = false;
-  uint64_t probe_nonce_ = 0;
-  Clock::time_point last_probe_{};
+  std::unique_ptr<HeadRole> head_;       // on the head only
   std::shared_ptr<RowStore> row_store_;  // never null
   ReceiptBook receipts_;                 // after row_store_, which it shares
 

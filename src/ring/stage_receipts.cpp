@@ -16,16 +16,16 @@ void StageImpl::SendReceipt(Session& s) {
   SendNext(ReceiptMsg{receipts_.Start(s.id, s.rows, std::move(s.commit))});
 }
 
-void StageImpl::HandleReceipt(ReceiptMsg& m) {
-  if (!is_head()) {
-    auto signed_payload = receipts_.Sign(m.payload);
-    if (!signed_payload.ok()) {
-      KV_LOG_WARN("{}: {}", options_.name, signed_payload.status().message());
-      return;
-    }
-    SendNext(ReceiptMsg{std::move(*signed_payload)});
+void StageImpl::SignReceipt(ReceiptMsg& m) {
+  auto signed_payload = receipts_.Sign(m.payload);
+  if (!signed_payload.ok()) {
+    KV_LOG_WARN("{}: {}", options_.name, signed_payload.status().message());
     return;
   }
+  SendNext(ReceiptMsg{std::move(*signed_payload)});
+}
+
+void StageImpl::ReceiptCameBack(ReceiptMsg& m) {
   if (Status s = receipts_.CameBack(m.payload); !s.ok()) {
     KV_LOG_WARN("{}: {}", options_.name, s.message());
     return;
