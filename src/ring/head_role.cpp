@@ -167,9 +167,8 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   uint32_t id = next_session_++;
   if (id == 0) id = next_session_++;
   std::unique_ptr<TailSampler> tail;
-  if (st_.is_last()) {  // a one-stage ring: the head samples too
-    auto t = TailSampler::Create(g.sampling, ids, window.n_ctx(), window.config().n_vocab, g.extra,
-                                 &st_.vocab_trie_);
+  if (st_.tail_) {  // a one-stage ring: the head samples too
+    auto t = st_.tail_->NewSampler(g.sampling, ids, g.extra);
     if (!t.ok()) return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
     tail = std::move(t).value();
   }

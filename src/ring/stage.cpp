@@ -122,7 +122,6 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       file_(std::move(file)),
       window_(std::move(window)),
       tokenizer_(std::move(tokenizer)),
-      vocab_trie_(tokenizer_.get()),
       model_id_(model_id),
       listener_(std::move(listener)),
       pending_(PendingTable::Limits{
@@ -145,6 +144,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   if (is_head()) head_ = std::make_unique<HeadRole>(*this);
+  if (is_last()) tail_ = std::make_unique<TailRole>(*this);
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;

@@ -82,9 +82,8 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // stage's sampler is only ever made from checked values.
   std::unique_ptr<TailSampler> tail;
   Status checked;
-  if (is_last()) {
-    auto t = TailSampler::Create(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
-                                 o.extra, &vocab_trie_);
+  if (tail_) {
+    auto t = tail_->NewSampler(o.sampling, o.prompt, o.extra);
     if (t.ok()) tail = std::move(t).value();
     checked = t.status();
   } else {
@@ -302,47 +301,21 @@ void StageImpl::RunWork(std::span<const Work> batch) {
 }
 
 void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& out) {
+  if (tail_) {
+    tail_->EmitTokens(batch, out);
+    return;
+  }
   const int n_embd = window_->config().n_embd;
-  const int n_vocab = window_->config().n_vocab;
-  size_t row = 0, logit_row = 0;
+  size_t row = 0;
   for (const Work& w : batch) {
-    if (!is_last()) {
-      HiddenMsg h = MakeHidden(
-          w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
-          static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
-          std::span<const float>(out.hidden)
-              .subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
-      CommitRows(w, &h, std::nullopt);
-      SendNext(h);
-      row += w.n_tokens;
-      continue;
-    }
-    if (!w.sample) {
-      CommitRows(w, nullptr, std::nullopt);
-      continue;
-    }
-    auto it = sessions_.find(w.session);
-    if (it == sessions_.end()) {
-      ++logit_row;
-      continue;
-    }
-    Session& s = it->second;
-    std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_vocab);
-    ++logit_row;
-    auto sampled = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, window_->n_ctx(),
-                                  [&](int32_t id) { return tokenizer_->IsEog(id); });
-    if (!sampled.ok()) {
-      KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, sampled.status().message());
-      FailSession(w.session, wire::ErrorCode::kBadRequest, sampled.status().message());
-      continue;
-    }
-    TokenMsg& t = *sampled;
-    CommitRows(w, nullptr, t.token.id);
-    if (head_) {
-      head_->HandleToken(t);  // a one-stage ring: the head samples for itself
-    } else {
-      SendNext(t);
-    }
+    HiddenMsg h = MakeHidden(w.session, static_cast<uint32_t>(w.pos0),
+                             static_cast<uint32_t>(w.n_tokens), static_cast<uint32_t>(n_embd),
+                             options_.boundary, w.sample ? wire::kHiddenSample : 0,
+                             std::span<const float>(out.hidden)
+                                 .subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
+    CommitRows(w, &h, std::nullopt);
+    SendNext(h);
+    row += w.n_tokens;
   }
 }
 

@@ -33,8 +33,8 @@
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
+#include "ring/tail_role.h"
 #include "ring/tail_sampler.h"
-#include "ring/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::ring {
@@ -122,6 +122,7 @@ class StageImpl final : public Stage {
 
  private:
   friend class HeadRole;
+  friend class TailRole;
 
   // stage.cpp: creation, stop, statistics, the event queue.
   wire::Hello MyHello() const;
@@ -175,6 +176,7 @@ class StageImpl final : public Stage {
   bool RunBatch();
   // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
   void RunWork(std::span<const Work> batch);
+  // Sends `batch`'s outputs on: the last stage's tokens (TailRole), or else hidden rows.
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
 
   // stage_cache.cpp: the prompt cache.
@@ -213,7 +215,6 @@ class StageImpl final : public Stage {
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<LayerWindow> window_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  VocabTrie vocab_trie_;  // the last stage's, for grammars: built by the first that comes
   ModelId model_id_;
   net::Listener listener_;
   std::string succ_host_;
@@ -261,6 +262,7 @@ class StageImpl final : public Stage {
   PromptCache cache_;
   bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
   std::unique_ptr<HeadRole> head_;       // on the head only
+  std::unique_ptr<TailRole> tail_;       // on the last stage only
   std::shared_ptr<RowStore> row_store_;  // never null
   ReceiptBook receipts_;                 // after row_store_, which it shares
 
