@@ -1,6 +1,8 @@
 // Stage runtime, part 4: the compute loop. Only the thread in Run() executes this file, so session
 // state needs no locks. Control messages are handled as they arrive; hidden-state work is batched
-// across sessions (decode steps first, then prompt chunks) into one Forward per loop turn.
+// across sessions (decode steps first, then prompt chunks) into one Forward per loop turn. What
+// only the head does is in HeadRole (head_role.cpp), what only the last stage does in TailRole
+// (tail_role.cpp); this file is the loop and the part of every other stage.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,7 +1,9 @@
 // Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
 // statistics), stage_accept.cpp (accepted connections: handshake slots, clients),
-// stage_links.cpp (dialed links, sending), stage_compute.cpp (sessions, batching, the forward
-// loop) and stage_receipts.cpp.
+// stage_links.cpp (dialed links, sending), stage_compute.cpp (the compute loop, a ring member's
+// sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp; and by its roles,
+// HeadRole (head_role.h) on the head and TailRole (tail_role.h) on the last stage. Receipts are
+// kept by a ReceiptBook (receipt_book.h).
 #pragma once
 
 #include <atomic>
