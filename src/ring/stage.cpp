@@ -150,6 +150,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   stage_auth_.insecure = options_.insecure;
   stage_auth_.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
   client_auth_.client_secret = options_.client_secret;
+  succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
   KV_LOG_INFO(
@@ -182,9 +183,10 @@ void StageImpl::Stop() {
   if (running_.exchange(false)) {
     listener_.Close();
     {
-      std::lock_guard<std::mutex> lock(links_mu_);
-      succ_cv_.notify_all();
+      std::lock_guard<std::mutex> lock(pred_cv_mu_);
+      pred_cv_.notify_all();
     }
+    succ_link_->Stop();
     close_all();
     Push(Event{});
     std::lock_guard<std::mutex> lock(trim_mu_);
@@ -287,7 +289,7 @@ Status StageImpl::Run() {
   }
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   trim_thread_ = std::thread([this] { TrimLoop(); });
-  dial_thread_ = std::thread([this] { DialLoop(); });
+  dial_thread_ = std::thread([this] { succ_link_->Run(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   while (running_.load()) {
     std::deque<Event> batch;

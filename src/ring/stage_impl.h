@@ -35,6 +35,7 @@
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
+#include "ring/successor_link.h"
 #include "ring/tail_role.h"
 #include "ring/tail_sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -119,7 +120,7 @@ class StageImpl final : public Stage {
   void LogStats() override;
   bool linked() const override {
     std::lock_guard<std::mutex> lock(links_mu_);
-    return pred_ != nullptr && succ_ != nullptr;
+    return pred_ != nullptr && succ_link_->up();
   }
 
  private:
@@ -144,8 +145,6 @@ class StageImpl final : public Stage {
   Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, PendingConn* pending,
                                            wire::Hello* peer_hello, bool* is_client,
                                            std::shared_ptr<ByteAccount>* account);
-  // Handshake + HELLO with the successor, within the handshake deadline.
-  Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<net::Stream> raw);
   void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
                  const std::shared_ptr<ByteAccount>& account);
   // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure).
@@ -153,8 +152,10 @@ class StageImpl final : public Stage {
   // Once a second after connections ended, gives the memory they freed back to the system.
   void TrimLoop();
   // stage_links.cpp: the dial threads, link bookkeeping, sending.
-  void DialLoop();
+  // What the successor link needs of this stage: its dial, proofs, HELLO and events.
+  SuccessorLinkOptions SuccessorOptions();
   void PredDialLoop();  // only with options_.dial_pred
+  // The relayed predecessor dialer's wait before it dials again (JitteredBackoffMs), doubling it.
   void Backoff(int* backoff_ms);
   // Registers a link so Stop() can close it (weakly: a link that ends is freed at once).
   bool TrackLink(const std::shared_ptr<Link>& link);
@@ -248,10 +249,13 @@ class StageImpl final : public Stage {
 
   // Links, guarded by links_mu_.
   mutable std::mutex links_mu_;
-  std::shared_ptr<Link> pred_, succ_;
+  std::shared_ptr<Link> pred_;
   std::map<uint64_t, std::shared_ptr<Link>> clients_;
   uint64_t next_client_ = 1;
-  std::condition_variable succ_cv_;  // wakes the dialer when the successor link drops
+  std::unique_ptr<SuccessorLink> succ_link_;  // made at creation, never null after
+  // Wakes the relayed predecessor's dialer from its backoff when the stage stops.
+  std::mutex pred_cv_mu_;
+  std::condition_variable pred_cv_;
 
   // Event queue.
   std::mutex events_mu_;
