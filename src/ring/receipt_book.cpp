@@ -79,7 +79,7 @@ Result<std::vector<uint8_t>> ReceiptBook::Sign(std::span<const uint8_t> payload)
   return EncodeReceipt(r);
 }
 
-Status ReceiptBook::CameBack(std::span<const uint8_t> payload) {
+Result<Receipt> ReceiptBook::CameBack(std::span<const uint8_t> payload) {
   auto parsed = Parse(payload);
   if (!parsed.ok()) return parsed.status();
   const Receipt& r = *parsed;
@@ -100,7 +100,7 @@ Status ReceiptBook::CameBack(std::span<const uint8_t> payload) {
   }
   KV_LOG_DEBUG("{}: session {}: receipt {} complete ({} lines)", options_.name, r.session,
                ReceiptIdHex(r), r.lines.size());
-  return Status::Ok();
+  return parsed;
 }
 
 }  // namespace kvasir::ring

@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "model/model_id.h"
 #include "ring/node_key.h"
+#include "ring/receipt.h"
 #include "ring/recent_map.h"
 #include "ring/row_commit.h"
 #include "ring/row_store.h"
@@ -54,10 +55,10 @@ class ReceiptBook {
   // that did not close here (or too long ago); each session is signed at most once.
   Result<std::vector<uint8_t>> Sign(std::span<const uint8_t> payload);
 
-  // Head: checks a RECEIPT that came back around. Ok when it is complete: one this head sent and
-  // not seen back before, every line verifies, the first is this head's, the lines end at the
-  // model's last layer, and it names the session it was sent for.
-  Status CameBack(std::span<const uint8_t> payload);
+  // Head: checks a RECEIPT that came back around, and returns it when it is complete: one this
+  // head sent and not seen back before, every line verifies, the first is this head's, the lines
+  // end at the model's last layer, and it names the session it was sent for.
+  Result<Receipt> CameBack(std::span<const uint8_t> payload);
 
   // Receipts sent around and not back yet; closed sessions waiting for their receipt.
   size_t in_flight() const { return in_flight_.size(); }

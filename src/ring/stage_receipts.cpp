@@ -26,8 +26,9 @@ void StageImpl::SignReceipt(ReceiptMsg& m) {
 }
 
 void StageImpl::ReceiptCameBack(ReceiptMsg& m) {
-  if (Status s = receipts_.CameBack(m.payload); !s.ok()) {
-    KV_LOG_WARN("{}: {}", options_.name, s.message());
+  auto r = receipts_.CameBack(m.payload);
+  if (!r.ok()) {
+    KV_LOG_WARN("{}: {}", options_.name, r.status().message());
     return;
   }
   if (!options_.on_receipt) return;
@@ -35,9 +36,10 @@ void StageImpl::ReceiptCameBack(ReceiptMsg& m) {
   try {
     options_.on_receipt(std::move(m.payload));
   } catch (const std::exception& e) {
-    KV_LOG_WARN("{}: a receipt: the receipt callback failed: {}", options_.name, e.what());
+    KV_LOG_WARN("{}: receipt {}: the receipt callback failed: {}", options_.name, ReceiptIdHex(*r),
+                e.what());
   } catch (...) {
-    KV_LOG_WARN("{}: a receipt: the receipt callback failed", options_.name);
+    KV_LOG_WARN("{}: receipt {}: the receipt callback failed", options_.name, ReceiptIdHex(*r));
   }
 }
 
