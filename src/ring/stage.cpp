@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <random>
 
 #include "base/log.h"
 #include "base/mapped_file.h"
@@ -45,15 +44,17 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   }
   if (opt.handshake_timeout_ms < 100 || opt.pressure_handshake_timeout_ms < 100 ||
       opt.pressure_handshake_timeout_ms > opt.handshake_timeout_ms) {
-    return Error("handshake deadlines of {} ms ({} ms under pressure) must be at least 100 ms, the "
-                 "second no longer than the first",
-                 opt.handshake_timeout_ms, opt.pressure_handshake_timeout_ms);
+    return Error(
+        "handshake deadlines of {} ms ({} ms under pressure) must be at least 100 ms, the "
+        "second no longer than the first",
+        opt.handshake_timeout_ms, opt.pressure_handshake_timeout_ms);
   }
   if (opt.max_pending_per_address < 1 || opt.pending_reserved < 0 ||
       opt.max_pending <= opt.pending_reserved) {
-    return Error("handshake slots: {} in all, {} reserved, {} per address: need more slots than "
-                 "reserved ones and at least 1 per address",
-                 opt.max_pending, opt.pending_reserved, opt.max_pending_per_address);
+    return Error(
+        "handshake slots: {} in all, {} reserved, {} per address: need more slots than "
+        "reserved ones and at least 1 per address",
+        opt.max_pending, opt.pending_reserved, opt.max_pending_per_address);
   }
   if (opt.max_clients < 1) return Error("--max-clients {} must be at least 1", opt.max_clients);
   if (opt.key == nullptr) return Error("the stage has no node key");
@@ -106,9 +107,9 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
     KV_ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromGguf(shared->header(), shared->path()));
   }
   KV_ASSIGN_OR_RETURN(ModelId id, ComputeModelId(shared->header(), shared->path()));
-  KV_ASSIGN_OR_RETURN(net::Listener listener,
-                      adopted.has_value() ? Result<net::Listener>(std::move(*adopted))
-                                          : net::Listener::Bind(host, port));
+  KV_ASSIGN_OR_RETURN(net::Listener listener, adopted.has_value()
+                                                  ? Result<net::Listener>(std::move(*adopted))
+                                                  : net::Listener::Bind(host, port));
   auto stage = std::make_unique<StageImpl>(opt, std::move(shared), std::move(window),
                                            std::move(tokenizer), id, std::move(listener));
   return std::unique_ptr<Stage>(std::move(stage));
@@ -121,35 +122,35 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       file_(std::move(file)),
       window_(std::move(window)),
       tokenizer_(std::move(tokenizer)),
-      vocab_trie_(tokenizer_.get()),
       model_id_(model_id),
       listener_(std::move(listener)),
-      pending_(PendingTable::Limits{options_.max_pending, options_.max_pending_per_address,
-                                    options_.pending_reserved,
-                                    std::chrono::milliseconds(options_.handshake_timeout_ms),
-                                    std::chrono::milliseconds(
-                                        options_.pressure_handshake_timeout_ms)}),
+      pending_(PendingTable::Limits{
+          options_.max_pending, options_.max_pending_per_address, options_.pending_reserved,
+          std::chrono::milliseconds(options_.handshake_timeout_ms),
+          std::chrono::milliseconds(options_.pressure_handshake_timeout_ms)}),
       client_budget_(ByteBudget::Create(options_.client_buffer_bytes)),
       scheduler_(options_.max_batch_rows),
       cache_(options_.cache_bytes, std::chrono::milliseconds(options_.cache_ttl_ms)),
       row_store_(options_.row_store ? options_.row_store
-                                    : std::make_shared<RowStore>(RowStoreOptions{0, 0})) {
+                                    : std::make_shared<RowStore>(RowStoreOptions{0, 0})),
+      receipts_(ReceiptBookOptions{options_.name, options_.key, model_id_,
+                                   static_cast<uint32_t>(options_.first),
+                                   static_cast<uint32_t>(options_.last),
+                                   static_cast<uint32_t>(window_->config().n_layer), row_store_}) {
   for (LayerKind k : window_->config().layer_kinds) recurrent_ |= k != LayerKind::kAttention;
-  client_max_payload_ =
-      is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
-                : MaxClientPayload(0);
+  client_max_payload_ = is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
+                                  : MaxClientPayload(0);
   stage_max_payload_ = MaxStagePayload(window_->n_ctx(), window_->config().n_embd);
   if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
-  std::random_device rd;
-  // Session ids start at a random point so a restarted head never reuses live ids.
-  next_session_ = (rd() & 0x3fffffffu) + 1;
-  probe_nonce_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+  if (is_head()) head_ = std::make_unique<HeadRole>(*this);
+  if (is_last()) tail_ = std::make_unique<TailRole>(*this);
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
   stage_auth_.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
   client_auth_.client_secret = options_.client_secret;
+  succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
   KV_LOG_INFO(
@@ -182,9 +183,10 @@ void StageImpl::Stop() {
   if (running_.exchange(false)) {
     listener_.Close();
     {
-      std::lock_guard<std::mutex> lock(links_mu_);
-      succ_cv_.notify_all();
+      std::lock_guard<std::mutex> lock(pred_cv_mu_);
+      pred_cv_.notify_all();
     }
+    succ_link_->Stop();
     close_all();
     Push(Event{});
     std::lock_guard<std::mutex> lock(trim_mu_);
@@ -264,8 +266,8 @@ wire::StageStats StageImpl::StatsRecord() const {
   s.decode_busy_ns = decode_busy_ns_.load();
   // Sessions whose CLOSE is on its way around the ring count as closed.
   s.links_refused = static_cast<uint32_t>(links_refused_.load());
-  s.sessions_open = static_cast<uint32_t>(
-      std::count_if(sessions_.begin(), sessions_.end(), [](const auto& kv) { return !kv.second.closing; }));
+  s.sessions_open = static_cast<uint32_t>(std::count_if(
+      sessions_.begin(), sessions_.end(), [](const auto& kv) { return !kv.second.closing; }));
   return s;
 }
 
@@ -287,7 +289,7 @@ Status StageImpl::Run() {
   }
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   trim_thread_ = std::thread([this] { TrimLoop(); });
-  dial_thread_ = std::thread([this] { DialLoop(); });
+  dial_thread_ = std::thread([this] { succ_link_->Run(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   while (running_.load()) {
     std::deque<Event> batch;
@@ -296,12 +298,13 @@ Status StageImpl::Run() {
       const bool idle = scheduler_.size() == 0;
       if (events_.empty() && idle) {
         // Wake up periodically to probe the ring while it is not known to be closed.
-        events_cv_.wait_for(lock, std::chrono::milliseconds(ring_closed_ ? 1000 : 100));
+        const bool closed = head_ != nullptr && head_->ring_closed();
+        events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
       }
       batch.swap(events_);
     }
     for (Event& e : batch) HandleEvent(e);
-    MaybeProbeRing();
+    if (head_) head_->MaybeProbe();
     RunBatch();
   }
   return Status::Ok();

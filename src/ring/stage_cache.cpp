@@ -19,7 +19,8 @@ bool StageImpl::ForkSequence(uint32_t from, uint32_t to, int n_keep) {
   ExpireCache();
   auto kept = cache_.Take(from);
   if (!kept) return false;
-  if (kept->length < n_keep || !window_->RenameSequence(static_cast<int>(from), static_cast<int>(to)).ok()) {
+  if (kept->length < n_keep ||
+      !window_->RenameSequence(static_cast<int>(from), static_cast<int>(to)).ok()) {
     window_->CloseSequence(static_cast<int>(from));
     return false;
   }
@@ -48,37 +49,14 @@ void StageImpl::KeepOrClose(Session& s, wire::FinishReason reason) {
     e.tokens = std::move(s.history);
     e.tokens.resize(std::min(e.tokens.size(), static_cast<size_t>(length)));
   }
-  for (uint32_t evicted : cache_.Put(std::move(e))) window_->CloseSequence(static_cast<int>(evicted));
+  for (uint32_t evicted : cache_.Put(std::move(e)))
+    window_->CloseSequence(static_cast<int>(evicted));
 }
 
 void StageImpl::ExpireCache() {
   for (uint32_t expired : cache_.Expire(PromptCache::Clock::now())) {
     window_->CloseSequence(static_cast<int>(expired));
   }
-}
-
-bool StageImpl::RetryWithoutCache(uint32_t session) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end() || !it->second.originated || it->second.retry == nullptr ||
-      it->second.n_generated > 0) {
-    return false;
-  }
-  Session& s = it->second;
-  KV_LOG_INFO("{}: session {}: a stage had not kept session's state it was to take over: opened "
-              "afresh",
-              options_.name, session);
-  std::unique_ptr<GenerateMsg> request = std::move(s.retry);
-  const uint64_t client = s.client;
-  window_->CloseSequence(static_cast<int>(session));
-  scheduler_.TakeSession(session);
-  // Around the ring, so that every stage that took the kept state over frees it.
-  if (SendNext(CloseMsg{session, static_cast<uint8_t>(wire::FinishReason::kError)})) {
-    s.closing = true;
-  } else {
-    sessions_.erase(it);
-  }
-  StartSession(client, *request, /*use_cache=*/false);
-  return true;
 }
 
 }  // namespace kvasir::ring

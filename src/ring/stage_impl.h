@@ -1,7 +1,9 @@
 // Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
 // statistics), stage_accept.cpp (accepted connections: handshake slots, clients),
-// stage_links.cpp (dialed links, sending), stage_compute.cpp (sessions, batching, the forward
-// loop) and stage_receipts.cpp.
+// stage_links.cpp (dialed links, sending), stage_compute.cpp (the compute loop, a ring member's
+// sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp; and by its roles,
+// HeadRole (head_role.h) on the head and TailRole (tail_role.h) on the last stage. Receipts are
+// kept by a ReceiptBook (receipt_book.h).
 #pragma once
 
 #include <atomic>
@@ -17,23 +19,25 @@
 #include <thread>
 #include <vector>
 
+#include "base/watchdog.h"
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
-#include "base/watchdog.h"
 #include "net/stream.h"
 #include "ring/byte_budget.h"
 #include "ring/front_end.h"
+#include "ring/head_role.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/pending_table.h"
-#include "ring/recent_map.h"
+#include "ring/prompt_cache.h"
+#include "ring/receipt_book.h"
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/stage.h"
-#include "ring/prompt_cache.h"
+#include "ring/successor_link.h"
+#include "ring/tail_role.h"
 #include "ring/tail_sampler.h"
-#include "ring/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::ring {
@@ -48,14 +52,7 @@ struct Event {
   uint64_t client = 0;     // kMessage/kClientGone: client connection id
   std::optional<Message> msg;
   std::string reason;
-  ByteCharge charge;       // a client's message: its bytes, held until the event is handled
-};
-
-// A client's GENERATE that waits for the ring to close, with the bytes it holds.
-struct WaitingGenerate {
-  uint64_t client = 0;
-  GenerateMsg request;
-  ByteCharge charge;
+  ByteCharge charge;  // a client's message: its bytes, held until the event is handled
 };
 
 // An accepted connection still in its handshake. The pending table may cut it (its deadline under
@@ -86,7 +83,7 @@ struct Session {
   uint32_t id = 0;
   wire::SamplingWire sampling{};
   int n_prompt = 0;
-  int n_generated = 0;               // head: tokens sent to the client
+  int n_generated = 0;  // head: tokens sent to the client
   // Token rows this window ran for the session (for its receipt). The head runs nothing once it
   // has sent CLOSE_SESSION, and every other stage runs the rows it was sent before the CLOSE
   // before it closes, so every stage runs exactly the head's rows.
@@ -95,15 +92,15 @@ struct Session {
   SessionRows commit;
   std::unique_ptr<TailSampler> tail;  // on the last stage
   // Head only:
-  bool originated = false;   // opened by this stage (it is the head)
-  bool closing = false;      // CLOSE sent around, waiting for it to come back
+  bool originated = false;  // opened by this stage (it is the head)
+  bool closing = false;     // CLOSE sent around, waiting for it to come back
   uint64_t client = 0;
   StopMatcher stops;
   bool report_cached = false;  // the client asked for the cached count with the first token
   // Prompt cache.
-  bool keep = false;              // kept when it ends (every stage)
-  uint32_t n_cached = 0;          // prompt positions taken over from a kept session
-  std::vector<int32_t> history;   // head: the ids of its positions (prompt, then tokens fed)
+  bool keep = false;                   // kept when it ends (every stage)
+  uint32_t n_cached = 0;               // prompt positions taken over from a kept session
+  std::vector<int32_t> history;        // head: the ids of its positions (prompt, then tokens fed)
   std::unique_ptr<GenerateMsg> retry;  // head, forked: the request, to open afresh on a miss
 };
 
@@ -123,10 +120,13 @@ class StageImpl final : public Stage {
   void LogStats() override;
   bool linked() const override {
     std::lock_guard<std::mutex> lock(links_mu_);
-    return pred_ != nullptr && succ_ != nullptr;
+    return pred_ != nullptr && succ_link_->up();
   }
 
  private:
+  friend class HeadRole;
+  friend class TailRole;
+
   // stage.cpp: creation, stop, statistics, the event queue.
   wire::Hello MyHello() const;
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
@@ -145,8 +145,6 @@ class StageImpl final : public Stage {
   Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, PendingConn* pending,
                                            wire::Hello* peer_hello, bool* is_client,
                                            std::shared_ptr<ByteAccount>* account);
-  // Handshake + HELLO with the successor, within the handshake deadline.
-  Result<std::shared_ptr<Link>> OpenSuccessorLink(std::unique_ptr<net::Stream> raw);
   void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
                  const std::shared_ptr<ByteAccount>& account);
   // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure).
@@ -154,8 +152,10 @@ class StageImpl final : public Stage {
   // Once a second after connections ended, gives the memory they freed back to the system.
   void TrimLoop();
   // stage_links.cpp: the dial threads, link bookkeeping, sending.
-  void DialLoop();
+  // What the successor link needs of this stage: its dial, proofs, HELLO and events.
+  SuccessorLinkOptions SuccessorOptions();
   void PredDialLoop();  // only with options_.dial_pred
+  // The relayed predecessor dialer's wait before it dials again (JitteredBackoffMs), doubling it.
   void Backoff(int* backoff_ms);
   // Registers a link so Stop() can close it (weakly: a link that ends is freed at once).
   bool TrackLink(const std::shared_ptr<Link>& link);
@@ -163,16 +163,14 @@ class StageImpl final : public Stage {
   // Sends to the successor. A message the protocol cannot carry fails its session instead.
   bool SendNext(const Message& m);
 
-  // stage_compute.cpp: the compute loop.
+  // stage_compute.cpp: the compute loop, and a stage's part as a ring member (not the head).
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
-  void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
-  void StartSession(uint64_t client, GenerateMsg& g, bool use_cache = true);
   void HandleOpen(OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
-  void HandleToken(const TokenMsg& t);
-  void HandleClose(const CloseMsg& c, bool from_pred);
+  void HandleClose(const CloseMsg& c);
   void HandleError(const ErrorMsg& e);
+  // Drops every session for `why`; `forward`: an ERROR for session 0 goes on (not the head).
   void FailAll(const std::string& why, bool forward);
   void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
@@ -181,8 +179,8 @@ class StageImpl final : public Stage {
   bool RunBatch();
   // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
   void RunWork(std::span<const Work> batch);
+  // Sends `batch`'s outputs on: the last stage's tokens (TailRole), or else hidden rows.
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
-  void MaybeProbeRing();
 
   // stage_cache.cpp: the prompt cache.
   // Opens a sequence, first freeing kept sessions when the window has no room for another.
@@ -193,8 +191,6 @@ class StageImpl final : public Stage {
   // Keeps an ending session's state for later ones (when it asked and ended normally), or frees it.
   void KeepOrClose(Session& s, wire::FinishReason reason);
   void ExpireCache();
-  // Head: a forked session that a stage could not fork is opened afresh; true when it was.
-  bool RetryWithoutCache(uint32_t session);
   // stage_rows.cpp: row commitments.
   // A new session's commitment, keeping its rows when the store keeps rows.
   SessionRows NewCommit() const { return SessionRows(row_store_); }
@@ -206,13 +202,14 @@ class StageImpl final : public Stage {
   // head), its rows go to the store.
   void KeepClosedRows(Session& s);
 
-  // stage_receipts.cpp: contribution receipts.
+  // stage_receipts.cpp: contribution receipts, kept by receipts_.
   // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
   // session's rows under its id.
   void SendReceipt(Session& s);
-  void HandleReceipt(ReceiptMsg& m);
-  void SignAndForwardReceipt(ReceiptMsg& m);  // not the head
-  void ReceiptCameBack(ReceiptMsg& m);        // the head
+  // Not the head: signs a receipt and forwards it.
+  void SignReceipt(ReceiptMsg& m);
+  // The head: checks a receipt that came back and hands it to on_receipt.
+  void ReceiptCameBack(ReceiptMsg& m);
 
   bool is_head() const { return window_->spec().has_embed; }
   bool is_last() const { return window_->spec().has_head; }
@@ -221,7 +218,6 @@ class StageImpl final : public Stage {
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<LayerWindow> window_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  VocabTrie vocab_trie_;  // the last stage's, for grammars: built by the first that comes
   ModelId model_id_;
   net::Listener listener_;
   std::string succ_host_;
@@ -253,10 +249,13 @@ class StageImpl final : public Stage {
 
   // Links, guarded by links_mu_.
   mutable std::mutex links_mu_;
-  std::shared_ptr<Link> pred_, succ_;
+  std::shared_ptr<Link> pred_;
   std::map<uint64_t, std::shared_ptr<Link>> clients_;
   uint64_t next_client_ = 1;
-  std::condition_variable succ_cv_;  // wakes the dialer when the successor link drops
+  std::unique_ptr<SuccessorLink> succ_link_;  // made at creation, never null after
+  // Wakes the relayed predecessor's dialer from its backoff when the stage stops.
+  std::mutex pred_cv_mu_;
+  std::condition_variable pred_cv_;
 
   // Event queue.
   std::mutex events_mu_;
@@ -266,24 +265,12 @@ class StageImpl final : public Stage {
   // Compute-thread state (no lock: only the compute loop touches it).
   std::map<uint32_t, Session> sessions_;
   BatchScheduler scheduler_;
-  std::deque<WaitingGenerate> waiting_generates_;
-  std::deque<uint64_t> stats_waiters_;
-  uint32_t next_session_ = 1;
   PromptCache cache_;
   bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
-  bool ring_closed_ = false;
-  uint64_t probe_nonce_ = 0;
-  Clock::time_point last_probe_{};
-  // Receipts: rows of sessions that closed here, waiting for their receipt (not the head), and
-  // the receipts this head sent around, waiting to come back (id -> session). Both bounded.
-  static constexpr size_t kMaxRecentReceipts = 1024;
-  struct ClosedRows {
-    uint64_t rows = 0;
-    Digest root{};  // SessionRows::Root
-  };
-  RecentMap<uint32_t, ClosedRows> closed_rows_{kMaxRecentReceipts};
+  std::unique_ptr<HeadRole> head_;       // on the head only
+  std::unique_ptr<TailRole> tail_;       // on the last stage only
   std::shared_ptr<RowStore> row_store_;  // never null
-  RecentMap<std::array<uint8_t, 16>, uint32_t> pending_receipts_{kMaxRecentReceipts};
+  ReceiptBook receipts_;                 // after row_store_, which it shares
 
   // Statistics.
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};

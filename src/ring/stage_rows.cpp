@@ -1,7 +1,8 @@
 // Stage runtime, part 6: row commitments (docs/PROTOCOL.md, "Row commitments"). As a session's
 // rows run, each position's input and output are hashed into the session's Merkle tree (and kept
-// when the row store keeps rows); when the session closes, its root waits for the receipt line
-// that signs it and its rows go to the row store. Runs on the compute thread only.
+// when the row store keeps rows); when the session closes, the receipt book keeps its root for
+// the receipt line that signs it and gives its rows to the row store. Runs on the compute thread
+// only.
 #include <bit>
 #include <cstring>
 
@@ -62,9 +63,6 @@ void StageImpl::CommitRows(const Work& w, const HiddenMsg* out, std::optional<in
   }
 }
 
-void StageImpl::KeepClosedRows(Session& s) {
-  closed_rows_.Put(s.id, {s.rows, s.commit.Root()});  // for the receipt that follows the CLOSE
-  row_store_->Put(s.id, std::move(s.commit));
-}
+void StageImpl::KeepClosedRows(Session& s) { receipts_.Closed(s.id, s.rows, std::move(s.commit)); }
 
 }  // namespace kvasir::ring

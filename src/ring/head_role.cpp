@@ -1,0 +1,293 @@
+// HeadRole: the head's clients, the sessions it opens and what comes back to it (head_role.h).
+#include "ring/head_role.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "base/log.h"
+#include "ring/link_limits.h"
+#include "ring/sampling_wire.h"
+#include "ring/stage_impl.h"
+
+namespace kvasir::ring {
+
+HeadRole::HeadRole(StageImpl& stage) : st_(stage) {
+  std::random_device rd;
+  // Session ids start at a random point so a restarted head never reuses live ids.
+  next_session_ = (rd() & 0x3fffffffu) + 1;
+  probe_nonce_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
+  if (auto* g = std::get_if<GenerateMsg>(&m)) {
+    HandleGenerate(client, *g, std::move(charge));
+  } else if (auto* c = std::get_if<CloseMsg>(&m)) {
+    auto it = st_.sessions_.find(c->session);
+    if (it != st_.sessions_.end() && it->second.client == client && !it->second.closing) {
+      st_.EndSession(c->session, wire::FinishReason::kClientClosed, "");
+    }
+  } else if (auto* st = std::get_if<StatsMsg>(&m)) {
+    if (!st->records.empty()) {
+      st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                        "STATS from a client must carry no records"});
+      return;
+    }
+    st->records.push_back(st_.StatsRecord());
+    if (ring_closed_ && st_.SendNext(*st)) {
+      stats_waiters_.push_back(client);
+    } else {
+      st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kLinkDown, 0, "the ring is not closed"});
+    }
+  } else if (auto* p = std::get_if<PingMsg>(&m)) {
+    st_.SendToClient(client, PingMsg{true, p->body});
+  } else {
+    st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                      fmt::format("unexpected {} from a client", MessageName(m))});
+  }
+}
+
+void HeadRole::OnReturned(Message& m) {
+  // OPEN_SESSION and HIDDEN that come back are this head's own: nothing to do.
+  if (auto* t = std::get_if<TokenMsg>(&m)) {
+    HandleToken(*t);
+  } else if (auto* c = std::get_if<CloseMsg>(&m)) {
+    auto it = st_.sessions_.find(c->session);
+    if (it != st_.sessions_.end() && it->second.closing) st_.sessions_.erase(it);
+  } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
+    HandleError(*err);
+  } else if (auto* p = std::get_if<PingMsg>(&m)) {
+    if (!p->pong && p->body.nonce == probe_nonce_) {
+      if (!ring_closed_) KV_LOG_INFO("{}: ring closed", st_.options_.name);
+      ring_closed_ = true;
+      std::deque<WaitingGenerate> waiting;
+      waiting.swap(waiting_generates_);
+      for (WaitingGenerate& w : waiting) StartSession(w.client, w.request);
+    }
+  } else if (auto* r = std::get_if<ReceiptMsg>(&m)) {
+    st_.ReceiptCameBack(*r);
+  } else if (auto* st = std::get_if<StatsMsg>(&m)) {
+    if (!stats_waiters_.empty()) {
+      st_.SendToClient(stats_waiters_.front(), *st);
+      stats_waiters_.pop_front();
+    }
+  }
+}
+
+void HeadRole::OnClientGone(uint64_t client) {
+  std::vector<uint32_t> ids;
+  for (auto& [id, s] : st_.sessions_) {
+    if (s.originated && s.client == client && !s.closing) ids.push_back(id);
+  }
+  for (uint32_t id : ids) st_.EndSession(id, wire::FinishReason::kClientClosed, "");
+  std::erase(stats_waiters_, client);
+  std::erase_if(waiting_generates_, [&](const auto& w) { return w.client == client; });
+}
+
+void HeadRole::OnSuccUp() {
+  ring_closed_ = false;
+  last_probe_ = {};
+}
+
+void HeadRole::OnRingDown(const std::string& why) {
+  ring_closed_ = false;
+  for (uint64_t client : stats_waiters_) {
+    st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
+  }
+  stats_waiters_.clear();
+}
+
+void HeadRole::MaybeProbe() {
+  if (ring_closed_) return;
+  const auto now = Clock::now();
+  if (now - last_probe_ < std::chrono::milliseconds(300)) return;
+  last_probe_ = now;
+  PingMsg probe{false, {probe_nonce_, 0}};
+  st_.SendNext(probe);
+}
+
+void HeadRole::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge) {
+  // A refused request is answered with ERROR for session 0; the client's link stays open.
+  Status checked = CheckSamplingWire(g.sampling);
+  if (checked.ok()) checked = CheckSamplingExtra(g.extra, st_.window_->config().n_vocab);
+  if (!checked.ok()) {
+    st_.SendToClient(client,
+                     ErrorMsg{wire::ErrorCode::kBadRequest, 0, "GENERATE: " + checked.message()});
+    return;
+  }
+  // Stop strings live as long as the session: bounded here, whatever the record limit allowed.
+  size_t stop_bytes = 0;
+  for (const std::string& stop : g.stops) stop_bytes += sizeof(uint16_t) + stop.size();
+  if (stop_bytes > kMaxClientStopBytes) {
+    st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
+                                      fmt::format("GENERATE: stop strings of {} bytes exceed this "
+                                                  "head's limit of {} bytes",
+                                                  stop_bytes, kMaxClientStopBytes)});
+    return;
+  }
+  int open = 0;
+  for (const auto& [id, s] : st_.sessions_) {
+    open += s.originated && s.client == client && !s.closing;
+  }
+  for (const auto& w : waiting_generates_) open += w.client == client;
+  if (open >= st_.options_.max_sessions_per_client) {
+    st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0,
+                                      fmt::format("a client may have {} sessions at once",
+                                                  st_.options_.max_sessions_per_client)});
+    return;
+  }
+  if (!ring_closed_) {
+    // Starts once the ring probe has gone all the way around.
+    if (waiting_generates_.size() >= static_cast<size_t>(st_.options_.max_sessions)) {
+      st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBusy, 0, "the ring is not closed yet"});
+      return;
+    }
+    waiting_generates_.push_back({client, std::move(g), std::move(charge)});
+    return;
+  }
+  StartSession(client, g);
+}
+
+void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
+  const StageOptions& options = st_.options_;
+  LayerWindow& window = *st_.window_;
+  auto encoded = EncodePrompt(*st_.tokenizer_, g, window.n_ctx());
+  auto refuse = [&](wire::ErrorCode code, const std::string& why) {
+    KV_LOG_WARN("{}: refused a request: {}", options.name, why);
+    st_.SendToClient(client, ErrorMsg{code, 0, why});
+  };
+  if (!encoded.ok()) {
+    // A prompt over the context is kTooLarge, so a client can tell it from other refusals.
+    return refuse(encoded.status().code() == StatusCode::kTooLarge ? wire::ErrorCode::kTooLarge
+                                                                   : wire::ErrorCode::kBadRequest,
+                  encoded.status().message());
+  }
+  std::vector<int32_t> ids = std::move(encoded).value();
+  uint32_t id = next_session_++;
+  if (id == 0) id = next_session_++;
+  std::unique_ptr<TailSampler> tail;
+  if (st_.tail_) {  // a one-stage ring: the head samples too
+    auto t = st_.tail_->NewSampler(g.sampling, ids, g.extra);
+    if (!t.ok()) return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
+    tail = std::move(t).value();
+  }
+  // The prompt cache: the kept session whose positions this prompt starts with, taken over.
+  PromptCache& cache = st_.cache_;
+  uint32_t fork_from = 0;
+  int n_cached = 0;
+  if (use_cache && cache.budget() > 0) {
+    st_.ExpireCache();
+    if (auto m = cache.Best(ids, st_.recurrent_);
+        m && st_.ForkSequence(m->session, id, m->n_keep)) {
+      fork_from = m->session;
+      n_cached = m->n_keep;
+    }
+  }
+  if (fork_from == 0) {
+    if (Status s = st_.OpenSequence(id); !s.ok()) {
+      return refuse(wire::ErrorCode::kBusy, s.message());
+    }
+  }
+  Session& s = st_.sessions_[id];
+  s.id = id;
+  s.sampling = g.sampling;
+  s.n_prompt = static_cast<int>(ids.size());
+  s.originated = true;
+  s.commit = st_.NewCommit();
+  s.client = client;
+  s.report_cached = g.report_cached;
+  s.keep = cache.budget() > 0;
+  s.n_cached = static_cast<uint32_t>(n_cached);
+  if (s.keep) s.history = ids;
+  // A stage may not have kept what this one takes over: then it opens afresh, from the request.
+  if (fork_from != 0) s.retry = std::make_unique<GenerateMsg>(g);
+  s.stops = StopMatcher(std::move(g.stops));
+  s.tail = std::move(tail);
+  KV_LOG_INFO("{}: session {} open: {} prompt tokens ({} from the prompt cache), up to {} new",
+              options.name, id, ids.size(), n_cached, g.sampling.max_tokens);
+  OpenSessionMsg open{id, g.sampling, ids, g.extra};
+  open.fork_from = fork_from;
+  open.n_cached = static_cast<uint32_t>(n_cached);
+  open.keep = s.keep;
+  if (!st_.SendNext(open)) {
+    st_.EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
+    return;
+  }
+  for (int pos = n_cached; pos < s.n_prompt; pos += options.chunk) {
+    Work w;
+    w.session = id;
+    w.pos0 = pos;
+    w.n_tokens = std::min(options.chunk, s.n_prompt - pos);
+    w.sample = pos + w.n_tokens == s.n_prompt;
+    w.tokens.assign(ids.begin() + pos, ids.begin() + pos + w.n_tokens);
+    st_.scheduler_.AddPrefill(std::move(w));
+  }
+}
+
+void HeadRole::HandleToken(const TokenMsg& t) {
+  auto it = st_.sessions_.find(t.token.session);
+  if (it == st_.sessions_.end() || it->second.closing) return;
+  Session& s = it->second;
+  s.n_generated++;
+  s.retry.reset();  // every stage has the session: no fallback from here on
+  TokenMsg out = PresentToken(t, *st_.tokenizer_, s.n_prompt, &s.stops);
+  if (s.report_cached && s.n_generated == 1) out.n_cached = s.n_cached;
+  const bool finished = out.token.finished != 0;
+  st_.SendToClient(s.client, out);
+  if (finished) {
+    st_.EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
+    return;
+  }
+  Work w;
+  w.session = s.id;
+  w.pos0 = static_cast<int>(t.token.pos);
+  w.n_tokens = 1;
+  w.sample = true;
+  w.tokens = {t.token.id};
+  if (s.keep) s.history.push_back(t.token.id);
+  st_.scheduler_.AddDecode(std::move(w));
+}
+
+void HeadRole::HandleError(const ErrorMsg& e) {
+  if (e.session == 0) {
+    if (e.code == wire::ErrorCode::kLinkDown) st_.FailAll(e.message, true);
+    return;
+  }
+  if (e.code == wire::ErrorCode::kCacheMiss && RetryWithoutCache(e.session)) return;
+  auto it = st_.sessions_.find(e.session);
+  if (it != st_.sessions_.end() && it->second.originated) {
+    Session& s = it->second;
+    st_.SendToClient(s.client, ErrorMsg{e.code, e.session, e.message});
+    st_.window_->CloseSequence(static_cast<int>(e.session));
+    st_.sessions_.erase(it);
+    KV_LOG_WARN("{}: session {} failed: {}", st_.options_.name, e.session, e.message);
+  }
+}
+
+bool HeadRole::RetryWithoutCache(uint32_t session) {
+  auto it = st_.sessions_.find(session);
+  if (it == st_.sessions_.end() || !it->second.originated || it->second.retry == nullptr ||
+      it->second.n_generated > 0) {
+    return false;
+  }
+  Session& s = it->second;
+  KV_LOG_INFO(
+      "{}: session {}: a stage had not kept session's state it was to take over: opened "
+      "afresh",
+      st_.options_.name, session);
+  std::unique_ptr<GenerateMsg> request = std::move(s.retry);
+  const uint64_t client = s.client;
+  st_.window_->CloseSequence(static_cast<int>(session));
+  st_.scheduler_.TakeSession(session);
+  // Around the ring, so that every stage that took the kept state over frees it.
+  if (st_.SendNext(CloseMsg{session, static_cast<uint8_t>(wire::FinishReason::kError)})) {
+    s.closing = true;
+  } else {
+    st_.sessions_.erase(it);
+  }
+  StartSession(client, *request, /*use_cache=*/false);
+  return true;
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,43 @@
+// The last stage's part of the stage runtime: what only the stage holding the output head does.
+// It makes each session's sampler from the request (refusing what it could not sample with), and
+// turns the logits of the rows that sample into tokens: each drawn by its session's sampler,
+// committed to the session's rows, and sent on (or, on a one-stage ring, handed to the head's
+// role). Other stages send hidden rows on instead. It acts on the stage's sessions and links
+// through its StageImpl; a stage that is not the last has none. Compute thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "ring/messages.h"
+#include "ring/scheduler.h"
+#include "ring/tail_sampler.h"
+#include "ring/vocab_trie.h"
+
+namespace kvasir::ring {
+
+class StageImpl;
+
+class TailRole {
+ public:
+  // `stage` outlives the role (it owns it).
+  explicit TailRole(StageImpl& stage);
+
+  // The sampler of a session opening with `prompt`, as TailSampler::Create checks it.
+  Result<std::unique_ptr<TailSampler>> NewSampler(const wire::SamplingWire& sampling,
+                                                  std::vector<int32_t> prompt,
+                                                  const SamplingExtra& extra);
+
+  // The outputs of `batch`, which ran: a token for each item that samples, from its row of
+  // `out.logits` ([items that sample, n_vocab], in batch order); the other rows are committed.
+  void EmitTokens(std::span<const Work> batch, const ForwardOutput& out);
+
+ private:
+  StageImpl& st_;
+  VocabTrie vocab_trie_;  // for grammars: built by the first session that needs it
+};
+
+}  // namespace kvasir::ring
