@@ -146,22 +146,18 @@ TEST(StageLimitsTest, WhenClientBuffersAreFullTheLongestHoldersAreDropped) {
   };
   std::vector<std::unique_ptr<RawRingClient>> first, second;
   const size_t per = kBudget / part.size() + 1;  // more than the budget holds
-  for (size_t i = 0; i < per; ++i) {
+  // One holder at a time, each read (and charged) before the next one sends: the holders that
+  // came first are the ones that have held their bytes longest.
+  auto add = [&](std::vector<std::unique_ptr<RawRingClient>>& group) {
     auto c = RawRingClient::Connect(port);
     ASSERT_TRUE(c.ok()) << c.status().message();
-    first.push_back(std::move(c).value());
-    hold(first.back());
-  }
-  // The first group's bytes are read (and charged) before the second group's arrive.
-  for (auto& c : first) {
-    ASSERT_TRUE(WaitFor([&] { return testing::ServerHasRead(port, c->local_port()); }, 10000));
-  }
-  for (size_t i = 0; i < per; ++i) {
-    auto c = RawRingClient::Connect(port);
-    ASSERT_TRUE(c.ok()) << c.status().message();
-    second.push_back(std::move(c).value());
-    hold(second.back());
-  }
+    group.push_back(std::move(c).value());
+    hold(group.back());
+    RawRingClient& last = *group.back();
+    ASSERT_TRUE(WaitFor([&] { return testing::ServerHasRead(port, last.local_port()); }, 10000));
+  };
+  for (size_t i = 0; i < per; ++i) add(first);
+  for (size_t i = 0; i < per; ++i) add(second);
   int dropped_first = 0;
   for (auto& c : first) {
     auto m = c->Receive(5000);
