@@ -12,9 +12,12 @@
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/hop_delay.h"
 #include "cli/ring_bench.h"
 #include "cli/ring_options.h"
+#include "cli/serve_ring.h"
 #include "kernels/kernels.h"
+#include "model/arch/registry.h"
 #include "model/sampler.h"
 
 namespace kvasir::cli {
@@ -175,6 +178,34 @@ int RunBench(const BenchOptions& o) {
   return kExitOk;
 }
 
+// `bench -m MODEL --stages N`: the ring bench on a local ring this process starts and stops.
+int RunLocalRingBench(const std::string& model, int n_stages, int threads,
+                      const std::optional<net::LinkShape>& hops, RingBenchOptions ring) {
+  auto file = OpenGguf(model);
+  if (!file.ok()) return Fail(kCmd, file.status());
+  auto cfg = LoadModelConfig(**file);
+  if (!cfg.ok()) return Fail(kCmd, cfg.status());
+  if (n_stages < 1 || n_stages > cfg->n_layer) {
+    return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
+                                        n_stages, cfg->n_layer));
+  }
+  LocalRingPlan plan;
+  plan.model_path = model;
+  plan.n_stages = n_stages;
+  plan.threads_per_stage = threads;
+  plan.stage_log_level = "error";
+  for (int s : ring.streams) plan.max_sessions = std::max(plan.max_sessions, s);
+  plan.hops = hops;
+  auto local = SupervisedRing::Start(plan, cfg->n_layer, nullptr);
+  if (!local.ok()) return Fail(kCmd, local.status());
+  ring.head = (*local)->head();
+  ring.client.ring_secret = (*local)->secret();
+  ring.links = HopText(hops);
+  const int code = RunRingBench(ring);
+  (*local)->Stop();
+  return code;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -196,7 +227,27 @@ int BenchMain(int argc, char** argv) {
     app.add_flag("--json", o.json, "print one JSON object instead of a table");
     TrustFlags trust;
     AddClientTrustFlags(app, &trust);
+    int n_stages = 0;
+    app.add_option("--stages", n_stages,
+                   "benchmark a local ring of this many stage processes on -m (even split, -t "
+                   "threads each), as --ring does a running one")
+        ->capture_default_str();
+    HopFlags hop_flags;
+    AddHopFlags(app, &hop_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    auto hops = HopShape(hop_flags);
+    if (!hops.ok()) return UsageError(kCmd, hops.status().message());
+    if (*hops && n_stages == 0) return UsageError(kCmd, "the --hop-* flags need --stages");
+    if (n_stages != 0) {
+      if (!ring.head.empty()) return UsageError(kCmd, "use either --stages or --ring, not both");
+      if (o.model_path.empty()) return UsageError(kCmd, "--stages needs a model: -m MODEL");
+      if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+      ring.n_prompt = o.n_prompt;
+      ring.n_gen = o.n_gen;
+      ring.repetitions = o.repetitions;
+      ring.json = o.json;
+      return RunLocalRingBench(o.model_path, n_stages, o.n_threads, *hops, std::move(ring));
+    }
     if (!ring.head.empty()) {
       if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
       bool usage = false;

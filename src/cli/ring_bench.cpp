@@ -24,8 +24,8 @@ double Median(std::vector<double> v) {
 
 // A prompt of roughly n tokens for SentencePiece vocabularies (about one token per short word).
 std::string BenchPrompt(int n) {
-  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "red", "mat", "and",
-                                 "saw", "big", "dog", "in", "sun", "by", "tree", "."};
+  static const char* kWords[] = {"the", "cat", "sat", "on", "a",   "red", "mat",  "and",
+                                 "saw", "big", "dog", "in", "sun", "by",  "tree", "."};
   std::string s = "Once upon a time";
   for (int i = 4; i < n; ++i) {
     s += ' ';
@@ -44,18 +44,19 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
   std::vector<std::future<Result<ring::GenerateResult>>> futures;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < streams; ++s) {
-    futures.push_back(std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
-      ring::ClientOptions co = o.client;
-      co.connect_timeout_ms = 10000;
-      KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, co));
-      ring::GenerateMsg g;
-      // Different text per stream and round, so no two requests are the same work.
-      g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
-      SamplingParams greedy;
-      greedy.temperature = 0;
-      g.sampling = ring::SamplingToWire(greedy, static_cast<uint32_t>(o.n_gen), true);
-      return client->Generate(g, [](const ring::TokenMsg&) {});
-    }));
+    futures.push_back(
+        std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
+          ring::ClientOptions co = o.client;
+          co.connect_timeout_ms = 10000;
+          KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, co));
+          ring::GenerateMsg g;
+          // Different text per stream and round, so no two requests are the same work.
+          g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
+          SamplingParams greedy;
+          greedy.temperature = 0;
+          g.sampling = ring::SamplingToWire(greedy, static_cast<uint32_t>(o.n_gen), true);
+          return client->Generate(g, [](const ring::TokenMsg&) {});
+        }));
   }
   Round r;
   Status first_error = Status::Ok();
@@ -122,9 +123,9 @@ int RunRingBench(const RingBenchOptions& o) {
   auto after = (*probe)->Stats();
   if (!after.ok()) return Fail(kCmd, after.status());
   nlohmann::json hops = nlohmann::json::array();
-  Table hop_table({"stage", "layers", "out B/token", "ms/decode token"},
-                  {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight,
-                   Table::Align::kRight});
+  Table hop_table(
+      {"stage", "layers", "out B/token", "ms/decode token"},
+      {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight, Table::Align::kRight});
   for (size_t i = 0; i < after->size() && i < n_stages; ++i) {
     const auto& a = (*after)[i];
     const auto& b = (*before)[i];
@@ -142,12 +143,15 @@ int RunRingBench(const RingBenchOptions& o) {
                     {"ms_per_decode_token", ms_per}});
   }
   if (o.json) {
-    nlohmann::json j = {{"ring", o.head},     {"stages", n_stages}, {"n_prompt", o.n_prompt},
-                        {"n_gen", o.n_gen},   {"rows", rows},       {"hops", hops}};
+    nlohmann::json j = {{"ring", o.head},   {"stages", n_stages}, {"n_prompt", o.n_prompt},
+                        {"n_gen", o.n_gen}, {"rows", rows},       {"hops", hops}};
+    if (!o.links.empty()) j["links"] = o.links;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("ring %s: %zu stages, prompt ~%d tokens, %d generated per stream, median of %d\n",
-                o.head.c_str(), n_stages, o.n_prompt, o.n_gen, o.repetitions);
+    std::printf(
+        "ring %s: %zu stages%s%s, prompt ~%d tokens, %d generated per stream, median of %d\n",
+        o.head.c_str(), n_stages, o.links.empty() ? "" : ", ", o.links.c_str(), o.n_prompt, o.n_gen,
+        o.repetitions);
     std::fputs(table.Render().c_str(), stdout);
     std::fputs(hop_table.Render().c_str(), stdout);
   }

@@ -108,8 +108,8 @@ class Pipe {
         std::unique_lock<std::mutex> lock(mu_);
         if (cv_.wait_until(lock, ready, [&] { return stop_; })) return false;
       }
-      counters_->bytes +=
-          piece;  // before the write, so a peer that got the bytes sees them counted
+      // Counted before the write, so a peer that got the bytes finds them counted.
+      counters_->bytes += piece;
       if (!to_->WriteAll(std::span<const uint8_t>(c.bytes.data() + sent, piece)).ok()) {
         return false;
       }
