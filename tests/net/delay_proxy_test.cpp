@@ -284,6 +284,28 @@ TEST(DelayProxyTest, TheTargetClosingEndsTheClientsSide) {
   EXPECT_TRUE(PeerClosed(rig.client));
 }
 
+TEST(DelayProxyTest, ATargetThatIsDownDropsTheConnectionAndTheProxyStaysUp) {
+  uint16_t dead_port = 0;
+  {
+    auto gone = Listener::Bind("127.0.0.1", 0);
+    ASSERT_TRUE(gone.ok());
+    dead_port = gone->port();
+  }  // closed: dialling it is refused
+  DelayProxyOptions o;
+  o.target = fmt::format("127.0.0.1:{}", dead_port);
+  o.shape.delay_ms = 5;
+  auto proxy = DelayProxy::Start(o);
+  ASSERT_TRUE(proxy.ok()) << proxy.status().message();
+  for (int i = 0; i < 2; ++i) {
+    bool connected = false;
+    const int fd = ConnectLoopback((*proxy)->port(), 5000, &connected);
+    EXPECT_TRUE(connected) << "attempt " << i;
+    EXPECT_TRUE(PeerClosed(fd)) << "attempt " << i;
+    ::close(fd);
+  }
+  EXPECT_EQ((*proxy)->Stats().connections, 0u);
+}
+
 TEST(DelayProxyTest, StopEndsLiveConnectionsAndRefusesNewOnes) {
   LinkShape s;
   s.delay_ms = 1000;
