@@ -80,14 +80,19 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
 
 }  // namespace
 
-int RunRingBench(const RingBenchOptions& o) {
-  if (o.streams.empty()) return UsageError(kCmd, "--streams needs at least one count");
+std::string RingBenchUsageError(const RingBenchOptions& o) {
+  if (o.streams.empty()) return "--streams needs at least one count";
   for (int s : o.streams) {
-    if (s < 1 || s > 256) return UsageError(kCmd, fmt::format("--streams {} is not in 1..256", s));
+    if (s < 1 || s > 256) return fmt::format("--streams {} is not in 1..256", s);
   }
   if (o.n_gen < 2 || o.n_prompt < 4 || o.repetitions < 1) {
-    return UsageError(kCmd, "--ring needs -n >= 2, -p >= 4 and -r >= 1");
+    return "a ring bench needs -n >= 2, -p >= 4 and -r >= 1";
   }
+  return "";
+}
+
+int RunRingBench(const RingBenchOptions& o) {
+  if (std::string e = RingBenchUsageError(o); !e.empty()) return UsageError(kCmd, e);
   auto probe = ring::RingClient::Connect(o.head, o.client);
   if (!probe.ok()) return Fail(kCmd, probe.status());
   if (Status s = (*probe)->WaitReady(30000); !s.ok()) return Fail(kCmd, s);

@@ -19,6 +19,9 @@ struct RingBenchOptions {
   std::string links;           // what the ring's links are, for the header; empty: unsaid
 };
 
+// What is wrong with the options' counts (--streams, -n, -p, -r), or "" when nothing is.
+std::string RingBenchUsageError(const RingBenchOptions& options);
+
 // Runs every stream count `repetitions` times (after one warm-up) and prints a table (or JSON):
 // aggregate tokens/s, per-stream decode tokens/s, time to first token, and bytes per hop.
 int RunRingBench(const RingBenchOptions& options);

@@ -48,6 +48,10 @@ TEST(CliHopTest, HopFlagsAreCheckedBeforeAnythingStarts) {
                               "--hop-jitter", "pareto"}),
                    "bench", "--hop-jitter 'pareto'");
   ExpectUsageError(RunKvasir({"bench", "-m", m, "--stages", "99"}), "bench", "--stages 99");
+  ExpectUsageError(RunKvasir({"bench", "-m", m, "--stages", "2", "--streams", "0"}), "bench",
+                   "--streams 0");
+  ExpectUsageError(RunKvasir({"bench", "-m", m, "--stages", "2", "--insecure"}), "bench",
+                   "its own secret");
   ExpectUsageError(RunKvasir({"bench", "--ring", "127.0.0.1:1", "-m", m, "--stages", "2"}), "bench",
                    "either --stages or --ring");
   ExpectUsageError(
