@@ -22,9 +22,11 @@ struct LinkShape {
   double delay_ms = 0;   // one-way delay added to every chunk
   double jitter_ms = 0;  // spread of the delay (see JitterShape); a delay never goes below 0
   JitterShape jitter_shape = JitterShape::kUniform;
-  double bytes_per_s = 0;        // bandwidth cap; 0: none
-  uint64_t burst_bytes = 16384;  // what the cap lets through at once after an idle spell
-  uint64_t seed = 1;             // of the jitter; each direction of each connection derives its own
+  double bytes_per_s = 0;  // bandwidth cap; 0: none
+  // What the cap lets through at once after an idle spell. One Ethernet frame by default, so each
+  // message waits for its own bytes to pass, as on a real link of that rate.
+  uint64_t burst_bytes = 1500;
+  uint64_t seed = 1;  // of the jitter; each direction of each connection derives its own
 
   bool delays() const { return delay_ms > 0 || jitter_ms > 0; }
 };

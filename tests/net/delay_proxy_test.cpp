@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -67,10 +68,12 @@ bool WriteAllFd(int fd, const void* data, size_t n) {
   return true;
 }
 
-// Whether the peer of `fd` closed it: a read returns 0 within the socket's read deadline.
+// Whether the peer of `fd` closed it within the socket's read deadline: a read returns 0, or
+// fails with a reset (a socket closed with bytes it had not read yet ends with one).
 bool PeerClosed(int fd) {
   uint8_t b;
-  return ::recv(fd, &b, 1, 0) == 0;
+  const ssize_t n = ::recv(fd, &b, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 struct Rig {
