@@ -57,6 +57,7 @@ class DelayProxy {
   // Idempotent; safe from any thread but the proxy's own.
   void Stop();
 
+  // Internals shared with the connections' threads (delay_proxy.cpp), not an API.
   struct Counters {
     std::atomic<uint64_t> connections{0}, bytes{0}, peak_queued{0};
   };
