@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Benchmarks a local ring of N stages on a model: starts the stages, runs `kvasir bench --ring`,
-# stops them. Usage: bench/ring-bench.sh MODEL STAGES THREADS_PER_STAGE [bench flags...]
-# Example: bench/ring-bench.sh build/bench/tinyllama-8l-q4_0.gguf 2 1 --streams 1,4,16 -n 64 -p 128
+# Benchmarks a local ring of N stages on a model: `kvasir bench -m MODEL --stages N -t THREADS`
+# starts the stage processes (even split of the layers, a fresh ring secret and node keys: every
+# link authenticated and encrypted, as in production), runs the ring bench on them (see
+# `kvasir bench --ring`) and stops them.
+# Usage: bench/ring-bench.sh MODEL STAGES THREADS_PER_STAGE [bench flags...]
+# Example: bench/ring-bench.sh build/bench-models/tinyllama-8l-q4_0.gguf 2 1 --streams 1,4,16 -n 64 -p 128
+# Slow links: --hop-delay-ms D [--hop-jitter-ms J] [--hop-jitter uniform|normal] [--hop-mbps B] put
+# a delaying proxy on every link (stage i -> stage i + 1), D ms one way per hop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: $0 MODEL STAGES THREADS [bench flags]}
@@ -9,22 +14,4 @@ stages=${2:?}
 threads=${3:?}
 shift 3
 bin=${KVASIR_BIN:-./build/bin/kvasir}
-work=$(mktemp -d)
-n_layer=$($bin inspect "$model" | awk '/\.block_count/ {print $3; exit}')
-base=$((17000 + RANDOM % 2000))
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-# A fresh ring secret and node keys: every link is authenticated and encrypted, as in production.
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
-chmod 600 "$work/secret"
-trust() { echo --ring-secret-file "$work/secret" --key "$work/$1.key"; }
-for ((i = 0; i < stages; i++)); do
-  first=$((i * n_layer / stages))
-  last=$(((i + 1) * n_layer / stages))
-  next=$(((i + 1) % stages))
-  $bin stage -m "$model" --layers "$first:$last" --listen "127.0.0.1:$((base + i))" \
-    --next "127.0.0.1:$((base + next))" --name "stage$i" -t "$threads" --log-level error $(trust "stage$i") &
-  pids+=($!)
-done
-$bin bench --ring "127.0.0.1:$base" --ring-secret-file "$work/secret" "$@"
+exec "$bin" bench -m "$model" --stages "$stages" -t "$threads" "$@"

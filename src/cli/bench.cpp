@@ -12,9 +12,12 @@
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/hop_delay.h"
 #include "cli/ring_bench.h"
 #include "cli/ring_options.h"
+#include "cli/serve_ring.h"
 #include "kernels/kernels.h"
+#include "model/arch/registry.h"
 #include "model/sampler.h"
 
 namespace kvasir::cli {
@@ -175,6 +178,36 @@ int RunBench(const BenchOptions& o) {
   return kExitOk;
 }
 
+// `bench -m MODEL --stages N`: the ring bench on a local ring this process starts and stops.
+int RunLocalRingBench(const std::string& model, int n_stages, int threads,
+                      const std::string& backend, const std::optional<net::LinkShape>& hops,
+                      RingBenchOptions ring) {
+  auto file = OpenGguf(model);
+  if (!file.ok()) return Fail(kCmd, file.status());
+  auto cfg = LoadModelConfig(**file);
+  if (!cfg.ok()) return Fail(kCmd, cfg.status());
+  if (n_stages < 1 || n_stages > cfg->n_layer) {
+    return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
+                                        n_stages, cfg->n_layer));
+  }
+  LocalRingPlan plan;
+  plan.model_path = model;
+  plan.n_stages = n_stages;
+  plan.threads_per_stage = threads;
+  plan.backends = {backend};
+  plan.stage_log_level = "error";
+  for (int s : ring.streams) plan.max_sessions = std::max(plan.max_sessions, s);
+  plan.hops = hops;
+  auto local = SupervisedRing::Start(plan, cfg->n_layer, nullptr);
+  if (!local.ok()) return Fail(kCmd, local.status());
+  ring.head = (*local)->head();
+  ring.client.ring_secret = (*local)->secret();
+  ring.links = HopText(hops);
+  const int code = RunRingBench(ring);
+  (*local)->Stop();
+  return code;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -185,10 +218,12 @@ int BenchMain(int argc, char** argv) {
     RingBenchOptions ring;
     app.add_option("-m,--model", o.model_path, "GGUF model file");
     app.add_option("--ring", ring.head, "benchmark a running ring instead: HOST:PORT of its head");
-    app.add_option("--streams", ring.streams, "(with --ring) concurrent streams to measure")
+    app.add_option("--streams", ring.streams,
+                   "(with --ring or --stages) concurrent streams to measure")
         ->delimiter(',')
         ->capture_default_str();
-    app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
+    app.add_option("-t,--threads", o.n_threads, "threads (with --stages: per stage)")
+        ->capture_default_str();
     AddBackendFlag(app, &o.backend);
     app.add_option("-p,--n-prompt", o.n_prompt, "prompt tokens per prefill")->capture_default_str();
     app.add_option("-n,--n-gen", o.n_gen, "decode steps")->capture_default_str();
@@ -196,7 +231,41 @@ int BenchMain(int argc, char** argv) {
     app.add_flag("--json", o.json, "print one JSON object instead of a table");
     TrustFlags trust;
     AddClientTrustFlags(app, &trust);
+    int n_stages = 0;
+    app.add_option("--stages", n_stages,
+                   "benchmark a local ring of this many stage processes on -m (even split, -t "
+                   "threads each), as --ring does a running one")
+        ->capture_default_str();
+    HopFlags hop_flags;
+    AddHopFlags(app, &hop_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    auto hops = HopShape(hop_flags);
+    if (!hops.ok()) return UsageError(kCmd, hops.status().message());
+    if (*hops && n_stages == 0) return UsageError(kCmd, "the --hop-* flags need --stages");
+    if (n_stages != 0) {
+      if (!ring.head.empty()) return UsageError(kCmd, "use either --stages or --ring, not both");
+      if (o.model_path.empty()) return UsageError(kCmd, "--stages needs a model: -m MODEL");
+      if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+      // The local ring makes its own secret and keys: a client identity flag would go unused.
+      if (!trust.ring_secret_file.empty() || !trust.head_key.empty() ||
+          !trust.client_key_file.empty() || trust.insecure) {
+        return UsageError(kCmd,
+                          "--stages starts a ring with its own secret: drop --ring-secret-file, "
+                          "--head-key, --client-key-file and --insecure");
+      }
+      bool usage = false;
+      if (Status s = ApplyClientTrust(trust, nullptr, &ring.client, &usage); !s.ok()) {
+        return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
+      }
+      if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
+      ring.n_prompt = o.n_prompt;
+      ring.n_gen = o.n_gen;
+      ring.repetitions = o.repetitions;
+      ring.json = o.json;
+      if (std::string e = RingBenchUsageError(ring); !e.empty()) return UsageError(kCmd, e);
+      return RunLocalRingBench(o.model_path, n_stages, o.n_threads, o.backend, *hops,
+                               std::move(ring));
+    }
     if (!ring.head.empty()) {
       if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");
       bool usage = false;

@@ -24,8 +24,8 @@ double Median(std::vector<double> v) {
 
 // A prompt of roughly n tokens for SentencePiece vocabularies (about one token per short word).
 std::string BenchPrompt(int n) {
-  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "red", "mat", "and",
-                                 "saw", "big", "dog", "in", "sun", "by", "tree", "."};
+  static const char* kWords[] = {"the", "cat", "sat", "on", "a",   "red", "mat",  "and",
+                                 "saw", "big", "dog", "in", "sun", "by",  "tree", "."};
   std::string s = "Once upon a time";
   for (int i = 4; i < n; ++i) {
     s += ' ';
@@ -44,18 +44,19 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
   std::vector<std::future<Result<ring::GenerateResult>>> futures;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < streams; ++s) {
-    futures.push_back(std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
-      ring::ClientOptions co = o.client;
-      co.connect_timeout_ms = 10000;
-      KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, co));
-      ring::GenerateMsg g;
-      // Different text per stream and round, so no two requests are the same work.
-      g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
-      SamplingParams greedy;
-      greedy.temperature = 0;
-      g.sampling = ring::SamplingToWire(greedy, static_cast<uint32_t>(o.n_gen), true);
-      return client->Generate(g, [](const ring::TokenMsg&) {});
-    }));
+    futures.push_back(
+        std::async(std::launch::async, [&o, s, round]() -> Result<ring::GenerateResult> {
+          ring::ClientOptions co = o.client;
+          co.connect_timeout_ms = 10000;
+          KV_ASSIGN_OR_RETURN(auto client, ring::RingClient::Connect(o.head, co));
+          ring::GenerateMsg g;
+          // Different text per stream and round, so no two requests are the same work.
+          g.prompt = fmt::format("{} {}", BenchPrompt(o.n_prompt - 2), s + round * 97);
+          SamplingParams greedy;
+          greedy.temperature = 0;
+          g.sampling = ring::SamplingToWire(greedy, static_cast<uint32_t>(o.n_gen), true);
+          return client->Generate(g, [](const ring::TokenMsg&) {});
+        }));
   }
   Round r;
   Status first_error = Status::Ok();
@@ -79,14 +80,19 @@ Result<Round> RunRound(const RingBenchOptions& o, int streams, int round) {
 
 }  // namespace
 
-int RunRingBench(const RingBenchOptions& o) {
-  if (o.streams.empty()) return UsageError(kCmd, "--streams needs at least one count");
+std::string RingBenchUsageError(const RingBenchOptions& o) {
+  if (o.streams.empty()) return "--streams needs at least one count";
   for (int s : o.streams) {
-    if (s < 1 || s > 256) return UsageError(kCmd, fmt::format("--streams {} is not in 1..256", s));
+    if (s < 1 || s > 256) return fmt::format("--streams {} is not in 1..256", s);
   }
   if (o.n_gen < 2 || o.n_prompt < 4 || o.repetitions < 1) {
-    return UsageError(kCmd, "--ring needs -n >= 2, -p >= 4 and -r >= 1");
+    return "a ring bench needs -n >= 2, -p >= 4 and -r >= 1";
   }
+  return "";
+}
+
+int RunRingBench(const RingBenchOptions& o) {
+  if (std::string e = RingBenchUsageError(o); !e.empty()) return UsageError(kCmd, e);
   auto probe = ring::RingClient::Connect(o.head, o.client);
   if (!probe.ok()) return Fail(kCmd, probe.status());
   if (Status s = (*probe)->WaitReady(30000); !s.ok()) return Fail(kCmd, s);
@@ -122,9 +128,9 @@ int RunRingBench(const RingBenchOptions& o) {
   auto after = (*probe)->Stats();
   if (!after.ok()) return Fail(kCmd, after.status());
   nlohmann::json hops = nlohmann::json::array();
-  Table hop_table({"stage", "layers", "out B/token", "ms/decode token"},
-                  {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight,
-                   Table::Align::kRight});
+  Table hop_table(
+      {"stage", "layers", "out B/token", "ms/decode token"},
+      {Table::Align::kLeft, Table::Align::kLeft, Table::Align::kRight, Table::Align::kRight});
   for (size_t i = 0; i < after->size() && i < n_stages; ++i) {
     const auto& a = (*after)[i];
     const auto& b = (*before)[i];
@@ -142,12 +148,15 @@ int RunRingBench(const RingBenchOptions& o) {
                     {"ms_per_decode_token", ms_per}});
   }
   if (o.json) {
-    nlohmann::json j = {{"ring", o.head},     {"stages", n_stages}, {"n_prompt", o.n_prompt},
-                        {"n_gen", o.n_gen},   {"rows", rows},       {"hops", hops}};
+    nlohmann::json j = {{"ring", o.head},   {"stages", n_stages}, {"n_prompt", o.n_prompt},
+                        {"n_gen", o.n_gen}, {"rows", rows},       {"hops", hops}};
+    if (!o.links.empty()) j["links"] = o.links;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("ring %s: %zu stages, prompt ~%d tokens, %d generated per stream, median of %d\n",
-                o.head.c_str(), n_stages, o.n_prompt, o.n_gen, o.repetitions);
+    std::printf(
+        "ring %s: %zu stages%s%s, prompt ~%d tokens, %d generated per stream, median of %d\n",
+        o.head.c_str(), n_stages, o.links.empty() ? "" : ", ", o.links.c_str(), o.n_prompt, o.n_gen,
+        o.repetitions);
     std::fputs(table.Render().c_str(), stdout);
     std::fputs(hop_table.Render().c_str(), stdout);
   }

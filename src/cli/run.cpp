@@ -24,6 +24,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/hop_delay.h"
 #include "cli/local_ring.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
@@ -52,8 +53,9 @@ struct RunOptions {
   std::string stage_log_level = "error";
   RingRequest request;
   std::optional<uint64_t> seed;
-  bool relay = false;  // every link through a local `kvasir relay`
-  ChatFlags chat;      // -p as a user message in the model's chat template
+  bool relay = false;                  // every link through a local `kvasir relay`
+  ChatFlags chat;                      // -p as a user message in the model's chat template
+  std::optional<net::LinkShape> hops;  // a delaying proxy on every link (--hop-*)
 };
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
@@ -61,7 +63,7 @@ struct RunOptions {
 struct LocalRelay {
   pid_t pid = -1;
   uint16_t port = 0;
-  int err_fd = -1;           // the relay's stderr, copied to ours by `drain`
+  int err_fd = -1;  // the relay's stderr, copied to ours by `drain`
   std::thread drain;
   std::atomic<bool> stop_drain{false};
 
@@ -76,8 +78,8 @@ struct LocalRelay {
 Status StartRelay(const std::string& log_level, const std::string& secret_path, LocalRelay* r) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Error("cannot create a pipe: {}", std::strerror(errno));
-  auto pid = Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file",
-                    secret_path, "--log-level", log_level},
+  auto pid = Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file", secret_path,
+                    "--log-level", log_level},
                    fds[1]);
   close(fds[1]);
   r->err_fd = fds[0];
@@ -181,7 +183,8 @@ int RunRing(RunOptions o) {
     for (const ManifestRank& r : m->ranks) plan.push_back({r.device, r.first, r.last, r.backend});
     if (o.n_ctx == 0) o.n_ctx = m->ctx;
   } else {
-    if (o.model_path.empty()) return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
+    if (o.model_path.empty())
+      return UsageError(kCmd, "a model is required: -m MODEL or --manifest");
     file = OpenModelHeader(o.model_path, remote);
     if (!file.ok()) return Fail(kCmd, file.status());
     auto cfg = LoadModelConfig(**file);
@@ -192,8 +195,8 @@ int RunRing(RunOptions o) {
                                           o.n_stages, n_layer));
     }
     for (int i = 0; i < o.n_stages; ++i) {
-      plan.push_back({fmt::format("stage{}", i), i * n_layer / o.n_stages,
-                      (i + 1) * n_layer / o.n_stages});
+      plan.push_back(
+          {fmt::format("stage{}", i), i * n_layer / o.n_stages, (i + 1) * n_layer / o.n_stages});
     }
   }
   if (auto code = AssignBackends(o.backends, &plan)) return *code;
@@ -233,6 +236,16 @@ int RunRing(RunOptions o) {
       return Fail(kCmd, s);
     }
   }
+  // With --hop-*, stage i dials a delaying proxy in this process that forwards to stage i + 1.
+  std::vector<std::unique_ptr<net::DelayProxy>> proxies;
+  if (o.hops) {
+    auto started = StartHopProxies(ports, *o.hops);
+    if (!started.ok()) {
+      StopAll(children);
+      return Fail(kCmd, started.status());
+    }
+    proxies = std::move(started).value();
+  }
   // One relay edge per link: run-<our pid>-<from>-<to>.
   const auto edge = [&](int from, int to) {
     return fmt::format("ws://127.0.0.1:{}/edge/run-{}-{}-{}", relay.port, getpid(), from, to);
@@ -253,12 +266,12 @@ int RunRing(RunOptions o) {
       args.insert(args.end(), {"--layers", fmt::format("{}:{}", plan[i].first, plan[i].last)});
     }
     if (o.relay) {
-      args.insert(args.end(),
-                  {"--pred-via", edge((i + n_stages - 1) % n_stages, i), "--next-via",
-                   edge(i, (i + 1) % n_stages)});
+      args.insert(args.end(), {"--pred-via", edge((i + n_stages - 1) % n_stages, i), "--next-via",
+                               edge(i, (i + 1) % n_stages)});
     } else {
-      args.insert(args.end(),
-                  {"--next", fmt::format("127.0.0.1:{}", ports[(i + 1) % n_stages])});
+      args.insert(args.end(), {"--next", proxies.empty() ? fmt::format("127.0.0.1:{}",
+                                                                       ports[(i + 1) % n_stages])
+                                                         : proxies[i]->address()});
     }
     // The listener goes to the stage; this process keeps no copy.
     net::Listener listener = std::move((*listeners)[i]);
@@ -279,7 +292,9 @@ int RunRing(RunOptions o) {
   }
   KV_LOG_INFO("ring of {} stages started ({} threads each{}); waiting for it to close", n_stages,
               o.threads_per_stage,
-              o.relay ? fmt::format(", every link through the relay on port {}", relay.port) : "");
+              o.relay  ? fmt::format(", every link through the relay on port {}", relay.port)
+              : o.hops ? ", " + HopText(o.hops)
+                       : "");
 
   // A stage that dies ends the run: the watcher stops the others, which ends the client's wait.
   std::atomic<bool> done{false};
@@ -313,8 +328,8 @@ int RunRing(RunOptions o) {
   for (const StagePlan& p : plan) devices[p.first] = DeviceLabel(p.backend);
   PrintStageTable(run->stages, devices);
   if (!o.stats_path.empty()) {
-    if (Status s = WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run,
-                                                             o.threads_per_stage));
+    if (Status s =
+            WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run, o.threads_per_stage));
         !s.ok()) {
       return Fail(kCmd, s);
     }
@@ -326,12 +341,12 @@ int RunRing(RunOptions o) {
 
 int RunMain(int argc, char** argv) {
   return Guarded(kCmd, [&]() -> int {
-    CLI::App app{"Run a model as a local ring of stage processes and generate text.",
-                 "kvasir run"};
+    CLI::App app{"Run a model as a local ring of stage processes and generate text.", "kvasir run"};
     RunOptions o;
     SamplingParams& s = o.request.sampling;
     s.temperature = 0.8f;
-    app.add_option("-m,--model", o.model_path, "GGUF model file (with --manifest: default its model)");
+    app.add_option("-m,--model", o.model_path,
+                   "GGUF model file (with --manifest: default its model)");
     app.add_option("--manifest", o.manifest_path, "rank manifest from `kvasir plan`: its windows")
         ->excludes(app.add_option("--stages", o.n_stages, "number of stages (even split)"));
     app.add_option("-p,--prompt", o.request.prompt, "prompt text (with --chat: the user's message)")
@@ -343,8 +358,7 @@ int RunMain(int argc, char** argv) {
     app.add_option("--stop", o.request.stops, "stop when the text contains this (repeatable)");
     app.add_flag("--ignore-eos", o.request.ignore_eos, "keep generating after end tokens");
     o.threads_per_stage = std::max(1, DefaultThreads() / 2);
-    app.add_option("-t,--threads", o.threads_per_stage, "threads per stage")
-        ->capture_default_str();
+    app.add_option("-t,--threads", o.threads_per_stage, "threads per stage")->capture_default_str();
     app.add_option("--backends", o.backends,
                    "where each stage runs, in ring order, e.g. cpu,opencl,cpu (one value: every "
                    "stage; default: the manifest's ranks, else cpu): " +
@@ -361,8 +375,14 @@ int RunMain(int argc, char** argv) {
     app.add_flag("--relay", o.relay,
                  "carry every link through a local `kvasir relay` (ws:// on loopback), as stages "
                  "behind NAT would through a public one");
+    HopFlags hop_flags;
+    AddHopFlags(app, &hop_flags);
     std::vector<char*> args = SpellChatAliases(argc, argv);
     if (auto code = ParseArgs(app, kCmd, argc, args.data())) return *code;
+    auto hops = HopShape(hop_flags);
+    if (!hops.ok()) return UsageError(kCmd, hops.status().message());
+    if (*hops && o.relay) return UsageError(kCmd, "use either --relay or the --hop-* flags");
+    o.hops = *hops;
     if (std::string e = CheckChatFlags(o.chat); !e.empty()) return UsageError(kCmd, e);
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
     if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/log.h"
+#include "cli/hop_delay.h"
 #include "cli/ring_options.h"
 #include "ring/node_key.h"
 
@@ -52,6 +53,11 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
   }
   KV_ASSIGN_OR_RETURN(r->listeners_, BindLoopback(n));
   r->head_ = fmt::format("127.0.0.1:{}", r->listeners_[0].port());
+  if (plan.hops) {
+    std::vector<uint16_t> ports;
+    for (const net::Listener& l : r->listeners_) ports.push_back(l.port());
+    KV_ASSIGN_OR_RETURN(r->proxies_, StartHopProxies(ports, *plan.hops));
+  }
   if (n == 1) {
     // One stage, in this process: it holds every layer and is its own successor.
     ring::StageOptions o;
@@ -59,7 +65,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.first = 0;
     o.last = n_layer;
     o.listen_fd = r->listeners_[0].Release();
-    o.next = r->head_;
+    o.next = r->NextAddress(0);
     o.name = "stage0";
     o.n_threads = plan.threads_per_stage;
     o.backend = r->backends_[0];
@@ -100,8 +106,12 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
   return r;
 }
 
+std::string SupervisedRing::NextAddress(int i) const {
+  if (!proxies_.empty()) return proxies_[i]->address();
+  return fmt::format("127.0.0.1:{}", listeners_[(i + 1) % plan_.n_stages].port());
+}
+
 std::vector<std::string> SupervisedRing::StageArgs(int i) const {
-  const int n = plan_.n_stages;
   return {"kvasir",
           "stage",
           "-m",
@@ -109,7 +119,7 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           "--layers",
           fmt::format("{}:{}", windows_[i].first, windows_[i].second),
           "--next",
-          fmt::format("127.0.0.1:{}", listeners_[(i + 1) % n].port()),
+          NextAddress(i),
           "--listen-fd",
           std::to_string(listeners_[i].fd()),
           "--name",
@@ -178,6 +188,7 @@ void SupervisedRing::Stop() {
   StopAll(children_);
   if (stage_) stage_->Stop();
   if (stage_thread_.joinable()) stage_thread_.join();
+  proxies_.clear();  // after the stages, so none sees its link fail first
 }
 
 SupervisedRing::~SupervisedRing() { Stop(); }

@@ -9,12 +9,14 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/status.h"
 #include "cli/local_ring.h"
+#include "net/delay_proxy.h"
 #include "net/stream.h"
 #include "ring/stage.h"
 
@@ -27,9 +29,11 @@ struct LocalRingPlan {
   std::vector<std::string> backends;  // one for all stages, or one per stage; empty: cpu
   std::string boundary = "f32";
   int n_ctx = 0;
-  int max_sessions = 64;  // each stage's --max-sessions
+  int max_sessions = 64;   // each stage's --max-sessions
   int64_t cache_mb = 256;  // each stage's --cache-mb
   std::string stage_log_level = "warn";
+  // A delaying proxy on every link (stage i dials it, it forwards to stage i + 1); none: direct.
+  std::optional<net::LinkShape> hops;
 };
 
 class SupervisedRing {
@@ -51,12 +55,15 @@ class SupervisedRing {
  private:
   SupervisedRing() = default;
   std::vector<std::string> StageArgs(int i) const;
+  // What stage i dials as its successor: stage i + 1, or the proxy in between.
+  std::string NextAddress(int i) const;
   void Supervise();
 
   LocalRingPlan plan_;
   std::vector<std::pair<int, int>> windows_;
   std::vector<std::string> backends_;
   std::vector<net::Listener> listeners_;  // kept: a restarted stage inherits its port again
+  std::vector<std::unique_ptr<net::DelayProxy>> proxies_;  // one per link with `hops`, else none
   LocalTrust trust_;
   std::string head_, secret_;
   // Processes (N > 1).
