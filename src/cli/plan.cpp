@@ -171,7 +171,8 @@ int PlanMain(int argc, char **argv) {
       auto keys = ReadJsonFile(keys_path);
       if (!keys.ok()) return Fail(kCmd, keys.status());
       if (keys->is_object()) {
-        for (const auto& [device, key] : keys->items()) {
+        for (const auto& item : keys->items()) {
+          const std::string& device = item.key();
           const bool known = std::any_of(devices->begin(), devices->end(),
                                          [&](const auto& d) { return d.name == device; });
           if (!known) {
