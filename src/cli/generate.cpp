@@ -19,12 +19,16 @@
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/grammar_flags.h"
 #include "cli/progress.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "kernels/kernels.h"
 #include "market/market_client.h"
 #include "model/sampler.h"
+#include "ring/sampling_wire.h"
+#include "ring/tail_sampler.h"
+#include "ring/vocab_trie.h"
 #include "spec/decoder.h"
 
 namespace kvasir::cli {
@@ -53,6 +57,8 @@ struct GenerateOptions {
   ChatFlags chat;                  // -p as a user message in the model's chat template
   std::string draft = "none";      // --draft: auto, ngram, model or none
   spec::DraftOptions drafting;     // --draft-model, --draft-max
+  GrammarFlags grammar_flags;      // --grammar-file, --json-schema-file
+  std::string grammar;             // their grammar text, loaded
 };
 
 struct GenerateStats {
@@ -140,6 +146,67 @@ Status Generate(const GenerateOptions& o, LoadedModel& m, spec::Drafter* drafter
   return Status::Ok();
 }
 
+// Generate under a grammar: the ring's last stage's sampler (ring/tail_sampler.h) on the one
+// process, so a local run draws exactly as a ring does.
+Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
+                           const std::vector<int32_t>& prompt, GenerateStats* stats) {
+  LayerWindow& window = *m.window;
+  const Tokenizer& tok = *m.tokenizer;
+  Stopwatch clock;
+  ring::SamplingExtra extra;
+  extra.grammar = o.grammar;
+  wire::SamplingWire w = ring::SamplingToWire(o.sampling, static_cast<uint32_t>(o.n_predict),
+                                              o.ignore_eos);
+  w.flags |= wire::kSamplingGrammar;
+  ring::VocabTrie vocab(&tok);
+  KV_ASSIGN_OR_RETURN(auto sampler, ring::TailSampler::Create(w, prompt, window.n_ctx(),
+                                                              window.config().n_vocab, extra,
+                                                              &vocab));
+  KV_RETURN_IF_ERROR(window.OpenSequence(0));
+  ForwardInput in;
+  in.chunks = {{0, 0, static_cast<int>(prompt.size())}};
+  in.tokens = prompt;
+  ForwardOutput out;
+  Utf8Stream utf8;
+  std::vector<int32_t> fed;
+  double first_token_ms = 0;
+  stats->stop_reason = "length";
+  for (int pos = static_cast<int>(prompt.size()); stats->n_generated < o.n_predict;) {
+    KV_RETURN_IF_ERROR(window.Forward(in, &out));
+    KV_ASSIGN_OR_RETURN(ring::TokenMsg t,
+                        sampler->Sample(0, out.logits, pos, window.n_ctx(),
+                                        [&](int32_t id) { return tok.IsEog(id); }));
+    if (stats->n_generated == 0 && first_token_ms == 0) {
+      first_token_ms = stats->ttft_ms = clock.Millis();
+      stats->prefill_ms = first_token_ms;
+    } else {
+      stats->n_decode_steps++;
+      stats->n_decode_tokens++;
+    }
+    const int32_t id = t.token.id;
+    const auto reason = static_cast<wire::FinishReason>(t.token.reason);
+    if (!tok.IsEog(id) || o.ignore_eos) {
+      WriteOut(utf8.Push(tok.TokenToPiece(id)));
+      stats->n_generated++;
+    }
+    if (t.token.finished) {
+      stats->stop_reason = reason == wire::FinishReason::kEog         ? "eog"
+                           : reason == wire::FinishReason::kContextFull ? "context"
+                                                                        : "length";
+      break;
+    }
+    fed.assign(1, id);
+    in.chunks = {{0, pos, 1}};
+    in.tokens = fed;
+    ++pos;
+  }
+  WriteOut(utf8.Flush());
+  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) WriteOut("\n");
+  stats->total_ms = clock.Millis();
+  stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
+  return Status::Ok();
+}
+
 nlohmann::json StatsJson(const GenerateOptions& o, const GenerateStats& s) {
   return {{"model", o.model_path},
           {"n_prompt", s.n_prompt},
@@ -181,6 +248,7 @@ int RunOnRing(const GenerateOptions& o) {
   req.sampling = o.sampling;
   req.ignore_eos = o.ignore_eos;
   req.stops = o.stops;
+  req.grammar = o.grammar;
   Manifest m;
   if (!o.manifest_path.empty()) {
     auto loaded = LoadManifest(o.manifest_path);
@@ -254,6 +322,14 @@ int RunGenerate(GenerateOptions o) {
   if ((!o.market.empty() || !o.ring.empty()) && o.draft != "none") {
     return UsageError(kCmd, "--draft runs with -m only (a local model)");
   }
+  if (o.grammar_flags.given() && o.draft != "none") {
+    return UsageError(kCmd, "--draft does not run under --grammar-file or --json-schema-file yet");
+  }
+  if (auto grammar = LoadGrammar(o.grammar_flags); grammar.ok()) {
+    o.grammar = std::move(grammar).value();
+  } else {
+    return UsageError(kCmd, grammar.status().message());
+  }
   if (!o.market.empty()) {
     // Refused before asking the market for a ring: the client has no model to read a template from.
     if (o.chat.enabled() && o.chat.template_name.empty()) {
@@ -315,7 +391,10 @@ int RunGenerate(GenerateOptions o) {
         stats.n_prompt, o.n_predict, stats.n_prompt + o.n_predict - 1, n_ctx);
   }
 
-  if (Status st = Generate(o, *model, drafter->get(), prompt, &stats); !st.ok()) {
+  const Status generated = o.grammar.empty()
+                               ? Generate(o, *model, drafter->get(), prompt, &stats)
+                               : GenerateConstrained(o, *model, prompt, &stats);
+  if (Status st = generated; !st.ok()) {
     return Fail(kCmd, WithPath(st, o.model_path));
   }
   if (stats.stop_reason == "context") {
@@ -368,6 +447,7 @@ int GenerateMain(int argc, char** argv) {
     app.add_option("-p,--prompt", o.prompt, "prompt text (with --chat: the user's message)")
         ->required();
     AddChatFlags(app, &o.chat);
+    AddGrammarFlags(app, &o.grammar_flags);
     app.add_option("-n,--n-predict", o.n_predict, "tokens to generate")->capture_default_str();
     AddSamplingOptions(app, &o.sampling, &o.seed);
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();

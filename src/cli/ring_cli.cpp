@@ -44,6 +44,10 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
   g.prompt = req.prompt;
   g.stops = req.stops;
   g.add_special = true;
+  if (!req.grammar.empty()) {
+    g.sampling.flags |= wire::kSamplingGrammar;
+    g.extra.grammar = req.grammar;
+  }
   Utf8Stream utf8;
   auto write = [](const std::string& s) {
     if (s.empty()) return;

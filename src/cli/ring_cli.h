@@ -20,6 +20,7 @@ struct RingRequest {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::vector<std::string> stops;
+  std::string grammar;         // grammar text the ring's last stage enforces ("": none)
   ring::ClientOptions client;  // how the head is reached and authenticated
 };
 

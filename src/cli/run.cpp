@@ -24,6 +24,7 @@
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/grammar_flags.h"
 #include "cli/hop_delay.h"
 #include "cli/local_ring.h"
 #include "cli/ring_cli.h"
@@ -56,6 +57,7 @@ struct RunOptions {
   bool relay = false;                  // every link through a local `kvasir relay`
   ChatFlags chat;                      // -p as a user message in the model's chat template
   std::optional<net::LinkShape> hops;  // a delaying proxy on every link (--hop-*)
+  GrammarFlags grammar;                // --grammar-file, --json-schema-file
 };
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
@@ -349,6 +351,7 @@ int RunMain(int argc, char** argv) {
                    "GGUF model file (with --manifest: default its model)");
     app.add_option("--manifest", o.manifest_path, "rank manifest from `kvasir plan`: its windows")
         ->excludes(app.add_option("--stages", o.n_stages, "number of stages (even split)"));
+    AddGrammarFlags(app, &o.grammar);
     app.add_option("-p,--prompt", o.request.prompt, "prompt text (with --chat: the user's message)")
         ->required();
     AddChatFlags(app, &o.chat);
@@ -384,6 +387,11 @@ int RunMain(int argc, char** argv) {
     if (*hops && o.relay) return UsageError(kCmd, "use either --relay or the --hop-* flags");
     o.hops = *hops;
     if (std::string e = CheckChatFlags(o.chat); !e.empty()) return UsageError(kCmd, e);
+    if (auto grammar = LoadGrammar(o.grammar); grammar.ok()) {
+      o.request.grammar = std::move(grammar).value();
+    } else {
+      return UsageError(kCmd, grammar.status().message());
+    }
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
     if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);
     if (o.threads_per_stage < 1) return UsageError(kCmd, "-t must be >= 1");
