@@ -56,8 +56,9 @@ TEST(CliGrammarTest, OneProcessAndARingAnswerTheSameUnderASchema) {
   const std::string schema = Write(dir, "schema.json", kSchema);
   for (const std::string temp : {"0", "0.9"}) {
     SCOPED_TRACE("temperature " + temp);
-    const std::vector<std::string> request = {"-p", "Once upon a time", "-n", "300", "--temp",
-                                              temp, "--seed", "5", "--json-schema-file", schema};
+    const std::vector<std::string> request = {
+        "-p", "Once upon a time",   "-n",  "300", "--temp", temp, "--seed",
+        "5",  "--json-schema-file", schema};
     std::vector<std::string> local = {"generate", "-m", AssetPath(kStories)};
     local.insert(local.end(), request.begin(), request.end());
     const RunResult one = RunKvasir(local);
@@ -75,24 +76,24 @@ TEST(CliGrammarTest, OneProcessAndARingAnswerTheSameUnderASchema) {
 TEST(CliGrammarTest, AGrammarFileConstrainsTheText) {
   KV_REQUIRE_ASSET(kStories);
   testing::TempDir dir;
-  const std::string g = Write(dir, "yesno.gbnf", "root ::= (\"yes\" | \"no\") \", \" [a-z]{3,8} \".\"\n");
-  const RunResult r = RunKvasir({"generate", "-m", AssetPath(kStories), "-p", "Is it?", "-n",
-                                 "40", "--temp", "0.8", "--seed", "3", "--grammar-file", g});
+  const std::string g =
+      Write(dir, "yesno.gbnf", "root ::= (\"yes\" | \"no\") \", \" [a-z]{3,8} \".\"\n");
+  const RunResult r = RunKvasir({"generate", "-m", AssetPath(kStories), "-p", "Is it?", "-n", "40",
+                                 "--temp", "0.8", "--seed", "3", "--grammar-file", g});
   ASSERT_EQ(r.code, 0) << Describe(r);
   EXPECT_THAT(r.out, ::testing::MatchesRegex("(yes|no), [a-z]{3,8}\\.\n?")) << r.out;
 }
 
 TEST(CliGrammarTest, WhatCannotBeHonouredIsAUsageError) {
   testing::TempDir dir;
-  const std::string bad_schema =
-      Write(dir, "bad.json", R"({"type": "integer", "multipleOf": 7})");
+  const std::string bad_schema = Write(dir, "bad.json", R"({"type": "integer", "multipleOf": 7})");
   ExpectUsageError(RunKvasir({"generate", "-m", "/nonexistent.gguf", "-p", "x",
                               "--json-schema-file", bad_schema}),
                    "generate", "multipleOf");
   const std::string bad_grammar = Write(dir, "bad.gbnf", "root ::= vaule\n");
-  ExpectUsageError(RunKvasir({"run", "-m", "/nonexistent.gguf", "-p", "x", "--grammar-file",
-                              bad_grammar}),
-                   "run", "vaule");
+  ExpectUsageError(
+      RunKvasir({"run", "-m", "/nonexistent.gguf", "-p", "x", "--grammar-file", bad_grammar}),
+      "run", "vaule");
   ExpectUsageError(RunKvasir({"generate", "-m", "/nonexistent.gguf", "-p", "x", "--grammar-file",
                               dir.path() + "/missing.gbnf"}),
                    "generate", "missing.gbnf");
