@@ -153,7 +153,7 @@ TEST_F(CreditTest, ABalanceThatWouldOverflowRefusesTheReceipt) {
 // from 3.0 to the cap": requests no ring could answer count for nothing, and answered ones only
 // as far as sessions with receipts confirm them.
 // A ring that serves, and receipts that carry a client's signed count.
-class ClientCountTest : public CreditTest {
+class ClientCountCreditTest : public CreditTest {
  protected:
   void SetUp() override {
     CreditTest::SetUp();
@@ -185,7 +185,7 @@ class ClientCountTest : public CreditTest {
   const ring::NodeKey client_ = kvasir::testing::KeyN(40);
 };
 
-TEST_F(ClientCountTest, TheSmallerOfTheRingsAndTheClientsCountIsCredited) {
+TEST_F(ClientCountCreditTest, TheSmallerOfTheRingsAndTheClientsCountIsCredited) {
   const double now = kT0 + 100;
   const double plain = PlainCredit(1, now);
   ASSERT_GT(plain, 0.0);
@@ -205,7 +205,7 @@ TEST_F(ClientCountTest, TheSmallerOfTheRingsAndTheClientsCountIsCredited) {
   EXPECT_EQ(TotalCredit(now), before);
 }
 
-TEST_F(ClientCountTest, ForgedAndReplayedCountsAreRefused) {
+TEST_F(ClientCountCreditTest, ForgedAndReplayedCountsAreRefused) {
   const double now = kT0 + 100;
   const double before = TotalCredit(now);
   // Forged: the count names the client's key, but another key signed it.

@@ -47,7 +47,7 @@ std::string ParseError(const std::vector<uint8_t>& payload) {
   return r.ok() ? "(parsed)" : r.status().message();
 }
 
-TEST(ClientCountTest, RoundTripsBehindTheFlag) {
+TEST(ClientCountReceiptTest, RoundTripsBehindTheFlag) {
   const Receipt r = WithClient(12);
   const std::vector<uint8_t> bytes = EncodeReceipt(r);
   ASSERT_EQ(bytes.size(), 48u + 104u + 2 * 152u);
@@ -83,7 +83,7 @@ TEST(ClientCountTest, RoundTripsBehindTheFlag) {
   EXPECT_EQ(CreditableTokens(WithClient(50)), 20u);
 }
 
-TEST(ClientCountTest, TheParserRefusesUnknownFlagsAndWrongSizes) {
+TEST(ClientCountReceiptTest, TheParserRefusesUnknownFlagsAndWrongSizes) {
   const std::vector<uint8_t> good = EncodeReceipt(WithClient(12));
   std::vector<uint8_t> b = good;
   b[44] = 3;
@@ -110,7 +110,7 @@ TEST(ClientCountTest, TheParserRefusesUnknownFlagsAndWrongSizes) {
   EXPECT_EQ(ParseError(b), "RECEIPT: reserved byte 0 (offset 45) is 0x01, must be 0");
 }
 
-TEST(ClientCountTest, ForgedAlteredReplayedAndStrippedCountsDoNotVerify) {
+TEST(ClientCountReceiptTest, ForgedAlteredReplayedAndStrippedCountsDoNotVerify) {
   // Forged: another key signed a count that names the client.
   Receipt r = WithClient(12);
   r.client = SignClientCount(Key(5), r.id, r.model_id, r.session, 12);
