@@ -419,7 +419,7 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
   auto body = ParseBody(req.body);
   if (!body.ok()) return ErrorResponse(body.status());
   auto hex = StringField(*body, "receipt",
-                         2 * (sizeof(wire::ReceiptBody) +
+                         2 * (sizeof(wire::ReceiptBody) + sizeof(wire::ClientCount) +
                               size_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine)));
   if (!hex.ok()) return ErrorResponse(hex.status());
   auto bytes = FromHex(*hex);
@@ -431,10 +431,14 @@ ApiResponse MarketApi::Receipt(const ApiRequest& req, double now) {
                                          bytes->size());
   auto receipt = ring::ParseReceipt(payload);
   if (!receipt.ok()) return ErrorResponse(422, "refused_receipt", receipt.status().message());
+  // A client's count, once its signature checks (in `verify` below), caps the credited count;
+  // lines that disagree are left as they are for the store to refuse.
+  const uint64_t creditable = ring::CreditableTokens(*receipt);
   std::vector<ReceiptShare> shares;
   for (const ring::ReceiptLine& l : receipt->lines) {
+    const uint64_t tokens = l.tokens == receipt->lines[0].tokens ? creditable : l.tokens;
     shares.push_back({ring::PublicKeyHex(l.node), static_cast<int>(l.first),
-                      static_cast<int>(l.last), l.tokens, ring::DigestHex(l.rows_root)});
+                      static_cast<int>(l.last), tokens, ring::DigestHex(l.rows_root)});
   }
   const std::string model_id(reinterpret_cast<const char*>(receipt->model_id.data()),
                              receipt->model_id.size());

@@ -38,8 +38,8 @@ uint32_t MaxStagePayload(int n_ctx, int n_embd) {
                         sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes;
   const uint64_t stats =
       sizeof(wire::StatsBody) + uint64_t{wire::kMaxStatsRecords} * sizeof(wire::StageStats);
-  const uint64_t receipt =
-      sizeof(wire::ReceiptBody) + uint64_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine);
+  const uint64_t receipt = sizeof(wire::ReceiptBody) + sizeof(wire::ClientCount) +
+                           uint64_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine);
   return static_cast<uint32_t>(
       std::min<uint64_t>(wire::kMaxPayload, std::max({hidden, open, stats, receipt})));
 }

@@ -121,7 +121,7 @@ struct KeepaliveMsg {  // KEEPALIVE (link liveness; the link consumes it)
 // (ParseReceipt / EncodeReceipt), so a receipt that does not parse is dropped by the stage that
 // reads it instead of closing the link (a receipt is accounting, never part of a session).
 struct ReceiptMsg {
-  std::vector<uint8_t> payload;  // wire::ReceiptBody + n_lines x wire::ReceiptLine, unchecked
+  std::vector<uint8_t> payload;  // wire::ReceiptBody [+ ClientCount] + n_lines x ReceiptLine, unchecked
 };
 
 using Message = std::variant<HelloMsg, ErrorMsg, GenerateMsg, OpenSessionMsg, HiddenMsg, TokenMsg,

@@ -1,5 +1,6 @@
 #include "ring/receipt.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstring>
@@ -15,6 +16,7 @@ namespace {
 
 constexpr size_t kBodyBytes = sizeof(wire::ReceiptBody);
 constexpr size_t kLineBytes = sizeof(wire::ReceiptLine);
+constexpr size_t kClientBytes = sizeof(wire::ClientCount);
 constexpr size_t kLabelBytes = sizeof(wire::kReceiptSignLabel);  // with its NUL
 static_assert(kLabelBytes == 18);
 
@@ -25,7 +27,16 @@ wire::ReceiptBody Body(const Receipt& r, uint32_t n_lines) {
   std::memcpy(b.receipt_id, r.id.data(), sizeof(b.receipt_id));
   std::memcpy(b.model_id, r.model_id.data(), sizeof(b.model_id));
   b.version = wire::kReceiptVersion;
+  b.flags = r.client ? wire::kReceiptHasClientCount : 0;
   return b;
+}
+
+wire::ClientCount Client(const ClientCount& c) {
+  wire::ClientCount w{};
+  std::memcpy(w.client_key, c.client.data(), sizeof(w.client_key));
+  w.tokens = c.tokens;
+  std::memcpy(w.signature, c.signature.data(), sizeof(w.signature));
+  return w;
 }
 
 wire::ReceiptLine Line(const ReceiptLine& l) {
@@ -57,6 +68,7 @@ std::vector<uint8_t> SignedBytes(const Receipt& r, size_t i) {
   msg.reserve(kLabelBytes + kBodyBytes + (i + 1) * kLineBytes);
   PutBytes(&msg, wire::kReceiptSignLabel, kLabelBytes);
   Put(&msg, Body(r, static_cast<uint32_t>(i + 1)));
+  if (r.client) Put(&msg, Client(*r.client));
   for (size_t j = 0; j < i; ++j) Put(&msg, Line(r.lines[j]));
   Put(&msg, Line(r.lines[i]), wire::kReceiptLineSigned);
   return msg;
@@ -71,14 +83,58 @@ int FirstNonzero(const uint8_t (&bytes)[N]) {
   return -1;
 }
 
+// What the client's count signature covers.
+std::vector<uint8_t> ClientSignedBytes(const std::array<uint8_t, 16>& receipt_id,
+                                       const std::array<uint8_t, 16>& model_id, uint32_t session,
+                                       uint64_t tokens) {
+  std::vector<uint8_t> msg;
+  PutBytes(&msg, wire::kClientCountSignLabel, sizeof(wire::kClientCountSignLabel));
+  PutBytes(&msg, receipt_id.data(), receipt_id.size());
+  PutBytes(&msg, model_id.data(), model_id.size());
+  Put(&msg, session);
+  Put(&msg, tokens);
+  return msg;
+}
+
 }  // namespace
+
+ClientCount SignClientCount(const NodeKey& key, const std::array<uint8_t, 16>& receipt_id,
+                            const std::array<uint8_t, 16>& model_id, uint32_t session,
+                            uint64_t tokens) {
+  ClientCount c;
+  c.client = key.public_key();
+  c.tokens = tokens;
+  c.signature = key.Sign(ClientSignedBytes(receipt_id, model_id, session, tokens));
+  return c;
+}
+
+Status VerifyClientCount(const Receipt& receipt) {
+  if (!receipt.client) return Status::Ok();
+  const ClientCount& c = *receipt.client;
+  if (!VerifySignature(c.client,
+                       ClientSignedBytes(receipt.id, receipt.model_id, receipt.session, c.tokens),
+                       c.signature)) {
+    return Error(StatusCode::kUnauthenticated,
+                 "receipt {}: the client count ({} tokens, client {}) does not verify for this "
+                 "session",
+                 ReceiptIdHex(receipt), c.tokens, ShortKey(c.client));
+  }
+  return Status::Ok();
+}
+
+uint64_t CreditableTokens(const Receipt& receipt) {
+  if (receipt.lines.empty()) return 0;
+  const uint64_t ring = receipt.lines[0].tokens;
+  return receipt.client ? std::min(ring, receipt.client->tokens) : ring;
+}
 
 std::vector<uint8_t> EncodeReceipt(const Receipt& receipt) {
   KV_CHECK(receipt.lines.size() <= wire::kMaxReceiptLines, "a receipt of {} lines (limit {})",
            receipt.lines.size(), wire::kMaxReceiptLines);
   std::vector<uint8_t> out;
-  out.reserve(kBodyBytes + receipt.lines.size() * kLineBytes);
+  out.reserve(kBodyBytes + kClientBytes + receipt.lines.size() * kLineBytes);
   Put(&out, Body(receipt, static_cast<uint32_t>(receipt.lines.size())));
+  if (receipt.client) Put(&out, Client(*receipt.client));
   for (const ReceiptLine& l : receipt.lines) Put(&out, Line(l));
   return out;
 }
@@ -112,18 +168,33 @@ Result<Receipt> ParseReceipt(std::span<const uint8_t> payload) {
     return Error("RECEIPT: reserved byte {} (offset {}) is {:#04x}, must be 0", at,
                  offsetof(wire::ReceiptBody, reserved) + at, b.reserved[at]);
   }
+  if ((b.flags & ~wire::kReceiptHasClientCount) != 0) {
+    return Error("RECEIPT: flags (offset 44) are {:#04x}, only {:#04x} is known", b.flags,
+                 wire::kReceiptHasClientCount);
+  }
+  const bool has_client = (b.flags & wire::kReceiptHasClientCount) != 0;
+  const size_t lines_at = kBodyBytes + (has_client ? kClientBytes : 0);
+  const uint64_t want = (has_client ? kClientBytes : 0) + uint64_t{b.n_lines} * kLineBytes;
   const uint64_t tail = payload.size() - kBodyBytes;
-  if (tail != uint64_t{b.n_lines} * kLineBytes) {
-    return Error("RECEIPT: tail is {} bytes, but n_lines {} x {}-byte lines needs {}", tail,
-                 b.n_lines, kLineBytes, uint64_t{b.n_lines} * kLineBytes);
+  if (tail != want) {
+    return Error("RECEIPT: tail is {} bytes, but {}n_lines {} x {}-byte lines needs {}", tail,
+                 has_client ? "a client count and " : "", b.n_lines, kLineBytes, want);
   }
   Receipt r;
+  if (has_client) {
+    wire::ClientCount w;
+    std::memcpy(&w, payload.data() + kBodyBytes, kClientBytes);
+    ClientCount& c = r.client.emplace();
+    std::memcpy(c.client.data(), w.client_key, c.client.size());
+    c.tokens = w.tokens;
+    std::memcpy(c.signature.data(), w.signature, c.signature.size());
+  }
   r.session = b.session;
   std::memcpy(r.id.data(), b.receipt_id, r.id.size());
   std::memcpy(r.model_id.data(), b.model_id, r.model_id.size());
   r.lines.resize(b.n_lines);
   for (uint32_t i = 0; i < b.n_lines; ++i) {
-    const size_t at = kBodyBytes + size_t{i} * kLineBytes;
+    const size_t at = lines_at + size_t{i} * kLineBytes;
     wire::ReceiptLine w;
     std::memcpy(&w, payload.data() + at, kLineBytes);
     if (const int z = FirstNonzero(w.reserved); z >= 0) {
@@ -172,7 +243,7 @@ Status VerifyReceipt(const Receipt& receipt) {
                    "receipt line {} (node {}): the signature does not verify", i, ShortKey(l.node));
     }
   }
-  return Status::Ok();
+  return VerifyClientCount(receipt);
 }
 
 std::string ReceiptIdHex(const Receipt& receipt) {

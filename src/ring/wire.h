@@ -292,7 +292,7 @@ struct KeepaliveBody {
 };
 static_assert(sizeof(KeepaliveBody) == 16);
 
-// RECEIPT (docs/PROTOCOL.md, "RECEIPT"): the body, then n_lines lines, one per stage in ring
+// RECEIPT (docs/PROTOCOL.md, "RECEIPT"): the body, an optional client count, then n_lines lines, one per stage in ring
 // order from the head. Line i's signature covers kReceiptSignLabel, the body with n_lines = i + 1,
 // lines 0..i-1 whole and line i up to its signature (ring/receipt.h builds and checks them).
 // Version 2 added the row commitment of each line; a version 1 receipt (version field 0) is
@@ -306,9 +306,24 @@ struct ReceiptBody {
   uint8_t receipt_id[16];  // random, chosen by the head: the session's global id
   uint8_t model_id[16];    // the model identity (HELLO's model_id)
   uint32_t version;        // kReceiptVersion
-  uint8_t reserved[4];     // zero
+  uint8_t flags;           // kReceiptHasClientCount or 0
+  uint8_t reserved[3];     // zero
 };
 static_assert(sizeof(ReceiptBody) == 48);
+
+// With kReceiptHasClientCount in ReceiptBody::flags, a ClientCount follows the body, before the
+// lines, and every line's signature covers it too. The client signs kClientCountSignLabel (with
+// its NUL), the body's receipt_id, model_id and session, then tokens, so a count is good for one
+// session only (ring/receipt.h).
+inline constexpr uint8_t kReceiptHasClientCount = 1;
+inline constexpr char kClientCountSignLabel[] = "kvasir-client-count-v1";
+
+struct ClientCount {
+  uint8_t client_key[32];  // the client's Ed25519 public key
+  uint64_t tokens;         // tokens the client says it received
+  uint8_t signature[64];   // Ed25519 by client_key (see above)
+};
+static_assert(sizeof(ClientCount) == 104);
 
 struct ReceiptLine {
   uint8_t node_key[32];    // the signer's Ed25519 public key

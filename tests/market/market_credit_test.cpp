@@ -1,7 +1,8 @@
 // Credit is bounded by what a real ring could have run (docs/MARKET.md, "Credit is bounded"):
 // the attacks of a party that holds every window of a ring with free keys and signs its own
-// receipts, replayed, and what the market credits for them. Also demand, which only answered
-// requests confirmed by sessions raise.
+// receipts, replayed, and what the market credits for them; a client's signed count of the tokens
+// it received, which caps the credit, and forged, replayed and inflated counts. Also demand, which
+// only answered requests confirmed by sessions raise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,6 +152,88 @@ TEST_F(CreditTest, ABalanceThatWouldOverflowRefusesTheReceipt) {
 // The replay of "one GET /v1/rings from each of 60 addresses raised an uncovered window's rate
 // from 3.0 to the cap": requests no ring could answer count for nothing, and answered ones only
 // as far as sessions with receipts confirm them.
+// A ring that serves, and receipts that carry a client's signed count.
+class ClientCountCreditTest : public CreditTest {
+ protected:
+  void SetUp() override {
+    CreditTest::SetUp();
+    MakeReady(FillRing(kT0), kT0);
+  }
+  // `r` with `client` in it, its lines signed again by the ring's holders.
+  ring::Receipt WithClient(ring::Receipt r, const ring::ClientCount& client) {
+    const std::vector<ring::ReceiptLine> lines = r.lines;
+    r.lines.clear();
+    r.client = client;
+    for (size_t w = 0; w < lines.size(); ++w) {
+      ring::AppendReceiptLine(&r, keys_[w], lines[w].first, lines[w].last, lines[w].tokens,
+                              lines[w].rows_root);
+    }
+    return r;
+  }
+  // Session `n` of `tokens` rows whose client (KeyN(40)) signs `client_tokens`.
+  ring::Receipt Signed(uint64_t tokens, uint32_t n, uint64_t client_tokens) {
+    ring::Receipt r = Session(tokens, n);
+    return WithClient(r,
+                      ring::SignClientCount(client_, r.id, r.model_id, r.session, client_tokens));
+  }
+  // The credit of one plain session of 20 rows, on a fresh session id.
+  double PlainCredit(uint32_t n, double now) {
+    const double before = TotalCredit(now);
+    EXPECT_EQ(Submit(Session(20, n), now).status, 200);
+    return TotalCredit(now) - before;
+  }
+  const ring::NodeKey client_ = kvasir::testing::KeyN(40);
+};
+
+TEST_F(ClientCountCreditTest, TheSmallerOfTheRingsAndTheClientsCountIsCredited) {
+  const double now = kT0 + 100;
+  const double plain = PlainCredit(1, now);
+  ASSERT_GT(plain, 0.0);
+  // The client received 12 of the ring's 20: 12 are credited.
+  double before = TotalCredit(now);
+  ApiResponse r = Submit(Signed(20, 2, 12), now);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NEAR(TotalCredit(now) - before, plain * 12 / 20, 1e-6);
+  // An inflated count (50 for a ring's 20) earns no more than the ring's own count.
+  before = TotalCredit(now);
+  r = Submit(Signed(20, 3, 50), now);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NEAR(TotalCredit(now) - before, plain, 1e-6);
+  // A client that says it received nothing makes the session earn nothing.
+  before = TotalCredit(now);
+  EXPECT_EQ(Submit(Signed(20, 4, 0), now).status, 422);
+  EXPECT_EQ(TotalCredit(now), before);
+}
+
+TEST_F(ClientCountCreditTest, ForgedAndReplayedCountsAreRefused) {
+  const double now = kT0 + 100;
+  const double before = TotalCredit(now);
+  // Forged: the count names the client's key, but another key signed it.
+  ring::Receipt r = Session(20, 5);
+  ring::ClientCount forged = ring::SignClientCount(keys_[6], r.id, r.model_id, r.session, 20);
+  forged.client = client_.public_key();
+  ApiResponse a = Submit(WithClient(r, forged), now);
+  EXPECT_EQ(a.status, 422);
+  EXPECT_NE(Reason(a).find("client count (20 tokens"), std::string::npos) << Reason(a);
+  // Altered: a good signature over 12 tokens, with 20 written in.
+  ring::ClientCount altered = ring::SignClientCount(client_, r.id, r.model_id, r.session, 12);
+  altered.tokens = 20;
+  EXPECT_EQ(Submit(WithClient(r, altered), now).status, 422);
+  // Replayed: a good count of session 6 carried by session 7.
+  const ring::Receipt six = Signed(20, 6, 20);
+  ring::Receipt seven = Session(20, 7);
+  a = Submit(WithClient(seven, *six.client), now);
+  EXPECT_EQ(a.status, 422);
+  EXPECT_NE(Reason(a).find("does not verify for this session"), std::string::npos) << Reason(a);
+  EXPECT_EQ(TotalCredit(now), before);
+  // The refusals credited nothing and left the sessions' ids free: the honest receipts go through.
+  EXPECT_EQ(Submit(six, now).status, 200);
+  EXPECT_EQ(
+      Submit(WithClient(r, ring::SignClientCount(client_, r.id, r.model_id, r.session, 20)), now)
+          .status,
+      200);
+}
+
 class DemandTest : public MarketFixture {
  protected:
   void SetUp() override {

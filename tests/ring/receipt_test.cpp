@@ -127,7 +127,7 @@ TEST(ReceiptTest, ParseRefusesBadPayloads) {
   EXPECT_EQ(ParseError(b), "RECEIPT: session (offset 0) is 0 (session ids are nonzero)");
   b = good;
   b[47] = 7;
-  EXPECT_EQ(ParseError(b), "RECEIPT: reserved byte 3 (offset 47) is 0x07, must be 0");
+  EXPECT_EQ(ParseError(b), "RECEIPT: reserved byte 2 (offset 47) is 0x07, must be 0");
   b = good;
   b[48 + 2 * 152 + 80 + 5] = 1;
   EXPECT_EQ(ParseError(b), "RECEIPT: line 2 (offset 352): reserved byte 5 is 0x01, must be 0");
