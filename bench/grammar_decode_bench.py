@@ -11,37 +11,16 @@ Usage: grammar_decode_bench.py KVASIR MODEL [--stages 1] [--tokens 128] [--round
 """
 import argparse
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 
+from serve_process import Serve
+
 SCHEMA = {"type": "object",
           "properties": {"story": {"type": "string", "minLength": 4000, "maxLength": 8000}},
           "required": ["story"], "additionalProperties": False}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url, proc, deadline_s=180):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"kvasir serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    sys.exit("kvasir serve did not become ready")
 
 
 def decode_rate(url, tokens, constrained, seed):
@@ -81,14 +60,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=2)
     args = ap.parse_args()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([args.kvasir, "serve", "-m", args.model, "--stages", str(args.stages),
-                             "-t", str(args.threads), "--listen", f"127.0.0.1:{port}",
-                             "--cache-mb", "0", "--log-level", "warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(url, proc)
+    serve_args = ["-m", args.model, "--stages", str(args.stages), "-t", str(args.threads),
+                  "--cache-mb", "0"]
+    with Serve(args.kvasir, serve_args) as server:
+        url = server.url
         decode_rate(url, 8, True, 0)  # the vocabulary's trie is built on the first grammar
         plain, constrained = [], []
         for k in range(args.rounds):
@@ -97,9 +72,6 @@ def main():
             if n != args.tokens:
                 sys.exit(f"the constrained answer ended after {n} tokens, not {args.tokens}")
             constrained.append(rate)
-    finally:
-        proc.terminate()
-        proc.wait()
     p, c = statistics.median(plain), statistics.median(constrained)
     print(f"{args.stages} stage(s), {args.tokens} tokens, {args.rounds} rounds, medians")
     print("| | decode tokens/s |")

@@ -13,37 +13,16 @@ Usage: prompt_cache_bench.py KVASIR MODEL [--stages 3] [--history 1000] [--round
 import argparse
 import json
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 
+from serve_process import Serve
+
 WORDS = ("river stone lantern quiet meadow orange violin harbor pepper cloud basket mirror "
          "garden thunder pencil candle forest silver window ladder ocean velvet copper needle "
          "marble island feather wagon saddle tunnel").split()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url, proc, deadline_s=120):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        if proc.poll() is not None:
-            sys.exit(f"kvasir serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    sys.exit("kvasir serve did not become ready")
 
 
 def chat(url, messages, max_tokens):
@@ -74,20 +53,11 @@ def words(rng, n):
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def run_server(args, cache_mb):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([args.kvasir, "serve", "-m", args.model, "--stages", str(args.stages),
-                             "-t", str(args.threads), "-c", "2048", "--chat-template", "chatml", "--listen",
-                             f"127.0.0.1:{port}", "--cache-mb", str(cache_mb), "--log-level",
-                             "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ready(url, proc)
-    return proc, url
-
-
 def measure(args, cache_mb):
-    proc, url = run_server(args, cache_mb)
-    try:
+    serve_args = ["-m", args.model, "--stages", str(args.stages), "-t", str(args.threads), "-c",
+                  "2048", "--chat-template", "chatml", "--cache-mb", str(cache_mb)]
+    with Serve(args.kvasir, serve_args) as server:
+        url = server.url
         rows = []
         for k in range(args.rounds):
             rng = random.Random(1000 + k)
@@ -98,13 +68,11 @@ def measure(args, cache_mb):
                         {"role": "user", "content": words(rng, 12)}]
             ttft, text, usage = chat(url, history, 16)
             rows.append({"short_ttft": short_ttft, "short_prompt": short_usage["prompt_tokens"],
+                         "short_cached": short_usage["prompt_tokens_details"]["cached_tokens"],
                          "first_prompt": first_usage["prompt_tokens"], "ttft": ttft, "text": text,
                          "prompt": usage["prompt_tokens"],
                          "cached": usage["prompt_tokens_details"]["cached_tokens"]})
         return rows
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def main():
@@ -123,7 +91,7 @@ def main():
     print(f"{args.stages} stages, {args.rounds} conversations, medians")
     print("| | prompt tokens | cached | time to first token |")
     print("|---|---:|---:|---:|")
-    print(f"| short prompt | {med(cached, 'short_prompt'):.0f} | 0 | "
+    print(f"| short prompt | {med(cached, 'short_prompt'):.0f} | {med(cached, 'short_cached'):.0f} | "
           f"{med(cached, 'short_ttft') * 1e3:.0f} ms |")
     print(f"| turn 2, prompt cache on | {med(cached, 'prompt'):.0f} | {med(cached, 'cached'):.0f} | "
           f"{med(cached, 'ttft') * 1e3:.0f} ms |")

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "kernels/kernels.h"
+#include "ring/sampling_tails.h"
 
 namespace kvasir::ring {
 
@@ -114,96 +115,6 @@ Result<Message> DecodeError(const Frame& f) {
   return Message(std::move(m));
 }
 
-bool HasExtra(const wire::SamplingWire& w) { return (w.flags & wire::kSamplingExtra) != 0; }
-bool HasOutput(const wire::SamplingWire& w) {
-  return (w.flags & (wire::kSamplingGrammar | wire::kSamplingLogprobs)) != 0;
-}
-
-uint64_t ExtraBytes(const wire::SamplingWire& w, const SamplingExtra& e) {
-  uint64_t bytes = 0;
-  if (HasExtra(w)) {
-    bytes += sizeof(wire::SamplingExtraWire) +
-             uint64_t{e.logit_bias.size()} * sizeof(wire::LogitBiasWire);
-  }
-  if (HasOutput(w)) bytes += sizeof(wire::SamplingOutputWire) + e.grammar.size();
-  return bytes;
-}
-
-// The sampling tails at `p` (`left` bytes from there to the end of the payload), which must hold
-// exactly what the flags of `w` announce: the SamplingExtraWire and its logit biases, then the
-// SamplingOutputWire and the grammar text.
-Status DecodeSamplingTails(MsgType t, const wire::SamplingWire& w, const uint8_t* p, size_t left,
-                           SamplingExtra* out) {
-  if (HasExtra(w)) {
-    wire::SamplingExtraWire e{};
-    if (left < sizeof(e)) {
-      return Error("{}: the sampling flags announce extra sampling, but {} bytes remain of its {}",
-                   Name(t), left, sizeof(e));
-    }
-    std::memcpy(&e, p, sizeof(e));
-    if (e.n_logit_bias > wire::kMaxLogitBias) {
-      return Error("{}: n_logit_bias {} exceeds the limit of {}", Name(t), e.n_logit_bias,
-                   wire::kMaxLogitBias);
-    }
-    if (e.reserved != 0) return Error("{}: extra sampling's reserved field is not zero", Name(t));
-    const uint64_t biases = uint64_t{e.n_logit_bias} * sizeof(wire::LogitBiasWire);
-    if (left - sizeof(e) < biases) {
-      return Error("{}: {} bytes follow the extra sampling, but n_logit_bias {} needs {}", Name(t),
-                   left - sizeof(e), e.n_logit_bias, biases);
-    }
-    out->presence_penalty = e.presence_penalty;
-    out->frequency_penalty = e.frequency_penalty;
-    out->logit_bias.resize(e.n_logit_bias);
-    for (uint32_t i = 0; i < e.n_logit_bias; ++i) {
-      wire::LogitBiasWire b{};
-      std::memcpy(&b, p + sizeof(e) + i * sizeof(b), sizeof(b));
-      out->logit_bias[i] = {b.id, b.bias};
-    }
-    p += sizeof(e) + biases;
-    left -= sizeof(e) + biases;
-  }
-  if (HasOutput(w)) {
-    wire::SamplingOutputWire o{};
-    if (left < sizeof(o)) {
-      return Error(
-          "{}: the sampling flags announce a grammar or logprobs, but {} bytes remain of "
-          "their {}",
-          Name(t), left, sizeof(o));
-    }
-    std::memcpy(&o, p, sizeof(o));
-    const bool grammar = (w.flags & wire::kSamplingGrammar) != 0;
-    if (grammar != (o.grammar_bytes != 0)) {
-      return Error("{}: grammar_bytes {} {} the kSamplingGrammar flag", Name(t), o.grammar_bytes,
-                   grammar ? "is zero under" : "is set without");
-    }
-    if (o.grammar_bytes > wire::kMaxGrammarBytes) {
-      return Error("{}: grammar_bytes {} exceeds the {} KiB limit", Name(t), o.grammar_bytes,
-                   wire::kMaxGrammarBytes >> 10);
-    }
-    const bool logprobs = (w.flags & wire::kSamplingLogprobs) != 0;
-    if (!logprobs && o.top_logprobs != 0) {
-      return Error("{}: top_logprobs {} without the kSamplingLogprobs flag", Name(t),
-                   o.top_logprobs);
-    }
-    if (o.top_logprobs > wire::kMaxTopLogprobs) {
-      return Error("{}: top_logprobs {} exceeds the limit of {}", Name(t), o.top_logprobs,
-                   wire::kMaxTopLogprobs);
-    }
-    if (left - sizeof(o) < o.grammar_bytes) {
-      return Error("{}: grammar_bytes {} but {} bytes remain", Name(t), o.grammar_bytes,
-                   left - sizeof(o));
-    }
-    out->top_logprobs = o.top_logprobs;
-    out->grammar.assign(reinterpret_cast<const char*>(p + sizeof(o)), o.grammar_bytes);
-    p += sizeof(o) + o.grammar_bytes;
-    left -= sizeof(o) + o.grammar_bytes;
-  }
-  if (left != 0) {
-    return Error("{}: {} bytes follow the last field the sampling flags announce", Name(t), left);
-  }
-  return Status::Ok();
-}
-
 Result<Message> DecodeGenerate(const Frame& f) {
   wire::GenerateBody b{};
   KV_RETURN_IF_ERROR(LoadBody(f, &b));
@@ -248,8 +159,8 @@ Result<Message> DecodeGenerate(const Frame& f) {
     p += len;
     left -= len;
   }
-  if (HasExtra(b.sampling) || HasOutput(b.sampling)) {
-    KV_RETURN_IF_ERROR(DecodeSamplingTails(MsgType::kGenerate, b.sampling, p, left, &m.extra));
+  if (HasSamplingTails(b.sampling)) {
+    KV_RETURN_IF_ERROR(DecodeSamplingTails(Name(MsgType::kGenerate), b.sampling, p, left, &m.extra));
   } else if (left != 0) {
     return Error("GENERATE: {} bytes follow the prompt and {} stop strings", left, b.n_stop);
   }
@@ -262,13 +173,13 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   KV_RETURN_IF_ERROR(CheckSession(MsgType::kOpenSession, b.session));
   const uint64_t ids = uint64_t{b.n_prompt} * sizeof(int32_t);
   OpenSessionMsg m;
-  if (HasExtra(b.sampling) || HasOutput(b.sampling)) {
+  if (HasSamplingTails(b.sampling)) {
     const size_t left = f.payload.size() - sizeof(b);
     if (left < ids) {
       return Error("OPEN_SESSION: tail is {} bytes, but n_prompt {} x i32 needs {}", left,
                    b.n_prompt, ids);
     }
-    KV_RETURN_IF_ERROR(DecodeSamplingTails(MsgType::kOpenSession, b.sampling,
+    KV_RETURN_IF_ERROR(DecodeSamplingTails(Name(MsgType::kOpenSession), b.sampling,
                                            Tail(f, sizeof(b)) + ids, left - ids, &m.extra));
   } else {
     KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
@@ -487,21 +398,6 @@ std::vector<uint8_t> Encode(const ErrorMsg& m) {
   return fb.Finish();
 }
 
-void PutExtra(FrameBuilder& fb, const wire::SamplingWire& w, const SamplingExtra& e) {
-  if (HasExtra(w)) {
-    wire::SamplingExtraWire x{};
-    x.presence_penalty = e.presence_penalty;
-    x.frequency_penalty = e.frequency_penalty;
-    x.n_logit_bias = static_cast<uint32_t>(e.logit_bias.size());
-    fb.Put(x);
-    for (const LogitBias& b : e.logit_bias) fb.Put(wire::LogitBiasWire{b.id, b.bias});
-  }
-  if (HasOutput(w)) {
-    fb.Put(wire::SamplingOutputWire{static_cast<uint32_t>(e.grammar.size()), e.top_logprobs});
-    fb.PutBytes(e.grammar.data(), e.grammar.size());
-  }
-}
-
 std::vector<uint8_t> Encode(const GenerateMsg& m) {
   wire::GenerateBody b{};
   b.sampling = m.sampling;
@@ -511,7 +407,7 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
   b.flags = m.report_cached ? wire::kGenerateReportCached : 0;
   size_t bytes = sizeof(b) + m.prompt.size();
   for (const std::string& s : m.stops) bytes += sizeof(uint16_t) + s.size();
-  bytes += ExtraBytes(m.sampling, m.extra);
+  bytes += SamplingTailBytes(m.sampling, m.extra);
   FrameBuilder fb(MsgType::kGenerate, bytes);
   fb.Put(b);
   fb.PutBytes(m.prompt.data(), m.prompt.size());
@@ -519,7 +415,7 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
     fb.Put(static_cast<uint16_t>(s.size()));
     fb.PutBytes(s.data(), s.size());
   }
-  PutExtra(fb, m.sampling, m.extra);
+  PutSamplingTails(fb, m.sampling, m.extra);
   return fb.Finish();
 }
 
@@ -532,10 +428,10 @@ std::vector<uint8_t> Encode(const OpenSessionMsg& m) {
   b.n_cached = m.n_cached;
   b.open_flags = m.keep ? wire::kOpenKeep : 0;
   const size_t tail = m.prompt.size() * sizeof(int32_t);
-  FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail + ExtraBytes(m.sampling, m.extra));
+  FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail + SamplingTailBytes(m.sampling, m.extra));
   fb.Put(b);
   fb.PutBytes(m.prompt.data(), tail);
-  PutExtra(fb, m.sampling, m.extra);
+  PutSamplingTails(fb, m.sampling, m.extra);
   return fb.Finish();
 }
 
@@ -616,16 +512,6 @@ std::vector<uint8_t> Encode(const ReceiptMsg& m) {
   return fb.Finish();
 }
 
-// Printable ASCII of a NUL-padded fixed-size name from a peer, for logs.
-std::string PrintableName(const char* name, size_t size) {
-  std::string out;
-  for (size_t i = 0; i < size && name[i] != '\0'; ++i) {
-    const char c = name[i];
-    out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<Message> DecodeMessage(const Frame& frame) {
@@ -674,42 +560,10 @@ wire::MsgType MessageType(const Message& m) {
   return kByIndex[m.index()];
 }
 
-namespace {
-
-// Extra sampling, grammars and logprobs travel only under their flags, within their counts.
-Status CheckExtraEncodable(MsgType t, const wire::SamplingWire& w, const SamplingExtra& e) {
-  if (!HasExtra(w) &&
-      (e.presence_penalty != 0 || e.frequency_penalty != 0 || !e.logit_bias.empty())) {
-    return Error("{}: extra sampling without the kSamplingExtra flag", Name(t));
-  }
-  if (((w.flags & wire::kSamplingGrammar) != 0) != !e.grammar.empty()) {
-    return Error("{}: a grammar {} the kSamplingGrammar flag", Name(t),
-                 e.grammar.empty() ? "is missing under" : "without");
-  }
-  if (e.grammar.size() > wire::kMaxGrammarBytes) {
-    return Error("{}: grammar of {} bytes exceeds the {} KiB limit", Name(t), e.grammar.size(),
-                 wire::kMaxGrammarBytes >> 10);
-  }
-  if ((w.flags & wire::kSamplingLogprobs) == 0 && e.top_logprobs != 0) {
-    return Error("{}: top_logprobs without the kSamplingLogprobs flag", Name(t));
-  }
-  if (e.top_logprobs > wire::kMaxTopLogprobs) {
-    return Error("{}: top_logprobs {} exceeds the limit of {}", Name(t), e.top_logprobs,
-                 wire::kMaxTopLogprobs);
-  }
-  if (e.logit_bias.size() > wire::kMaxLogitBias) {
-    return Error("{}: {} logit biases exceed the limit of {}", Name(t), e.logit_bias.size(),
-                 wire::kMaxLogitBias);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 Status CheckEncodable(const Message& msg) {
   const MsgType t = MessageType(msg);
   if (const auto* m = std::get_if<GenerateMsg>(&msg)) {
-    KV_RETURN_IF_ERROR(CheckExtraEncodable(t, m->sampling, m->extra));
+    KV_RETURN_IF_ERROR(CheckSamplingTailsEncodable(Name(t), m->sampling, m->extra));
     if (m->prompt.size() > wire::kMaxPromptBytes) {
       return Error("GENERATE: prompt of {} bytes exceeds the {} MiB limit", m->prompt.size(),
                    wire::kMaxPromptBytes >> 20);
@@ -726,7 +580,7 @@ Status CheckEncodable(const Message& msg) {
     }
   } else if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->session));
-    KV_RETURN_IF_ERROR(CheckExtraEncodable(t, m->sampling, m->extra));
+    KV_RETURN_IF_ERROR(CheckSamplingTailsEncodable(Name(t), m->sampling, m->extra));
     if (m->fork_from == 0 ? m->n_cached != 0 : m->n_cached >= m->prompt.size()) {
       return Error("OPEN_SESSION: n_cached {} with fork_from {} and {} prompt tokens", m->n_cached,
                    m->fork_from, m->prompt.size());
@@ -736,7 +590,7 @@ Status CheckEncodable(const Message& msg) {
     }
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::OpenSessionBody) +
                                                uint64_t{m->prompt.size()} * sizeof(int32_t) +
-                                               ExtraBytes(m->sampling, m->extra)));
+                                               SamplingTailBytes(m->sampling, m->extra)));
   } else if (const auto* m = std::get_if<HiddenMsg>(&msg)) {
     KV_ASSIGN_OR_RETURN(uint64_t bytes, HiddenTailBytes(m->session, m->n_tokens, m->n_embd,
                                                         static_cast<uint16_t>(m->dtype)));
@@ -826,100 +680,6 @@ void HiddenToF32(const HiddenMsg& m, std::vector<float>* out) {
     std::memcpy(&h, in + i * sizeof(h), sizeof(h));
     (*out)[i] = f16 ? F16ToF32(h) : BF16ToF32(h);
   }
-}
-
-std::string MessageName(const Message& msg) {
-  if (const auto* m = std::get_if<HelloMsg>(&msg)) {
-    return fmt::format("HELLO({}, layers [{}, {}))",
-                       PrintableName(m->hello.name, sizeof(m->hello.name)), m->hello.window_first,
-                       m->hello.window_last);
-  }
-  if (const auto* m = std::get_if<ErrorMsg>(&msg)) {
-    return fmt::format("ERROR({}, session {})", ErrorCodeName(m->code), m->session);
-  }
-  if (const auto* m = std::get_if<GenerateMsg>(&msg)) {
-    return fmt::format("GENERATE({} prompt bytes, {} stops)", m->prompt.size(), m->stops.size());
-  }
-  if (const auto* m = std::get_if<OpenSessionMsg>(&msg)) {
-    return fmt::format("OPEN_SESSION(session {}, {} prompt tokens)", m->session, m->prompt.size());
-  }
-  if (const auto* m = std::get_if<HiddenMsg>(&msg)) {
-    return fmt::format("HIDDEN(session {}, {} rows)", m->session, m->n_tokens);
-  }
-  if (const auto* m = std::get_if<TokenMsg>(&msg)) {
-    std::string s =
-        fmt::format("TOKEN(session {}, pos {}, id {}", m->token.session, m->token.pos, m->token.id);
-    if (m->token.finished != 0) {
-      s += fmt::format(", finished: {}", wire::FinishReasonName(m->token.reason));
-    }
-    return s + ")";
-  }
-  if (const auto* m = std::get_if<CloseMsg>(&msg)) {
-    return fmt::format("CLOSE_SESSION(session {}, {})", m->session,
-                       wire::FinishReasonName(m->reason));
-  }
-  if (const auto* m = std::get_if<PingMsg>(&msg)) {
-    return fmt::format("{}(nonce {})", m->pong ? "PONG" : "PING", m->body.nonce);
-  }
-  if (const auto* m = std::get_if<HandshakeMsg>(&msg)) {
-    return fmt::format("HANDSHAKE(step {})", m->body.step);
-  }
-  if (std::holds_alternative<KeepaliveMsg>(msg)) return "KEEPALIVE";
-  if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
-    // Only the body's counts, read as they are: the payload has not been parsed yet.
-    if (m->payload.size() < sizeof(wire::ReceiptBody)) {
-      return fmt::format("RECEIPT({} bytes)", m->payload.size());
-    }
-    wire::ReceiptBody b;
-    std::memcpy(&b, m->payload.data(), sizeof(b));
-    return fmt::format("RECEIPT(session {}, {} lines)", b.session, b.n_lines);
-  }
-  const auto& m = std::get<StatsMsg>(msg);
-  return fmt::format("STATS({} records)", m.records.size());
-}
-
-const char* ErrorCodeName(wire::ErrorCode code) {
-  switch (code) {
-    case wire::ErrorCode::kMalformed:
-      return "malformed";
-    case wire::ErrorCode::kVersion:
-      return "version";
-    case wire::ErrorCode::kWrongModel:
-      return "wrong_model";
-    case wire::ErrorCode::kNotAdjacent:
-      return "not_adjacent";
-    case wire::ErrorCode::kUnknownSession:
-      return "unknown_session";
-    case wire::ErrorCode::kBadRequest:
-      return "bad_request";
-    case wire::ErrorCode::kLinkDown:
-      return "link_down";
-    case wire::ErrorCode::kInternal:
-      return "internal";
-    case wire::ErrorCode::kBusy:
-      return "busy";
-    case wire::ErrorCode::kUnauthenticated:
-      return "unauthenticated";
-    case wire::ErrorCode::kTooLarge:
-      return "too_large";
-    case wire::ErrorCode::kTimeout:
-      return "timeout";
-    case wire::ErrorCode::kCacheMiss:
-      return "cache_miss";
-  }
-  return "unknown";
-}
-
-const char* DtypeName(wire::Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kF32:
-      return "f32";
-    case Dtype::kF16:
-      return "f16";
-    case Dtype::kBF16:
-      return "bf16";
-  }
-  return "unknown";
 }
 
 }  // namespace kvasir::ring
