@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "model/arch/registry.h"
+#include "model/nextn_block.h"
 #include "model/rope.h"
 #include "model/tensor_binder.h"
 #include "model/window_layers.h"
@@ -72,7 +73,10 @@ class LayerStackWindow final : public LayerWindow {
   }
 
   Status OpenSequence(int seq_id) override;
-  void CloseSequence(int seq_id) override { seqs_.erase(seq_id); }
+  void CloseSequence(int seq_id) override {
+    seqs_.erase(seq_id);
+    if (nextn_ != nullptr) nextn_->Close(seq_id);
+  }
   int SequenceLength(int seq_id) const override {
     auto it = seqs_.find(seq_id);
     return it == seqs_.end() ? -1 : it->second.length;
@@ -85,6 +89,19 @@ class LayerStackWindow final : public LayerWindow {
     return has_delta_net_ ? it->second.span_first : 0;
   }
   Status Forward(const ForwardInput& in, ForwardOutput* out) override;
+
+  bool has_nextn() const override { return nextn_ != nullptr; }
+  int NextnLength(int seq_id) const override {
+    return nextn_ == nullptr ? -1 : nextn_->Length(seq_id);
+  }
+  Status TruncateNextn(int seq_id, int n_keep) override {
+    if (nextn_ == nullptr) return Error("{}: no nextn block is loaded", file_->path());
+    return nextn_->Truncate(seq_id, n_keep);
+  }
+  Status ForwardNextn(const NextnInput& in, NextnOutput* out) override {
+    if (nextn_ == nullptr) return Error("{}: no nextn block is loaded", file_->path());
+    return nextn_->Forward(in, out);
+  }
 
  private:
   Status Validate(const ForwardInput& in, int* n_rows) const;
@@ -108,6 +125,7 @@ class LayerStackWindow final : public LayerWindow {
   RopeAngleParams rope_;
   DevPtr out_norm_;                       // [n_embd]
   const DeviceMatrix* output_ = nullptr;  // [n_vocab, n_embd]
+  std::unique_ptr<NextnBlock> nextn_;     // the first nextn block, or null
 
   std::unordered_map<int, Sequence> seqs_;
 
@@ -181,6 +199,13 @@ Status LayerStackWindow::Bind() {
     } else {
       KV_ASSIGN_OR_RETURN(output_, b.Matrix("token_embd.weight", e, cfg_.n_vocab));
     }
+    // The nextn block drafts next to the head; a file (or slice) without its tensors runs without.
+    if (cfg_.n_layer_nextn > 0 && spec_.last == cfg_.n_layer &&
+        file_->FindTensor(fmt::format("blk.{}.nextn.eh_proj.weight", cfg_.n_layer)) != nullptr) {
+      const DeviceMatrix* embd = tok_embd_ != nullptr ? tok_embd_ : has_output ? nullptr : output_;
+      KV_ASSIGN_OR_RETURN(
+          nextn_, NextnBlock::Bind(b, cfg_, embd, output_, rope_, options_.n_ctx, *backend_));
+    }
   }
   return backend_->Finish().WithContext(file_->path());
 }
@@ -198,6 +223,7 @@ Status LayerStackWindow::OpenSequence(int seq_id) {
                            .WithContext(fmt::format("sequence {}", seq_id)));
   }
   seqs_.emplace(seq_id, std::move(s));
+  if (nextn_ != nullptr) nextn_->Open(seq_id);
   return Status::Ok();
 }
 
@@ -208,6 +234,7 @@ Status LayerStackWindow::RenameSequence(int from, int to) {
   auto node = seqs_.extract(it);
   node.key() = to;
   seqs_.insert(std::move(node));
+  if (nextn_ != nullptr) nextn_->Rename(from, to);
   return Status::Ok();
 }
 
@@ -382,6 +409,17 @@ Status LayerStackWindow::Forward(const ForwardInput& in, ForwardOutput* out) {
   if (!spec_.has_head) {
     out->hidden.resize(rows * e);
     return be.Download(out->hidden.data(), x_, rows * e);
+  }
+  if (in.want_hidden) {
+    // The form the nextn block reads: head_in_ is free until Head reserves it again.
+    DevPtr src = x_;
+    if (cfg_.nextn_normed_hidden) {
+      KV_RETURN_IF_ERROR(head_in_.Reserve(be, rows * e, "the hidden rows"));
+      be.RmsNorm(x_, out_norm_, n_rows, e, cfg_.rms_eps, head_in_);
+      src = head_in_;
+    }
+    out->hidden.resize(rows * e);
+    KV_RETURN_IF_ERROR(be.Download(out->hidden.data(), src, rows * e));
   }
   return Head(in, out);
 }

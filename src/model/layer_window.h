@@ -55,12 +55,33 @@ struct ForwardInput {
   std::span<const int32_t> tokens;  // one id per row, when the window has the embeddings
   std::span<const float> hidden;    // [n_rows, n_embd] f32, when it has not
   bool all_logits = false;          // with a head: logits for every row, not just each chunk's last
+  // With a head: also the hidden state of every row in ForwardOutput::hidden, in the form the
+  // nextn block reads (after the output norm when cfg.nextn_normed_hidden, else before it).
+  bool want_hidden = false;
 };
 
 struct ForwardOutput {
-  std::vector<float> hidden;  // [n_rows, n_embd] f32, when the window has no head
+  std::vector<float> hidden;  // [n_rows, n_embd] f32, when the window has no head (or want_hidden)
   std::vector<float> logits;  // [n_out_rows, n_vocab] f32: the last row of each chunk that wants
                               // logits, in chunk order (or every row with all_logits)
+};
+
+// One run of the multi-token-prediction (nextn) block over rows of one sequence. Row i pairs the
+// model's hidden state at position pos0 + i with the token that follows that position, and
+// predicts the token after that one.
+struct NextnInput {
+  int seq_id = 0;
+  int pos0 = 0;                     // must equal the sequence's nextn length so far
+  std::span<const int32_t> tokens;  // [n] the token at position pos0 + i + 1
+  std::span<const float> hidden;    // [n, n_embd] f32: ForwardOutput::hidden rows (want_hidden),
+                                    // or NextnOutput::hidden rows when drafting on
+  bool all_logits = false;          // logits for every row, not just the last
+};
+
+struct NextnOutput {
+  std::vector<float> hidden;  // [n, n_embd] f32: the block's output, the hidden input of a chained
+                              // draft (in the same form as ForwardOutput::hidden)
+  std::vector<float> logits;  // [1 or n, n_vocab] f32: the token after NextnInput::tokens[i]
 };
 
 class LayerWindow {
@@ -121,6 +142,19 @@ class LayerWindow {
   // sequence's length, context overflow ("sequence 3: 4100 tokens exceed context 4096"), token id
   // out of range, wrong input size.
   virtual Status Forward(const ForwardInput& in, ForwardOutput* out) = 0;
+
+  // Multi-token prediction. A window with the head and the stack's last layer loads the model's
+  // first nextn block when the file holds it (cfg.n_layer_nextn > 0); it keeps its own attention
+  // cache per sequence, opened, closed and renamed with the sequence, and with its own length.
+  virtual bool has_nextn() const = 0;
+  // Positions in a sequence's nextn cache, or -1 when the sequence is not open (or no block).
+  virtual int NextnLength(int seq_id) const = 0;
+  // Drops nextn positions >= n_keep (rejected drafts). Errors name the sequence and the lengths.
+  virtual Status TruncateNextn(int seq_id, int n_keep) = 0;
+  // Runs the nextn block: appends the rows to the sequence's nextn cache and returns their output
+  // hidden rows and the logits. Errors (not crashes): no block, unknown sequence, pos0 not the
+  // nextn length, context overflow, token out of range, wrong hidden size.
+  virtual Status ForwardNextn(const NextnInput& in, NextnOutput* out) = 0;
 };
 
 }  // namespace kvasir

@@ -66,7 +66,12 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;  // [n_layer]
   bool attn_output_gate = false;  // attn_q rows hold [query | gate] per head; out *= sigmoid(gate)
   std::string ffn_norm_tensor = "ffn_norm";  // "post_attention_norm" for qwen35
-  int n_layer_nextn = 0;  // trailing multi-token-prediction blocks (not run, not in any window)
+  // Trailing multi-token-prediction blocks (not in the layer stack; a window with the head runs
+  // the first one as a drafter, model/nextn_block.h).
+  int n_layer_nextn = 0;
+  // The nextn block reads the model's hidden state after the output norm (and chains its own
+  // output after its shared_head_norm) rather than before those norms.
+  bool nextn_normed_hidden = false;
 
   // Gated DeltaNet (ssm.*).
   int ssm_conv_kernel = 0;  // ssm.conv_kernel: taps of the causal depthwise convolution

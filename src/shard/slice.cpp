@@ -17,11 +17,18 @@ namespace {
 constexpr uint64_t kCopyChunk = uint64_t{8} << 20;
 
 // Layer index of "blk.N.something", or nullopt for a non-layer tensor.
-// Whether the slice [first, last) of a model with n_layer layers keeps tensor `name`.
-bool KeepTensor(const std::string& name, int first, int last, int n_layer, bool tied) {
-  if (const int layer = LayerOfTensorName(name); layer >= 0) return layer >= first && layer < last;
+// Whether the slice [first, last) of a model with n_layer layers keeps tensor `name`. The nextn
+// (multi-token-prediction) blocks after the stack go with the head, and so do the embeddings they
+// read.
+bool KeepTensor(const std::string& name, int first, int last, const ModelConfig& cfg) {
+  const int n_layer = cfg.n_layer;
   const bool head = last == n_layer;
-  if (name == "token_embd.weight") return first == 0 || (head && tied);
+  if (const int layer = LayerOfTensorName(name); layer >= 0) {
+    return layer >= n_layer ? head : layer >= first && layer < last;
+  }
+  if (name == "token_embd.weight") {
+    return first == 0 || (head && (cfg.tied_output || cfg.n_layer_nextn > 0));
+  }
   if (name == "output_norm.weight" || name == "output.weight") return head;
   return true;  // e.g. rope_freqs.weight: small, and any stage may need it
 }
@@ -65,7 +72,7 @@ Result<SlicePlan> PlanSlice(const GgufFile& parent, int first, int last) {
   SliceSummary& s = plan.summary;
   for (const GgufTensorInfo& t : parent.tensors()) {
     s.parent_bytes += t.n_bytes;
-    if (!KeepTensor(t.name, first, last, n_layer, cfg.tied_output)) continue;
+    if (!KeepTensor(t.name, first, last, cfg)) continue;
     KV_RETURN_IF_ERROR(layout.DeclareTensor(t.name, static_cast<TensorType>(t.type),
                                             std::span<const uint64_t>(t.ne.data(), t.n_dims)));
     plan.source.push_back(t);

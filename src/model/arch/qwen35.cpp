@@ -3,7 +3,8 @@
 // are gated DeltaNet (ssm.*). qwen35 has a dense SwiGLU FFN; qwen35moe routes each token to
 // expert_used_count of expert_count experts and adds a shared expert scaled by a sigmoid gate.
 // post_attention_norm is the pre-FFN norm. Trailing nextn_predict_layers blocks (multi-token
-// prediction) are counted in block_count but are not part of the layer stack.
+// prediction) are counted in block_count but are not part of the layer stack; they read the
+// normed hidden state.
 #include <variant>
 
 #include "model/arch/registry.h"
@@ -129,6 +130,8 @@ Status LoadHybrid(const GgufFile& file, const std::string& p, bool moe, ModelCon
   }
   const int n_layer_all = cfg->n_layer;
   cfg->n_layer_nextn = static_cast<int>(nextn);
+  // Qwen3.5's MTP block was trained on the normed hidden state (what llama.cpp feeds it too).
+  cfg->nextn_normed_hidden = true;
   cfg->n_layer -= cfg->n_layer_nextn;
 
   KV_ASSIGN_OR_RETURN(std::vector<int64_t> sections,
