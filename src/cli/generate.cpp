@@ -55,7 +55,7 @@ struct GenerateOptions {
   TrustFlags trust;                // ring only: how the head is authenticated
   std::string manifest_path;       // ring only: a manifest whose rank 0 names the head's key
   ChatFlags chat;                  // -p as a user message in the model's chat template
-  std::string draft = "none";      // --draft: auto, ngram, model or none
+  std::string draft = "none";      // --draft: auto, mtp, ngram, model or none
   spec::DraftOptions drafting;     // --draft-model, --draft-max
   GrammarFlags grammar_flags;      // --grammar-file, --json-schema-file
   std::string grammar;             // their grammar text, loaded
@@ -155,13 +155,13 @@ Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
   Stopwatch clock;
   ring::SamplingExtra extra;
   extra.grammar = o.grammar;
-  wire::SamplingWire w = ring::SamplingToWire(o.sampling, static_cast<uint32_t>(o.n_predict),
-                                              o.ignore_eos);
+  wire::SamplingWire w =
+      ring::SamplingToWire(o.sampling, static_cast<uint32_t>(o.n_predict), o.ignore_eos);
   w.flags |= wire::kSamplingGrammar;
   ring::VocabTrie vocab(&tok);
-  KV_ASSIGN_OR_RETURN(auto sampler, ring::TailSampler::Create(w, prompt, window.n_ctx(),
-                                                              window.config().n_vocab, extra,
-                                                              &vocab));
+  KV_ASSIGN_OR_RETURN(
+      auto sampler,
+      ring::TailSampler::Create(w, prompt, window.n_ctx(), window.config().n_vocab, extra, &vocab));
   KV_RETURN_IF_ERROR(window.OpenSequence(0));
   ForwardInput in;
   in.chunks = {{0, 0, static_cast<int>(prompt.size())}};
@@ -190,7 +190,7 @@ Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
       stats->n_generated++;
     }
     if (t.token.finished) {
-      stats->stop_reason = reason == wire::FinishReason::kEog         ? "eog"
+      stats->stop_reason = reason == wire::FinishReason::kEog           ? "eog"
                            : reason == wire::FinishReason::kContextFull ? "context"
                                                                         : "length";
       break;
@@ -391,9 +391,8 @@ int RunGenerate(GenerateOptions o) {
         stats.n_prompt, o.n_predict, stats.n_prompt + o.n_predict - 1, n_ctx);
   }
 
-  const Status generated = o.grammar.empty()
-                               ? Generate(o, *model, drafter->get(), prompt, &stats)
-                               : GenerateConstrained(o, *model, prompt, &stats);
+  const Status generated = o.grammar.empty() ? Generate(o, *model, drafter->get(), prompt, &stats)
+                                             : GenerateConstrained(o, *model, prompt, &stats);
   if (Status st = generated; !st.ok()) {
     return Fail(kCmd, WithPath(st, o.model_path));
   }
@@ -458,8 +457,9 @@ int GenerateMain(int argc, char** argv) {
     app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after end-of-generation tokens");
     app.add_option(
            "--draft", o.draft,
-           "speculative decoding: ngram (prompt lookup), model (--draft-model), auto (model "
-           "when --draft-model is given, else ngram) or none")
+           "speculative decoding: mtp (the model's own multi-token-prediction block), ngram "
+           "(prompt lookup), model (--draft-model), auto (model when --draft-model is given, "
+           "else mtp when the model has a nextn block, else ngram) or none")
         ->capture_default_str();
     app.add_option("--draft-model", o.drafting.model_path,
                    "a small GGUF sharing the model's vocabulary that drafts tokens")

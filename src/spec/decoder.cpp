@@ -40,7 +40,9 @@ Status Decoder::Start(std::span<const int32_t> prompt) {
   ForwardInput in;
   in.chunks = {SeqChunk{seq_id_, 0, static_cast<int>(prompt.size())}};
   in.tokens = prompt;
+  in.want_hidden = wants_hidden();
   KV_RETURN_IF_ERROR(window_.Forward(in, &out_).WithContext("prefill"));
+  if (in.want_hidden) drafter_->ObserveHidden(0, out_.hidden);
   history_.assign(prompt.begin(), prompt.end());
   prefilled_only_ = true;
   return Status::Ok();
@@ -79,6 +81,7 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
   in.chunks = {ch};
   in.tokens = rows;
   in.all_logits = k > 0;
+  in.want_hidden = wants_hidden();
   KV_RETURN_IF_ERROR(window_.Forward(in, &out_).WithContext(fmt::format("decode at {}", pos)));
   if (out_.logits.size() != static_cast<size_t>(k + 1) * n_vocab) {
     return Error("model returned {} logits, expected {}", out_.logits.size(),
@@ -95,6 +98,11 @@ Result<std::vector<int32_t>> Decoder::Step(int budget) {
     budget_.Record(k, accepted);
     // The last decided token is not fed yet: keep the rows of the fed token and accepted drafts.
     KV_RETURN_IF_ERROR(window_.TruncateSequence(seq_id_, pos + 1 + accepted));
+  }
+  if (in.want_hidden) {
+    // The rows kept: the fed token and the accepted drafts.
+    const size_t e = static_cast<size_t>(window_.config().n_embd);
+    drafter_->ObserveHidden(pos, std::span<const float>(out_.hidden).first((accepted + 1) * e));
   }
   return decided;
 }

@@ -64,6 +64,8 @@ class Decoder {
   ForwardOutput out_;
   bool prefilled_only_ = false;  // out_ holds the prompt's last logits, nothing sampled yet
   DraftStats stats_;
+
+  bool wants_hidden() const { return drafter_ != nullptr && drafter_->wants_hidden(); }
 };
 
 }  // namespace kvasir::spec

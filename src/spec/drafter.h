@@ -18,19 +18,28 @@ namespace kvasir::spec {
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // "ngram", "model": the name in statistics and messages.
+  // "ngram", "model", "mtp": the name in statistics and messages.
   virtual const char* name() const = 0;
   // Up to max_tokens tokens guessed to follow `history` (the prompt and every token decided so
   // far, the last one included). Fewer, or none, when it has no guess. Errors come only from a
   // draft model's window. Not thread-safe: one session's drafter is called from one thread.
   virtual Result<std::vector<int32_t>> Propose(std::span<const int32_t> history,
                                                int max_tokens) = 0;
+
+  // Drafters that read the model's own hidden state (mtp) say so; the decoder then asks the
+  // window for it (ForwardInput::want_hidden) and hands over the rows of every position it keeps.
+  virtual bool wants_hidden() const { return false; }
+  // The hidden rows [n, n_embd] (ForwardOutput::hidden) of the session's positions pos0 ..
+  // pos0+n-1, once they are final (prefill rows, and the fed token and accepted drafts of a verify
+  // batch). Positions arrive in order; a pos0 below those already given replaces them from there
+  // on.
+  virtual void ObserveHidden(int pos0, std::span<const float> rows) {}
 };
 
 // What --draft asked for.
-enum class DraftKind { kNone, kNgram, kModel, kAuto };
+enum class DraftKind { kNone, kNgram, kModel, kMtp, kAuto };
 
-// "none", "ngram", "model", "auto" -> kind; anything else is refused naming the choices.
+// "none", "ngram", "model", "mtp", "auto" -> kind; anything else is refused naming the choices.
 Result<DraftKind> ParseDraftKind(const std::string& text);
 
 struct DraftOptions {
@@ -39,12 +48,14 @@ struct DraftOptions {
   int max_tokens = 4;      // K: tokens drafted per step
   int n_threads = 1;       // the draft model's window
   std::string backend = "cpu";
+  int seq_id = 0;  // mtp: the target window's sequence the session decodes
 };
 
 // The drafter the options ask for next to `target` (auto: a draft model when model_path is set,
-// else prompt lookup), or null for none. A draft model whose vocabulary differs from the target's
-// is refused, naming both sizes.
-Result<std::unique_ptr<Drafter>> MakeDrafter(const DraftOptions& options,
-                                             const LayerWindow& target);
+// else the model's own nextn block when the target has one, else prompt lookup), or null for
+// none. A draft model whose vocabulary differs from the target's is refused, naming both sizes;
+// mtp on a target without a nextn block is refused. An mtp drafter runs on `target` (sequence
+// options.seq_id), which must outlive it.
+Result<std::unique_ptr<Drafter>> MakeDrafter(const DraftOptions& options, LayerWindow& target);
 
 }  // namespace kvasir::spec
