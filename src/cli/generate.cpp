@@ -155,13 +155,13 @@ Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
   Stopwatch clock;
   ring::SamplingExtra extra;
   extra.grammar = o.grammar;
-  wire::SamplingWire w =
-      ring::SamplingToWire(o.sampling, static_cast<uint32_t>(o.n_predict), o.ignore_eos);
+  wire::SamplingWire w = ring::SamplingToWire(o.sampling, static_cast<uint32_t>(o.n_predict),
+                                              o.ignore_eos);
   w.flags |= wire::kSamplingGrammar;
   ring::VocabTrie vocab(&tok);
-  KV_ASSIGN_OR_RETURN(
-      auto sampler,
-      ring::TailSampler::Create(w, prompt, window.n_ctx(), window.config().n_vocab, extra, &vocab));
+  KV_ASSIGN_OR_RETURN(auto sampler, ring::TailSampler::Create(w, prompt, window.n_ctx(),
+                                                              window.config().n_vocab, extra,
+                                                              &vocab));
   KV_RETURN_IF_ERROR(window.OpenSequence(0));
   ForwardInput in;
   in.chunks = {{0, 0, static_cast<int>(prompt.size())}};
@@ -190,7 +190,7 @@ Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
       stats->n_generated++;
     }
     if (t.token.finished) {
-      stats->stop_reason = reason == wire::FinishReason::kEog           ? "eog"
+      stats->stop_reason = reason == wire::FinishReason::kEog         ? "eog"
                            : reason == wire::FinishReason::kContextFull ? "context"
                                                                         : "length";
       break;
@@ -391,8 +391,9 @@ int RunGenerate(GenerateOptions o) {
         stats.n_prompt, o.n_predict, stats.n_prompt + o.n_predict - 1, n_ctx);
   }
 
-  const Status generated = o.grammar.empty() ? Generate(o, *model, drafter->get(), prompt, &stats)
-                                             : GenerateConstrained(o, *model, prompt, &stats);
+  const Status generated = o.grammar.empty()
+                               ? Generate(o, *model, drafter->get(), prompt, &stats)
+                               : GenerateConstrained(o, *model, prompt, &stats);
   if (Status st = generated; !st.ok()) {
     return Fail(kCmd, WithPath(st, o.model_path));
   }

@@ -387,7 +387,7 @@ TEST(Qwen35MoeTest, BadHybridFilesAreRefusedByName) {
 
 // A checkpoint with a multi-token-prediction block (block_count 9, nextn_predict_layers 1, the
 // block's tensors under blk.8) runs its 8 layers exactly as the file without it; the block is no
-// layer of any window.
+// layer of any window (the window with the head loads it for drafting, spec/mtp_drafter.h).
 TEST(Qwen35MoeTest, MultiTokenPredictionBlockIsSkipped) {
   KV_REQUIRE_ASSET(kModel);
   auto file = OpenShared(AssetPath(kModel));
@@ -413,6 +413,15 @@ TEST(Qwen35MoeTest, MultiTokenPredictionBlockIsSkipped) {
                                 std::span<const uint8_t>(
                                     reinterpret_cast<const uint8_t*>(eh.data()), eh.size() * 4))
                         .ok());
+        const std::vector<float> ones(128, 1.0f);
+        const uint64_t ne1[1] = {128};
+        for (const char* norm : {"enorm", "hnorm", "shared_head_norm"}) {
+          ASSERT_TRUE(w.AddTensor("blk.8.nextn." + std::string(norm) + ".weight",
+                                  TensorType::kF32, ne1,
+                                  std::span<const uint8_t>(
+                                      reinterpret_cast<const uint8_t*>(ones.data()), 128 * 4))
+                          .ok());
+        }
       });
   auto mtp = OpenShared(path);
   auto cfg = LoadModelConfig(*mtp);
@@ -423,7 +432,10 @@ TEST(Qwen35MoeTest, MultiTokenPredictionBlockIsSkipped) {
   std::vector<std::unique_ptr<LayerWindow>> a, b;
   a.push_back(Load(file, {0, 8, true, true}));
   b.push_back(Load(mtp, {0, 8, true, true}));
+  ASSERT_NE(b[0], nullptr);
   EXPECT_EQ(ChainLogits(b, ids), ChainLogits(a, ids));
+  EXPECT_TRUE(b[0]->has_nextn());  // loaded next to the head, as a drafter
+  EXPECT_FALSE(a[0]->has_nextn());
   WindowOptions opt;
   auto past = LayerWindow::Load(mtp, {4, 9, false, true}, opt);
   ASSERT_FALSE(past.ok());
