@@ -14,6 +14,7 @@
 #include "kvasir_process.h"
 #include "model/arch/registry.h"
 #include "shard/slice.h"
+#include "spec/chi_square.h"
 #include "spec/decoder.h"
 #include "test_assets.h"
 
@@ -339,8 +340,9 @@ TEST(MtpDrafterTest, NextnLogitsMatchFloat64Reference) {
 }
 
 // Decodes `n` tokens greedily after the prompt, with `drafter` (may be null) at K = k, fixed.
-std::vector<int32_t> Decode(LayerWindow& w, Drafter* drafter, int k, int n, DraftStats* stats) {
-  Sampler sampler(SamplingParams{.temperature = 0});
+std::vector<int32_t> Decode(LayerWindow& w, Drafter* drafter, int k, int n, DraftStats* stats,
+                            const SamplingParams& params = SamplingParams{}) {
+  Sampler sampler(params);
   Decoder d(w, 0, sampler, drafter, k, /*adapt_k=*/false);
   EXPECT_TRUE(d.Start(Prompt()).ok());
   std::vector<int32_t> out;
@@ -370,6 +372,48 @@ TEST(MtpDrafterTest, GreedyOutputEqualsPlainDecoding) {
     EXPECT_EQ(Decode(*w, &mtp, k, 40, &stats), plain) << "K = " << k;
     EXPECT_GT(stats.drafted, 0) << "K = " << k;
     EXPECT_GT(mtp.rows_run(), 0);
+  }
+}
+
+// With temperature, drafting with the block keeps the model's distribution: over many seeds the
+// token at each step is distributed as without speculation. With random weights the block's
+// argmax is rarely what the model samples, so this is mostly the rejecting path of the rule (the
+// resampled token), with the block's cache rolled back at every step.
+TEST(MtpDrafterTest, SampledStepsFollowThePlainDistribution) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string path = Synth(dir, "qwen35moe", "q8_0");
+  auto w = LoadWhole(path);
+  ASSERT_NE(w, nullptr);
+  constexpr int kRuns = 1200, kSteps = 5;
+  std::vector<std::map<int32_t, int>> plain(kSteps), spec(kSteps);
+  DraftStats total;
+  for (int r = 0; r < kRuns; ++r) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 8;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 5000 + r;
+    const auto a = Decode(*w, nullptr, 0, kSteps, nullptr, p);
+    p.seed = 700000 + r;
+    MtpDrafter mtp(*w, 0);
+    DraftStats st;
+    const auto b = Decode(*w, &mtp, 3, kSteps, &st, p);
+    ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(b.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      plain[s][a[s]]++;
+      spec[s][b[s]]++;
+    }
+    total.drafted += st.drafted;
+    total.accepted += st.accepted;
+  }
+  EXPECT_GT(total.drafted - total.accepted, kRuns);
+  for (int s = 0; s < kSteps; ++s) {
+    const auto [x2, df] = ChiSquare2(plain[s], spec[s], kRuns, kRuns);
+    ASSERT_GT(df, 0);
+    EXPECT_LT(x2, Critical(df)) << "step " << s << ": " << df << " degrees of freedom";
   }
 }
 
