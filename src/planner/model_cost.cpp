@@ -18,7 +18,12 @@ uint64_t ModelCost::WindowWeightBytes(int first, int last) const {
   for (int l = first; l < last; ++l) bytes += layer_bytes[l];
   bool has_embed = first == 0, has_head = last == n_layer;
   if (has_embed) bytes += embed_bytes;
-  if (has_head) bytes += head_bytes - (tied_output && has_embed ? embed_bytes : 0);
+  if (has_head) {
+    bytes += head_bytes - (tied_output && has_embed ? embed_bytes : 0);
+    // The multi-token-prediction blocks are held next to the head, with the embeddings they read.
+    bytes += skipped_bytes;
+    if (skipped_bytes > 0 && !has_embed && !tied_output) bytes += embed_bytes;
+  }
   return bytes;
 }
 

@@ -37,7 +37,8 @@ struct ModelCost {
                                                    // expert_used_count / expert_count of their bytes
   std::vector<uint64_t> layer_kv_bytes_per_token;  // [n_layer] 0 for a recurrent (DeltaNet) layer
   std::vector<uint64_t> layer_state_bytes;         // [n_layer] a sequence's fixed recurrent state
-  // Multi-token-prediction blocks (blk.N for N >= n_layer): no stage holds or runs them.
+  // Multi-token-prediction blocks (blk.N for N >= n_layer): no layer of the stack; the stage with
+  // the head holds them (and the embeddings) to draft with, counted in its WindowWeightBytes.
   uint64_t skipped_bytes = 0;
   std::vector<std::string> skipped_tensors;
 

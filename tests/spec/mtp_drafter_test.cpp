@@ -13,6 +13,7 @@
 
 #include "kvasir_process.h"
 #include "model/arch/registry.h"
+#include "planner/model_cost.h"
 #include "shard/slice.h"
 #include "spec/chi_square.h"
 #include "spec/decoder.h"
@@ -525,7 +526,8 @@ TEST(MtpDrafterTest, GenerateDraftMtp) {
   EXPECT_NE(none.err.find("multi-token-prediction block"), std::string::npos) << none.err;
 }
 
-// The tail's slice carries the nextn block and the embeddings it reads; the other slices do not.
+// The tail's slice carries the nextn block and the embeddings it reads; the other slices do not,
+// and the planner's weight bytes per stage say so.
 // A tail window from its slice drafts exactly as the whole model's.
 TEST(MtpDrafterTest, TailSliceCarriesTheBlock) {
   KV_REQUIRE_ASSET(kStories);
@@ -533,8 +535,14 @@ TEST(MtpDrafterTest, TailSliceCarriesTheBlock) {
   const std::string path = Synth(dir, "qwen35");
   auto parent = GgufFile::Open(path);
   ASSERT_TRUE(parent.ok());
-  ASSERT_TRUE(WriteSlice(*parent, 0, 2, dir.File("head.gguf"), nullptr).ok());
-  ASSERT_TRUE(WriteSlice(*parent, 2, 4, dir.File("tail.gguf"), nullptr).ok());
+  SliceSummary head_sum, tail_sum;
+  ASSERT_TRUE(WriteSlice(*parent, 0, 2, dir.File("head.gguf"), &head_sum).ok());
+  ASSERT_TRUE(WriteSlice(*parent, 2, 4, dir.File("tail.gguf"), &tail_sum).ok());
+  // The planner counts for each stage what its slice holds.
+  auto cost = ComputeModelCost(*parent);
+  ASSERT_TRUE(cost.ok()) << cost.status().message();
+  EXPECT_EQ(cost->WindowWeightBytes(0, 2), head_sum.bytes);
+  EXPECT_EQ(cost->WindowWeightBytes(2, 4), tail_sum.bytes);
   auto head = GgufFile::Open(dir.File("head.gguf"));
   auto tail = GgufFile::Open(dir.File("tail.gguf"));
   ASSERT_TRUE(head.ok() && tail.ok());
