@@ -46,9 +46,11 @@ TEST(DraftKindTest, ParsesTheChoicesAndRefusesOthers) {
   EXPECT_EQ(*ParseDraftKind("ngram"), DraftKind::kNgram);
   EXPECT_EQ(*ParseDraftKind("model"), DraftKind::kModel);
   EXPECT_EQ(*ParseDraftKind("none"), DraftKind::kNone);
-  auto bad = ParseDraftKind("mtp");
+  EXPECT_EQ(*ParseDraftKind("mtp"), DraftKind::kMtp);
+  auto bad = ParseDraftKind("medusa");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("--draft mtp"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("--draft medusa"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("mtp"), std::string::npos);
 }
 
 }  // namespace
