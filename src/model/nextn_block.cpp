@@ -27,6 +27,10 @@ Result<std::unique_ptr<NextnBlock>> NextnBlock::Bind(TensorBinder& b, const Mode
                    OpName(op), be.device().address);
     }
   }
+  if (!be.SupportsAttention(AttentionOptions(c))) {
+    return Error("the nextn block (layer {}): backend {} does not run its attention", il,
+                 be.device().address);
+  }
   NextnWeights& w = block->w_;
   KV_RETURN_IF_ERROR(BindLayer(b, c, il, &w.layer));
   auto n = [il](const char* what) { return fmt::format("blk.{}.nextn.{}.weight", il, what); };
