@@ -33,7 +33,8 @@ class MtpDrafter final : public Drafter {
   int n_embd_;
   // The block's cache rows [0, committed_) pair verified hidden rows with decided tokens.
   int committed_ = 0;
-  // Verified hidden rows not yet fed, of positions [hidden_pos0_, hidden_pos0_ + n).
+  // Verified hidden rows not yet fed, of positions [hidden_pos0_, hidden_pos0_ + n): the rows
+  // given since the last Propose (plus the last row fed), so at most the session's length.
   int hidden_pos0_ = 0;
   std::vector<float> hidden_;  // [n, n_embd]
   int64_t rows_run_ = 0;
