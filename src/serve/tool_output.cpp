@@ -180,6 +180,8 @@ ToolSyntax ToolSyntaxFor(ChatFamily family, bool forced) {
       return {"<|python_tag|>", "", false, true, forced};
     case ToolStyle::kMistral:
       return {"[TOOL_CALLS]", "", true, forced, forced};
+    case ToolStyle::kQwenXml:
+      return {"<tool_call>", "</tool_call>", false, false, forced, /*xml=*/true};
     case ToolStyle::kHermes:
       break;
   }
@@ -198,6 +200,11 @@ std::string NewToolCallId() {
 ToolCallParser::ToolCallParser(ToolSyntax syntax, std::vector<std::string> names)
     : syntax_(std::move(syntax)), names_(std::move(names)) {}
 
+ToolCallParser::ToolCallParser(ToolSyntax syntax, std::span<const ToolDef> tools)
+    : syntax_(std::move(syntax)), tools_(tools.begin(), tools.end()) {
+  for (const ToolDef& t : tools) names_.push_back(t.name);
+}
+
 ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
   Output out;
   held_ += text;
@@ -207,7 +214,10 @@ ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
 
 ToolCallParser::Output ToolCallParser::Finish(bool cut) {
   Output out;
-  if (cut && mode_ == Mode::kCalls) held_.clear();
+  if (cut && mode_ == Mode::kCalls) {
+    held_.clear();
+    xml_ = XmlCall{};  // a call cut short is dropped, though its first pieces were shown
+  }
   Scan(/*final=*/true, &out);
   AddText(std::move(held_), &out);  // held back for a marker that never came
   held_.clear();
@@ -247,6 +257,7 @@ void ToolCallParser::Scan(bool final, Output* out) {
 }
 
 bool ToolCallParser::CallStep(bool final, Output* out) {
+  if (syntax_.xml) return XmlStep(final, out);
   const size_t p = SkipSpace(held_, 0, syntax_.bare);
   if (p == held_.size()) {
     if (final) held_.clear();  // whitespace after the last call

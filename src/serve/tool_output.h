@@ -5,6 +5,7 @@
 // the model wrote is lost.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,11 @@ struct ToolSyntax {
   // (its name comes first, then its arguments): a call is streamed as it is written, not once it
   // is complete.
   bool forced = false;
+  // Qwen3.5's XML-style calls inside open/close: <function=NAME>, then <parameter=P>VALUE
+  // </parameter> for each argument, then </function> (tool_prompt.h). Streamed as written in every
+  // mode, as the markup tells a call from text once <function=NAME> is complete: the name first,
+  // then the arguments object piece by piece (a string value as its characters arrive).
+  bool xml = false;
 };
 
 // `family`'s syntax; `forced`: the answer is written under ToolCallGrammarText's grammar.
@@ -42,6 +48,9 @@ class ToolCallParser {
  public:
   // `names`: the request's tools; a call of another name is content.
   ToolCallParser(ToolSyntax syntax, std::vector<std::string> names);
+  // The request's tools: their names, and for XML calls their parameters' types (a parameter
+  // whose schema's type is "string" is taken as written; another is read as JSON where it parses).
+  ToolCallParser(ToolSyntax syntax, std::span<const ToolDef> tools);
 
   // What a stream shows next, in order: text, or a piece of a call.
   struct Piece {
@@ -79,6 +88,13 @@ class ToolCallParser {
   // forced: the pieces of the calls in the value being written at held_[v...], so far.
   void StreamPartial(size_t v, Output* out);
   void AddText(std::string text, Output* out);
+  // xml: one step over held_ (in xml_call.cpp); false when it must wait for more text.
+  bool XmlStep(bool final, Output* out);
+  // xml: the call being read, ended early (malformed, or the answer ended): closed as far as it
+  // was shown when it was shown at all, else its markup given back as content.
+  void XmlEndEarly(Output* out);
+  void XmlArgs(std::string text, Output* out);  // appends to the call's arguments and shows them
+  const ToolDef* FindTool(const std::string& name) const;
 
   struct Streamed {  // a call of the value being written, as far as it has been shown
     std::string id;
@@ -92,6 +108,19 @@ class ToolCallParser {
   bool at_start_ = true;  // only whitespace so far
   size_t made_ = 0;
   std::vector<Streamed> streamed_;  // forced: the calls of the value being written
+  std::vector<ToolDef> tools_;      // for XML calls' parameter types (empty: no types known)
+
+  struct XmlCall {  // the XML call being read
+    enum class Stage { kOutside, kName, kParams, kValue, kAfterFunction };
+    Stage stage = Stage::kOutside;
+    std::string raw;  // its markup read so far (content again if it is given up before its name)
+    ToolCall call;    // id and name once read; arguments as shown so far
+    int params = 0;   // parameters complete
+    bool value_is_string = false;  // kValue: shown as it arrives, between quotes
+    bool value_began = false;      // kValue: the newline after <parameter=P> is behind
+    std::string param;             // kValue: its name
+  };
+  XmlCall xml_;
 };
 
 }  // namespace kvasir::serve
