@@ -110,8 +110,15 @@ std::string XmlStringValue(const OrderedJson& schema) {
   return out + " )";
 }
 
+// A schema of strings only: "type": "string", or no type and a string enum or const.
 bool IsStringSchema(const OrderedJson& schema) {
-  return schema.is_object() && schema.contains("type") && schema["type"] == "string";
+  if (!schema.is_object()) return false;
+  if (schema.contains("type")) return schema["type"] == "string";
+  if (schema.contains("const")) return schema["const"].is_string();
+  if (!schema.contains("enum") || !schema["enum"].is_array() || schema["enum"].empty())
+    return false;
+  return std::all_of(schema["enum"].begin(), schema["enum"].end(),
+                     [](const OrderedJson& v) { return v.is_string(); });
 }
 
 // Qwen3.5's XML-style calls: each tool a rule "<function=NAME>\n" then its properties in the
