@@ -77,16 +77,20 @@ class ToolCallParser {
   static std::string CompactArguments(std::string_view json_text);
 
  private:
-  enum class Mode { kText, kCalls, kPlain };
+  // kSkip: the rest of a broken call that was shown in part, dropped up to its close marker.
+  enum class Mode { kText, kCalls, kPlain, kSkip };
   void Scan(bool final, Output* out);
   // kCalls: one step over held_; false when it must wait for more text.
   bool CallStep(bool final, Output* out);
   void GiveUp(Output* out);
+  // auto: the calls shown in part, closed where they were shown to (the rest of their markup is
+  // dropped, never content); false when none was shown.
+  bool CloseStreamed(Output* out);
   // The calls of the complete JSON value `text` (an object, or an array of them); false when it
   // is not calls of the request's tools.
   bool ReadCalls(std::string_view text, std::vector<ToolCall>* out) const;
-  // forced: the pieces of the calls in the value being written at held_[v...], so far.
-  void StreamPartial(size_t v, Output* out);
+  // The pieces of the calls in the value being written at held_[v, until), so far.
+  void StreamPartial(size_t v, Output* out, size_t until = std::string::npos);
   void AddText(std::string text, Output* out);
   // xml: one step over held_ (in xml_call.cpp); false when it must wait for more text.
   bool XmlStep(bool final, Output* out);
@@ -98,7 +102,9 @@ class ToolCallParser {
 
   struct Streamed {  // a call of the value being written, as far as it has been shown
     std::string id;
-    size_t args_shown = 0;  // bytes of its compact arguments shown
+    std::string name;
+    std::string args;       // the bytes of its compact arguments shown
+    size_t args_shown = 0;  // their count
   };
 
   ToolSyntax syntax_;
@@ -107,8 +113,11 @@ class ToolCallParser {
   std::string held_;      // kText: text not yet shown; kCalls: the markup since the last call
   bool at_start_ = true;  // only whitespace so far
   size_t made_ = 0;
-  std::vector<Streamed> streamed_;  // forced: the calls of the value being written
-  std::vector<ToolDef> tools_;      // for XML calls' parameter types (empty: no types known)
+  // The calls of the value being written, shown as they are written: under a grammar (forced)
+  // byte by byte; else (auto) a call once its name is one of the tools', then its arguments up
+  // to the end of their last complete member, so that a call that breaks off can be closed.
+  std::vector<Streamed> streamed_;
+  std::vector<ToolDef> tools_;  // for XML calls' parameter types (empty: no types known)
 
   struct XmlCall {  // the XML call being read
     enum class Stage { kOutside, kName, kParams, kValue, kAfterFunction };

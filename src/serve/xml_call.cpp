@@ -142,10 +142,7 @@ void ToolCallParser::XmlEndEarly(Output* out) {
   ++made_;
   out->calls.push_back(std::move(xml_.call));
   xml_ = XmlCall{};
-  // The rest of the call's markup is dropped; text after its close marker is text again.
-  const size_t close = held_.find(syntax_.close);
-  held_.erase(0, close == std::string::npos ? held_.size() : close + syntax_.close.size());
-  mode_ = Mode::kText;
+  mode_ = Mode::kSkip;  // the rest of its markup, up to its close marker
   at_start_ = false;
 }
 
