@@ -1,8 +1,10 @@
 // A model's answer read back into tool calls, whole or as it streams. The text before a call is
 // content; a call's own markup is never content, so text that may be the start of a call marker is
-// held back until the next piece tells (as StopFilter holds back stop strings). A call that does
-// not parse, or names no tool of the request, is given back as content, markup included: nothing
-// the model wrote is lost.
+// held back until the next piece tells (as StopFilter holds back stop strings). A call that breaks
+// before its name is read, or names no tool of the request, is given back as content, markup
+// included. Once its name is a tool's, a call is shown as it is written and stays a call: if it
+// breaks later it is closed at its last complete argument and the rest of its markup dropped. The
+// result never depends on how the answer was split into pieces.
 #pragma once
 
 #include <span>

@@ -1,6 +1,7 @@
 // A model's answer read back into tool calls: text before a call is content, a call's markup never
-// is, calls that do not parse (or name no tool) are given back as content, and a stream split
-// anywhere gives what the whole answer gives, without ever showing part of a marker.
+// is, calls that break before their name (or name no tool) are given back as content, calls that
+// break after it are closed, and a stream split anywhere gives what the whole answer gives,
+// without ever showing part of a marker.
 #include "serve/tool_output.h"
 
 #include <gtest/gtest.h>
