@@ -93,18 +93,41 @@ std::string Literal(std::string_view text) {
   return out + "\"";
 }
 
-// A string parameter's value: free text (any text without "</"), or one of its enum or const.
-std::string XmlStringValue(const OrderedJson& schema) {
-  std::vector<std::string> options;
-  if (schema.is_object() && schema.contains("const") && schema["const"].is_string()) {
-    options.push_back(schema["const"].get<std::string>());
-  } else if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array()) {
-    for (const auto& v : schema["enum"]) {
-      if (!v.is_string()) return "xml-text";
-      options.push_back(v.get<std::string>());
+// A string parameter's value: text without "</" (without "<" when its minLength or maxLength
+// bound its characters), or
+// one of its enum or const. A pattern or format is refused: the value is raw text, not JSON.
+Result<std::string> XmlStringValue(const std::string& param, const OrderedJson& schema) {
+  for (const char* key : {"pattern", "format"}) {
+    if (schema.contains(key)) {
+      return Error("parameter '{}': '{}' cannot be enforced on a qwen3.5 call's text value", param,
+                   key);
     }
   }
-  if (options.empty()) return "xml-text";
+  std::vector<std::string> options;
+  if (schema.contains("const") && schema["const"].is_string()) {
+    options.push_back(schema["const"].get<std::string>());
+  } else if (schema.contains("enum") && schema["enum"].is_array()) {
+    for (const auto& v : schema["enum"]) {
+      if (v.is_string()) options.push_back(v.get<std::string>());
+    }
+  }
+  if (options.empty()) {
+    auto bound = [&](const char* key) -> Result<int64_t> {
+      if (!schema.contains(key)) return int64_t{-1};
+      const OrderedJson& v = schema[key];
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > 100000) {
+        return Error("parameter '{}': '{}' must be an integer from 0 to 100000", param, key);
+      }
+      return static_cast<int64_t>(v.get<uint64_t>());
+    };
+    KV_ASSIGN_OR_RETURN(const int64_t lo, bound("minLength"));
+    KV_ASSIGN_OR_RETURN(const int64_t hi, bound("maxLength"));
+    if (lo < 0 && hi < 0) return std::string("xml-char*");
+    if (hi >= 0 && lo > hi) return Error("parameter '{}': minLength over maxLength", param);
+    // Counted in characters, so no "<" at all (a "<" not before "/" would take two).
+    return hi < 0 ? fmt::format("[^<]{{{},}}", std::max<int64_t>(lo, 0))
+                  : fmt::format("[^<]{{{},{}}}", std::max<int64_t>(lo, 0), hi);
+  }
   std::string out = "(";
   for (size_t i = 0; i < options.size(); ++i) out += (i > 0 ? " | " : " ") + Literal(options[i]);
   return out + " )";
@@ -141,7 +164,7 @@ Result<std::string> XmlCallGrammarText(const ToolsRequest& tools) {
       for (const auto& [name, schema] : params["properties"].items()) {
         std::string value;
         if (IsStringSchema(schema)) {
-          value = XmlStringValue(schema);
+          KV_ASSIGN_OR_RETURN(value, XmlStringValue(name, schema));
         } else {
           const std::string def = fmt::format("xml-t{}-p{}", i, k);
           defs[def] = schema;
@@ -188,7 +211,7 @@ Result<std::string> XmlCallGrammarText(const ToolsRequest& tools) {
   if (more > 0) {
     root += fmt::format(R"( ( "\n<tool_call>\n" xml-call "\n</tool_call>" ){{0,{}}})", more);
   }
-  return root + "\n" + call + "\n" + rules + "xml-text ::= ( [^<] | \"<\" [^/] )*\n" + json;
+  return root + "\n" + call + "\n" + rules + "xml-char ::= [^<] | \"<\" [^/]\n" + json;
 }
 
 }  // namespace

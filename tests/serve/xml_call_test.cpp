@@ -24,7 +24,7 @@ ToolsRequest Tools(ToolChoice::Kind kind = ToolChoice::Kind::kAuto, bool paralle
   weather.name = "get_weather";
   weather.description = "Weather of a city";
   weather.parameters = OrderedJson::parse(R"({"type": "object", "properties": {
-      "city": {"type": "string"},
+      "city": {"type": "string", "maxLength": 30},
       "days": {"type": "integer", "minimum": 1, "maximum": 7},
       "unit": {"enum": ["c", "f"]},
       "where": {"type": "object", "properties": {"lat": {"type": "number"}},
@@ -200,6 +200,9 @@ TEST(XmlCallTest, TheGrammarAdmitsCallsThatMatchTheSchemasOnly) {
            "<parameter=days>\n2\n</parameter>\n<parameter=unit>\nk\n</parameter>\n</function>\n"
            "</tool_call>",
            "<tool_call>\n<function=rm>\n</function>\n</tool_call>",
+           // a city over its maxLength
+           "<tool_call>\n<function=get_weather>\n<parameter=city>\nLlanfairpwllgwyngyllgogerychwyrn"
+           "\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
            "Sure: <tool_call>\n<function=now>\n</function>\n</tool_call>",
        }) {
     EXPECT_FALSE(grammar::testing::FullMatch(g, bad)) << bad;
@@ -211,6 +214,15 @@ TEST(XmlCallTest, TheGrammarAdmitsCallsThatMatchTheSchemasOnly) {
                                           "<tool_call>\n<function=now>\n</function>\n"
                                           "</tool_call>"));
   EXPECT_FALSE(grammar::testing::FullMatch(n, kParisCall));
+}
+
+TEST(XmlCallTest, AStringPatternCannotBeEnforcedOnRawTextAndIsRefused) {
+  ToolsRequest tools = Tools(ToolChoice::Kind::kRequired);
+  tools.tools[0].parameters["properties"]["city"]["pattern"] = "^[A-Z]";
+  const auto text = ToolCallGrammarText(ChatFamily::kQwen35, tools);
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("'city': 'pattern'"), std::string::npos)
+      << text.status().message();
 }
 
 TEST(XmlCallTest, WhatTheGrammarWritesIsReadBackAsValidCalls) {
