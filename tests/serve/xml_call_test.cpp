@@ -181,6 +181,41 @@ TEST(XmlCallTest, ACallOfNoToolOrBrokenBeforeItsNameIsContent) {
   EXPECT_EQ(cut.content, "\nok");
 }
 
+// Answers near calls (bytes changed, dropped or added) read the same whole and split anywhere,
+// and every call's pieces join into arguments that parse as a JSON object.
+TEST(XmlCallTest, MangledCallsReadTheSameWholeAndSplit) {
+  const std::string alphabet = "<>/=\n _\"{}:,";
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 300; ++round) {
+    std::string text =
+        "ok " + kParisCall + "\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
+    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+      const size_t at = rng() % (text.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          text.insert(at, 1, c);
+          break;
+        case 1:
+          if (at < text.size()) text.erase(at, 1);
+          break;
+        default:
+          if (at < text.size()) text[at] = c;
+      }
+    }
+    const Read whole = ReadBack(text);
+    const Read split = ReadBack(text, 1 + rng() % 6);
+    EXPECT_EQ(split.content, whole.content) << text;
+    ASSERT_EQ(split.calls.size(), whole.calls.size()) << text;
+    for (size_t k = 0; k < whole.calls.size(); ++k) {
+      EXPECT_EQ(split.calls[k].name, whole.calls[k].name) << text;
+      EXPECT_EQ(split.calls[k].arguments, whole.calls[k].arguments) << text;
+      EXPECT_TRUE(OrderedJson::parse(whole.calls[k].arguments, nullptr, false).is_object())
+          << whole.calls[k].arguments;
+    }
+  }
+}
+
 TEST(XmlCallTest, TheGrammarAdmitsCallsThatMatchTheSchemasOnly) {
   auto text = ToolCallGrammarText(ChatFamily::kQwen35, Tools(ToolChoice::Kind::kRequired));
   ASSERT_TRUE(text.ok()) << text.status().message();
