@@ -154,15 +154,12 @@ bool ToolCallParser::XmlStep(bool final, Output* out) {
     xml_.raw += held_.substr(0, n);
     held_.erase(0, n);
   };
-  // Waits for more text, or ends the call when there is none.
+  // Waits for more text, or ends the call when there is none or it has run past the limit.
   auto wait = [&]() {
-    if (final) XmlEndEarly(out);
-    return final;  // after XmlEndEarly, scanning goes on over what is left
+    const bool end = final || held_.size() > kMaxCallBytes;
+    if (end) XmlEndEarly(out);
+    return end;  // after XmlEndEarly, scanning goes on over what is left
   };
-  if (held_.size() > kMaxCallBytes) {
-    XmlEndEarly(out);
-    return true;
-  }
   switch (xml_.stage) {
     case S::kOutside: {
       const size_t p = SkipSpace(h, 0);

@@ -216,6 +216,18 @@ TEST(XmlCallTest, MangledCallsReadTheSameWholeAndSplit) {
   }
 }
 
+TEST(XmlCallTest, ACallLongerThanTheLimitIsClosedAndBlanksAreNoCall) {
+  ToolCallParser parser(kXml, Tools().tools);
+  auto out = parser.Push("<tool_call>\n<function=get_weather>\n<parameter=days>\n" +
+                         std::string(kMaxCallBytes + 1, '1'));
+  ASSERT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.calls[0].arguments, R"({"days":null})");
+  EXPECT_EQ(parser.Push("\n</parameter>\n</function>\n</tool_call> ok").text(), " ok");
+  ToolCallParser blanks(kXml, Tools().tools);
+  EXPECT_TRUE(blanks.Push("\n" + std::string(kMaxCallBytes + 1, ' ')).calls.empty());
+  EXPECT_TRUE(blanks.Finish().calls.empty());
+}
+
 TEST(XmlCallTest, TheGrammarAdmitsCallsThatMatchTheSchemasOnly) {
   auto text = ToolCallGrammarText(ChatFamily::kQwen35, Tools(ToolChoice::Kind::kRequired));
   ASSERT_TRUE(text.ok()) << text.status().message();
