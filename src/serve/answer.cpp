@@ -128,11 +128,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   };
   // With tools, the text goes through the call parser: content as text, calls in pieces.
   std::optional<ToolCallParser> tools;
-  if (job.tool_syntax) {
-    std::vector<std::string> names;
-    for (const ToolDef& t : req.tools.tools) names.push_back(t.name);
-    tools.emplace(*job.tool_syntax, std::move(names));
-  }
+  if (job.tool_syntax) tools.emplace(*job.tool_syntax, req.tools.tools);
   std::vector<ToolCall> calls;
   auto emit_parsed = [&](ToolCallParser::Output out) {
     for (const ToolCallParser::Piece& p : out.pieces) {

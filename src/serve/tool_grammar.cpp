@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "grammar/json_schema.h"
 #include "ring/tail_sampler.h"
@@ -75,10 +77,148 @@ std::string FreeRuleName(const std::string& text) {
   return name;
 }
 
+// `text` as a grammar literal.
+std::string Literal(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// A string parameter's value: text without "</" (without "<" when its minLength or maxLength
+// bound its characters), or
+// one of its enum or const. A pattern or format is refused: the value is raw text, not JSON.
+Result<std::string> XmlStringValue(const std::string& param, const OrderedJson& schema) {
+  for (const char* key : {"pattern", "format"}) {
+    if (schema.contains(key)) {
+      return Error("parameter '{}': '{}' cannot be enforced on a qwen3.5 call's text value", param,
+                   key);
+    }
+  }
+  std::vector<std::string> options;
+  if (schema.contains("const") && schema["const"].is_string()) {
+    options.push_back(schema["const"].get<std::string>());
+  } else if (schema.contains("enum") && schema["enum"].is_array()) {
+    for (const auto& v : schema["enum"]) {
+      if (v.is_string()) options.push_back(v.get<std::string>());
+    }
+  }
+  if (options.empty()) {
+    auto bound = [&](const char* key) -> Result<int64_t> {
+      if (!schema.contains(key)) return int64_t{-1};
+      const OrderedJson& v = schema[key];
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > 100000) {
+        return Error("parameter '{}': '{}' must be an integer from 0 to 100000", param, key);
+      }
+      return static_cast<int64_t>(v.get<uint64_t>());
+    };
+    KV_ASSIGN_OR_RETURN(const int64_t lo, bound("minLength"));
+    KV_ASSIGN_OR_RETURN(const int64_t hi, bound("maxLength"));
+    if (lo < 0 && hi < 0) return std::string("xml-char*");
+    if (hi >= 0 && lo > hi) return Error("parameter '{}': minLength over maxLength", param);
+    // Counted in characters, so no "<" at all (a "<" not before "/" would take two).
+    return hi < 0 ? fmt::format("[^<]{{{},}}", std::max<int64_t>(lo, 0))
+                  : fmt::format("[^<]{{{},{}}}", std::max<int64_t>(lo, 0), hi);
+  }
+  std::string out = "(";
+  for (size_t i = 0; i < options.size(); ++i) out += (i > 0 ? " | " : " ") + Literal(options[i]);
+  return out + " )";
+}
+
+// A schema of strings only: "type": "string", or no type and a string enum or const.
+bool IsStringSchema(const OrderedJson& schema) {
+  if (!schema.is_object()) return false;
+  if (schema.contains("type")) return schema["type"] == "string";
+  if (schema.contains("const")) return schema["const"].is_string();
+  if (!schema.contains("enum") || !schema["enum"].is_array() || schema["enum"].empty())
+    return false;
+  return std::all_of(schema["enum"].begin(), schema["enum"].end(),
+                     [](const OrderedJson& v) { return v.is_string(); });
+}
+
+// Qwen3.5's XML-style calls: each tool a rule "<function=NAME>\n" then its properties in the
+// schema's order (the required ones always, the others optionally), each value a string as
+// written or the JSON its schema admits, compiled by the JSON schema compiler as $defs.
+Result<std::string> XmlCallGrammarText(const ToolsRequest& tools) {
+  OrderedJson defs = OrderedJson::object();
+  OrderedJson refs = OrderedJson::array();
+  std::vector<std::string> functions;
+  std::string rules;
+  for (size_t i = 0; i < tools.tools.size(); ++i) {
+    const ToolDef& t = tools.tools[i];
+    if (tools.choice.kind == ToolChoice::Kind::kNamed && t.name != tools.choice.name) continue;
+    const OrderedJson params = RefRewriter(i, &defs).Run(t.parameters);
+    std::string body = Literal("<function=" + t.name + ">\n");
+    if (params.is_object() && params.contains("properties") && params["properties"].is_object()) {
+      const OrderedJson required =
+          params.contains("required") ? params["required"] : OrderedJson::array();
+      size_t k = 0;
+      for (const auto& [name, schema] : params["properties"].items()) {
+        std::string value;
+        if (IsStringSchema(schema)) {
+          KV_ASSIGN_OR_RETURN(value, XmlStringValue(name, schema));
+        } else {
+          const std::string def = fmt::format("xml-t{}-p{}", i, k);
+          defs[def] = schema;
+          refs.push_back({{"$ref", "#/$defs/" + def}});
+          value = "def-" + def;
+        }
+        ++k;
+        const std::string param =
+            Literal("<parameter=" + name + ">\n") + " " + value + " " + Literal("\n</parameter>\n");
+        const bool needed = required.is_array() &&
+                            std::find(required.begin(), required.end(), name) != required.end();
+        body += needed ? " " + param : " ( " + param + " )?";
+      }
+    }
+    body += " " + Literal("</function>");
+    functions.push_back(fmt::format("xml-f{}", i));
+    rules += fmt::format("xml-f{} ::= {}\n", i, body);
+  }
+  if (functions.empty()) return Error("no tool named '{}'", tools.choice.name);
+  std::string json;
+  if (!refs.empty()) {
+    OrderedJson schema = {{"anyOf", std::move(refs)}, {"$defs", std::move(defs)}};
+    KV_ASSIGN_OR_RETURN(json, grammar::JsonSchemaGrammarText(schema));
+    // Its root (the anyOf) is replaced by the calls; every value rule must have its $def's name.
+    size_t at = 0;
+    if (!json.starts_with("root ::=")) {
+      at = json.find("\nroot ::=");
+      KV_CHECK(at != std::string::npos, "the schema grammar has no root rule");
+      ++at;
+    }
+    json.erase(at, json.find('\n', at) + 1 - at);
+    for (const auto& [name, unused] : schema["$defs"].items()) {
+      if (!name.starts_with("xml-")) continue;
+      const std::string rule = "def-" + name + " ::=";
+      if (!json.starts_with(rule) && json.find("\n" + rule) == std::string::npos) {
+        return Error("tool parameter schema {} did not compile to its own rule", name);
+      }
+    }
+  }
+  std::string call = "xml-call ::= ";
+  for (size_t i = 0; i < functions.size(); ++i) call += (i > 0 ? " | " : "") + functions[i];
+  const int more = tools.parallel ? kMaxParallelCalls - 1 : 0;
+  std::string root = R"(root ::= "<tool_call>\n" xml-call "\n</tool_call>")";
+  if (more > 0) {
+    root += fmt::format(R"( ( "\n<tool_call>\n" xml-call "\n</tool_call>" ){{0,{}}})", more);
+  }
+  return root + "\n" + call + "\n" + rules + "xml-char ::= [^<] | \"<\" [^/]\n" + json;
+}
+
 }  // namespace
 
 Result<std::string> ToolCallGrammarText(ChatFamily family, const ToolsRequest& tools) {
   const ToolStyle style = ToolStyleFor(family);
+  if (style == ToolStyle::kQwenXml) return XmlCallGrammarText(tools);
   const char* args_key = style == ToolStyle::kLlama3 ? "parameters" : "arguments";
   OrderedJson defs = OrderedJson::object();
   OrderedJson calls = OrderedJson::array();
@@ -117,6 +257,8 @@ Result<std::string> ToolCallGrammarText(ChatFamily family, const ToolsRequest& t
     case ToolStyle::kLlama3:
       root = call;
       if (more > 0) root += fmt::format(R"( ( "; " {} ){{0,{}}})", call, more);
+      break;
+    case ToolStyle::kQwenXml:  // XmlCallGrammarText
       break;
     case ToolStyle::kMistral:
       root = fmt::format(R"("[" {})", call);

@@ -1,5 +1,6 @@
 #include "serve/tool_output.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -21,8 +22,13 @@ size_t SkipSpace(std::string_view s, size_t i, bool semicolons = false) {
 }
 
 // One past the end of the JSON object or array that starts at s[i], found by its brackets (the
-// parser checks the rest); kIncomplete when it has not ended yet, kMalformed when it cannot.
-size_t ValueEnd(std::string_view s, size_t i) {
+// parser checks the rest); kIncomplete when it has not ended yet, kMalformed when it cannot (then
+// *broken_at, if given, is the index of the character that makes it so).
+size_t ValueEnd(std::string_view s, size_t i, size_t* broken_at = nullptr) {
+  const auto malformed = [&] {
+    if (broken_at != nullptr) *broken_at = i;
+    return kMalformed;
+  };
   std::string closers;
   bool in_string = false, escaped = false;
   for (; i < s.size(); ++i) {
@@ -38,16 +44,16 @@ size_t ValueEnd(std::string_view s, size_t i) {
       continue;
     }
     if (c == '"') {
-      if (closers.empty()) return kMalformed;
+      if (closers.empty()) return malformed();
       in_string = true;
     } else if (c == '{' || c == '[') {
       closers.push_back(c == '{' ? '}' : ']');
     } else if (c == '}' || c == ']') {
-      if (closers.empty() || closers.back() != c) return kMalformed;
+      if (closers.empty() || closers.back() != c) return malformed();
       closers.pop_back();
       if (closers.empty()) return i + 1;
     } else if (closers.empty() && !IsSpace(c)) {
-      return kMalformed;
+      return malformed();
     }
   }
   return kIncomplete;
@@ -149,6 +155,42 @@ std::vector<size_t> CallStarts(std::string_view s, size_t v) {
   return starts;
 }
 
+// The longest prefix of compact JSON object text `args` (as far as it has been written) that a
+// "}" closes into a valid object: it ends right after the opening brace, where a member ends
+// (before a comma at the top level) or before the closing brace. 0 when `args` is no object.
+size_t ClosablePrefix(std::string_view args) {
+  if (args.empty() || args[0] != '{') return 0;
+  std::vector<size_t> ends = {1};
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const char c = args[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      ends.push_back(i);
+      break;
+    } else if (c == ',' && depth == 1) {
+      ends.push_back(i);
+    }
+  }
+  for (auto it = ends.rbegin(); it != ends.rend(); ++it) {
+    const std::string closed = std::string(args.substr(0, *it)) + "}";
+    if (OrderedJson::parse(closed, nullptr, /*allow_exceptions=*/false).is_object()) return *it;
+  }
+  return 1;
+}
+
 }  // namespace
 
 std::string ToolCallParser::Output::text() const {
@@ -180,6 +222,8 @@ ToolSyntax ToolSyntaxFor(ChatFamily family, bool forced) {
       return {"<|python_tag|>", "", false, true, forced};
     case ToolStyle::kMistral:
       return {"[TOOL_CALLS]", "", true, forced, forced};
+    case ToolStyle::kQwenXml:
+      return {"<tool_call>", "</tool_call>", false, false, forced, /*xml=*/true};
     case ToolStyle::kHermes:
       break;
   }
@@ -198,6 +242,11 @@ std::string NewToolCallId() {
 ToolCallParser::ToolCallParser(ToolSyntax syntax, std::vector<std::string> names)
     : syntax_(std::move(syntax)), names_(std::move(names)) {}
 
+ToolCallParser::ToolCallParser(ToolSyntax syntax, std::span<const ToolDef> tools)
+    : syntax_(std::move(syntax)), tools_(tools.begin(), tools.end()) {
+  for (const ToolDef& t : tools) names_.push_back(t.name);
+}
+
 ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
   Output out;
   held_ += text;
@@ -207,7 +256,10 @@ ToolCallParser::Output ToolCallParser::Push(std::string_view text) {
 
 ToolCallParser::Output ToolCallParser::Finish(bool cut) {
   Output out;
-  if (cut && mode_ == Mode::kCalls) held_.clear();
+  if (cut && mode_ == Mode::kCalls) {
+    held_.clear();
+    xml_ = XmlCall{};  // a call cut short is dropped, though its first pieces were shown
+  }
   Scan(/*final=*/true, &out);
   AddText(std::move(held_), &out);  // held back for a marker that never came
   held_.clear();
@@ -220,6 +272,18 @@ void ToolCallParser::Scan(bool final, Output* out) {
       AddText(std::move(held_), out);
       held_.clear();
       return;
+    }
+    if (mode_ == Mode::kSkip) {
+      const size_t at = syntax_.close.empty() ? std::string::npos : held_.find(syntax_.close);
+      if (at == std::string::npos) {  // keeps what may be the start of the close marker
+        const size_t keep =
+            final || syntax_.close.empty() ? 0 : PartialMarker(held_, syntax_.close);
+        held_.erase(0, held_.size() - keep);
+        return;
+      }
+      held_.erase(0, at + syntax_.close.size());
+      mode_ = Mode::kText;
+      continue;
     }
     if (mode_ == Mode::kCalls) {
       if (!CallStep(final, out)) return;
@@ -247,6 +311,7 @@ void ToolCallParser::Scan(bool final, Output* out) {
 }
 
 bool ToolCallParser::CallStep(bool final, Output* out) {
+  if (syntax_.xml) return XmlStep(final, out);
   const size_t p = SkipSpace(held_, 0, syntax_.bare);
   if (p == held_.size()) {
     if (final) held_.clear();  // whitespace after the last call
@@ -270,23 +335,36 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
     if (final) GiveUp(out);
     return false;
   }
+  // A call whose name is already a tool's is shown before it is given up, and then closed.
+  // `until`: the text it may read (a value that broke is read up to where it broke, as far in
+  // a stream as whole).
+  auto fail = [&](size_t until = std::string::npos) {
+    if (!syntax_.forced) StreamPartial(v, out, until);
+    GiveUp(out);
+  };
   const size_t end = ValueEnd(held_, v);
   if (end == kIncomplete && held_.size() - v > kMaxCallBytes) {  // each piece rescans the call
-    GiveUp(out);
-    return false;
+    fail();
+    return true;
   }
   if (end == kIncomplete) {
-    if (final) {
-      GiveUp(out);
-    } else if (syntax_.forced) {
+    if (!final) {
       StreamPartial(v, out);
+      return false;
     }
-    return false;
+    fail();
+    return true;
   }
   std::vector<ToolCall> calls;
-  if (end == kMalformed || !ReadCalls(std::string_view(held_).substr(v, end - v), &calls)) {
-    GiveUp(out);
-    return false;
+  if (end == kMalformed) {
+    size_t broken_at = held_.size();
+    ValueEnd(held_, v, &broken_at);
+    fail(broken_at + 1);
+    return true;
+  }
+  if (!ReadCalls(std::string_view(held_).substr(v, end - v), &calls)) {
+    fail(end);
+    return true;
   }
   size_t after = end;
   if (!syntax_.close.empty()) {
@@ -295,8 +373,8 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
     if (tail.starts_with(syntax_.close)) {
       after += syntax_.close.size();
     } else if (!std::string_view(syntax_.close).starts_with(tail)) {
-      GiveUp(out);
-      return false;
+      fail();
+      return true;
     } else if (!final) {
       return false;  // the close marker may be coming
     } else {
@@ -325,30 +403,54 @@ bool ToolCallParser::CallStep(bool final, Output* out) {
   return true;
 }
 
-void ToolCallParser::StreamPartial(size_t v, Output* out) {
-  const std::vector<size_t> starts = CallStarts(held_, v);
+void ToolCallParser::StreamPartial(size_t v, Output* out, size_t until) {
+  if (!syntax_.forced && held_[v] != '{' && !(syntax_.array && held_[v] == '[')) return;
+  const std::string_view text = std::string_view(held_).substr(0, until);
+  const std::vector<size_t> starts = CallStarts(text, v);
   for (size_t k = 0; k < starts.size(); ++k) {
-    const CallShape shape = ScanCall(held_, starts[k]);
+    const CallShape shape = ScanCall(text, starts[k]);
     if (!shape.name) return;
+    if (!syntax_.forced && std::find(names_.begin(), names_.end(), *shape.name) == names_.end()) {
+      return;  // not a call of the request's tools: it will be text
+    }
     Piece piece;
     piece.call = static_cast<int>(made_ + k);
     if (k == streamed_.size()) {
-      streamed_.push_back({NewToolCallId(), 0});
+      streamed_.push_back({NewToolCallId(), *shape.name, "", 0});
       piece.id = streamed_[k].id;
       piece.name = *shape.name;
     }
-    if (shape.args_begin != std::string::npos && held_[shape.args_begin] != '"') {
-      const size_t avail = std::min(shape.args_end, held_.size());
-      const std::string args = CompactArguments(
-          std::string_view(held_).substr(shape.args_begin, avail - shape.args_begin));
+    if (shape.args_begin != std::string::npos && text[shape.args_begin] != '"') {
+      const size_t avail = std::min(shape.args_end, text.size());
+      std::string args = CompactArguments(text.substr(shape.args_begin, avail - shape.args_begin));
+      if (!syntax_.forced) args.resize(ClosablePrefix(args));
       if (args.size() > streamed_[k].args_shown) {
         piece.arguments = args.substr(streamed_[k].args_shown);
         streamed_[k].args_shown = args.size();
+        streamed_[k].args = std::move(args);
       }
     }
     if (!piece.id.empty() || !piece.arguments.empty()) out->pieces.push_back(std::move(piece));
     if (shape.end == std::string::npos) return;
   }
+}
+
+bool ToolCallParser::CloseStreamed(Output* out) {
+  if (syntax_.forced || streamed_.empty()) return false;
+  for (size_t k = 0; k < streamed_.size(); ++k) {
+    Streamed& s = streamed_[k];
+    const std::string close = s.args.empty() ? "{}" : "}";  // shown to a closable point
+    Piece piece;
+    piece.call = static_cast<int>(made_ + k);
+    piece.arguments = close;
+    out->pieces.push_back(std::move(piece));
+    out->calls.push_back({s.id, s.name, s.args + close});
+  }
+  made_ += streamed_.size();
+  streamed_.clear();
+  mode_ = Mode::kSkip;  // the rest of the broken markup
+  at_start_ = false;
+  return true;
 }
 
 void ToolCallParser::AddText(std::string text, Output* out) {
@@ -363,6 +465,7 @@ void ToolCallParser::AddText(std::string text, Output* out) {
 }
 
 void ToolCallParser::GiveUp(Output* out) {
+  if (CloseStreamed(out)) return;
   mode_ = Mode::kPlain;
   AddText(std::move(held_), out);
   held_.clear();

@@ -17,6 +17,19 @@ constexpr std::string_view kHermesFormat =
     "\n</tools>\n\nFor each function call, return a json object with function name and "
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+constexpr std::string_view kQwenXmlTools =
+    "# Tools\n\nYou have access to the following functions:\n\n<tools>";
+constexpr std::string_view kQwenXmlFormat =
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO "
+    "suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>"
+    "\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second "
+    "parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
+    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner "
+    "<function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- "
+    "Required parameters MUST be specified\n- You may provide optional reasoning for your "
+    "function call in natural language BEFORE the function call, but NOT after\n- If there is no "
+    "function call available, answer the question like normal with your current knowledge and do "
+    "not tell the user about function calls\n</IMPORTANT>";
 constexpr std::string_view kLlama3Tools =
     "Given the following functions, please respond with a JSON for a function call with its "
     "proper arguments that best answers the given prompt.\n\nRespond in the format {\"name\": "
@@ -76,22 +89,60 @@ OrderedJson Arguments(const ToolCall& c) {
   return args.is_discarded() ? OrderedJson::object() : args;  // checked when parsed
 }
 
-// Hermes: tools in the system turn, calls and results as tagged text in ordinary turns; the
-// family's FormatChat lays the turns out.
-std::string FormatHermes(ChatFamily family, std::span<const ChatTurn> turns,
+// The system turn that lists the tools: Hermes's before the system message, Qwen3.5's after.
+// `system`: the conversation's system message, or null.
+std::string ToolsSystem(bool xml, const std::vector<ToolDef>& tools, const std::string* system) {
+  if (!xml) {
+    std::string out = system != nullptr ? *system + "\n\n" : "";
+    out += kHermesTools;
+    for (const ToolDef& t : tools) out += "\n" + TemplateJson(ToolJson(t));
+    return out + std::string(kHermesFormat);
+  }
+  std::string out(kQwenXmlTools);
+  for (const ToolDef& t : tools) out += "\n" + TemplateJson(ToolJson(t));
+  out += kQwenXmlFormat;
+  if (system != nullptr && !Trim(*system).empty()) out += "\n\n" + std::string(Trim(*system));
+  return out;
+}
+
+// An assistant turn's text and calls, in Hermes's JSON or Qwen3.5's XML call format.
+std::string AssistantWithCalls(bool xml, const ChatTurn& t) {
+  if (!xml) {
+    std::string content = t.content;
+    for (size_t c = 0; c < t.tool_calls.size(); ++c) {
+      if (c > 0 || !content.empty()) content += "\n";
+      const OrderedJson call = {{"name", t.tool_calls[c].name},
+                                {"arguments", Arguments(t.tool_calls[c])}};
+      content += "<tool_call>\n" + TemplateJson(call) + "\n</tool_call>";
+    }
+    return content;
+  }
+  std::string content(Trim(t.content));
+  for (size_t c = 0; c < t.tool_calls.size(); ++c) {
+    content += c > 0 ? "\n" : content.empty() ? "" : "\n\n";
+    content += "<tool_call>\n<function=" + t.tool_calls[c].name + ">\n";
+    const OrderedJson args = Arguments(t.tool_calls[c]);
+    for (const auto& [key, value] : args.items()) {
+      content += "<parameter=" + key + ">\n" + XmlParameterValue(value) + "\n</parameter>\n";
+    }
+    content += "</function>\n</tool_call>";
+  }
+  return content;
+}
+
+// Hermes and Qwen3.5: tools in the system turn, calls and results as tagged text in ordinary
+// turns; the family's FormatChat lays the turns out.
+std::string FormatTagged(ChatFamily family, bool xml, std::span<const ChatTurn> turns,
                          const ToolsRequest& tools) {
   std::vector<ChatMessage> msgs;
   size_t from = 0;
   if (tools.active()) {
-    std::string system;
+    const std::string* system = nullptr;
     if (!turns.empty() && turns[0].role == "system") {
-      system = turns[0].content + "\n\n";
+      system = &turns[0].content;
       from = 1;
     }
-    system += kHermesTools;
-    for (const ToolDef& t : tools.tools) system += "\n" + TemplateJson(ToolJson(t));
-    system += kHermesFormat;
-    msgs.push_back({"system", std::move(system)});
+    msgs.push_back({"system", ToolsSystem(xml, tools.tools, system)});
   }
   for (size_t i = from; i < turns.size(); ++i) {
     const ChatTurn& t = turns[i];
@@ -104,14 +155,7 @@ std::string FormatHermes(ChatFamily family, std::span<const ChatTurn> turns,
       }
       continue;
     }
-    std::string content = t.content;
-    for (size_t c = 0; c < t.tool_calls.size(); ++c) {
-      if (c > 0 || !content.empty()) content += "\n";
-      const OrderedJson call = {{"name", t.tool_calls[c].name},
-                                {"arguments", Arguments(t.tool_calls[c])}};
-      content += "<tool_call>\n" + TemplateJson(call) + "\n</tool_call>";
-    }
-    msgs.push_back({t.role, std::move(content)});
+    msgs.push_back({t.role, t.tool_calls.empty() ? t.content : AssistantWithCalls(xml, t)});
   }
   return FormatChat(family, msgs, /*add_generation_prompt=*/true);
 }
@@ -196,6 +240,8 @@ ToolStyle ToolStyleFor(ChatFamily family) {
     case ChatFamily::kMistralV7:
     case ChatFamily::kMistralV7Tekken:
       return ToolStyle::kMistral;
+    case ChatFamily::kQwen35:
+      return ToolStyle::kQwenXml;
     default:
       return ToolStyle::kHermes;
   }
@@ -217,9 +263,18 @@ std::string FormatToolChat(ChatFamily family, std::span<const ChatTurn> turns,
     case ToolStyle::kMistral:
       return FormatMistralTools(family, turns, tools);
     case ToolStyle::kHermes:
+    case ToolStyle::kQwenXml:
       break;
   }
-  return FormatHermes(family, turns, tools);
+  return FormatTagged(family, ToolStyleFor(family) == ToolStyle::kQwenXml, turns, tools);
+}
+
+std::string XmlParameterValue(const OrderedJson& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() || value.is_array()) return TemplateJson(value);
+  if (value.is_boolean()) return value.get<bool>() ? "True" : "False";
+  if (value.is_null()) return "None";
+  return value.dump();
 }
 
 std::string TemplateJson(const OrderedJson& v, int indent) {

@@ -6,7 +6,10 @@
 //  - Llama 3.1+: the tools as JSON in the first user turn, calls as {"name": ..., "parameters":
 //    ...}, results in an `ipython` turn;
 //  - Mistral v3+/v7: [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the last [INST], calls as
-//    [TOOL_CALLS] [...], results as [TOOL_RESULTS] {...}[/TOOL_RESULTS].
+//    [TOOL_CALLS] [...], results as [TOOL_RESULTS] {...}[/TOOL_RESULTS];
+//  - Qwen3.5 (and Qwen3-Coder): the tools as JSON lines in a system block, calls as
+//    <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>
+//    (a string value as it is, others as JSON), results as Hermes's.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,7 +21,7 @@
 
 namespace kvasir::serve {
 
-enum class ToolStyle { kHermes, kLlama3, kMistral };
+enum class ToolStyle { kHermes, kLlama3, kMistral, kQwenXml };
 
 // The tool format of `family`.
 ToolStyle ToolStyleFor(ChatFamily family);
@@ -31,6 +34,11 @@ bool NeedsToolLayout(const CompletionRequest& request);
 // only when `tools.active()` (tool_choice "none" shows none), earlier calls and results always.
 std::string FormatToolChat(ChatFamily family, std::span<const ChatTurn> turns,
                            const ToolsRequest& tools);
+
+// A call argument's value as Qwen3.5's template writes it between <parameter=P> and
+// </parameter>: a string as it is, an object or array as TemplateJson, true/false/null as Python
+// prints them (True, False, None), a number as JSON.
+std::string XmlParameterValue(const nlohmann::ordered_json& value);
 
 // JSON as Python's json.dumps writes it (the templates' `tojson`): ", " and ": " on one line, or
 // with `indent` > 0 one member per line. Non-ASCII text is kept as UTF-8.

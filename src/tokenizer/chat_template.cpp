@@ -17,7 +17,7 @@ struct FamilyName {
 };
 
 // The names llama.cpp gives these families, so a --chat-template value means the same in both.
-constexpr std::array<FamilyName, 14> kFamilyNames = {{
+constexpr std::array<FamilyName, 15> kFamilyNames = {{
     {ChatFamily::kChatMl, "chatml"},
     {ChatFamily::kLlama2, "llama2"},
     {ChatFamily::kLlama2Sys, "llama2-sys"},
@@ -32,6 +32,7 @@ constexpr std::array<FamilyName, 14> kFamilyNames = {{
     {ChatFamily::kGemma, "gemma"},
     {ChatFamily::kPhi3, "phi3"},
     {ChatFamily::kPhi4, "phi4"},
+    {ChatFamily::kQwen35, "qwen3.5"},
 }};
 
 // A family llama.cpp recognises but this build does not format, with the markers that identify
@@ -273,6 +274,7 @@ Result<ChatFamily> DetectChatTemplate(std::string_view t) {
     if (Contains(t, "<end_of_utterance>")) {
       return Unsupported(OtherFamily{"SmolVLM", "<end_of_utterance>"});
     }
+    if (Contains(t, "<function=")) return ChatFamily::kQwen35;
     return ChatFamily::kChatMl;
   }
   if (t.starts_with("mistral") || Contains(t, "[INST]")) return DetectInst(t);
@@ -300,6 +302,11 @@ Result<ChatFamily> ChatFamilyForModel(const GgufHeader& header, const std::strin
   if (text == nullptr) return Error("{}: {} is not a string", name, kChatTemplateKey);
   auto family = DetectChatTemplate(*text);
   if (!family.ok()) return Error("{}: {}: {}", name, kChatTemplateKey, family.status().message());
+  if (*family == ChatFamily::kChatMl) {
+    const GgufValue* arch = header.Find("general.architecture");
+    const std::string* a = arch != nullptr ? arch->AsString() : nullptr;
+    if (a != nullptr && (*a == "qwen35" || *a == "qwen35moe")) return ChatFamily::kQwen35;
+  }
   return family;
 }
 
@@ -313,6 +320,7 @@ std::string FormatChat(ChatFamily family, std::span<const ChatMessage> messages,
   const bool gen = add_generation_prompt;
   switch (family) {
     case ChatFamily::kChatMl:
+    case ChatFamily::kQwen35:
       FormatChatMl(messages, gen, &out);
       break;
     case ChatFamily::kPhi4:

@@ -34,6 +34,7 @@ enum class ChatFamily {
   kGemma,            // <start_of_turn>user\n...<end_of_turn>\n, system folded into the first user
   kPhi3,             // <|role|>\n...<|end|>\n
   kPhi4,             // <|im_start|>role<|im_sep|>...<|im_end|>
+  kQwen35,           // ChatML turns; tools and calls in Qwen3.5's XML-style format (<function=...>)
 };
 
 struct ChatMessage {
@@ -53,10 +54,12 @@ Result<ChatFamily> ChatFamilyFromName(std::string_view name);
 // Llama 2, told apart by [SYSTEM_PROMPT], [AVAILABLE_TOOLS], <<SYS>> and spacing). A template
 // llama.cpp knows as a family this build does not format (Zephyr, Command R, ...) is refused with
 // that family's name; one with none of the markers is refused with the list of markers looked for.
+// A ChatML template that writes calls as <function=NAME> (Qwen3.5, Qwen3-Coder) is kQwen35.
 Result<ChatFamily> DetectChatTemplate(std::string_view template_text);
 
 // The family for a model: `override_name` when non-empty (a family name, see ChatFamilyFromName),
-// else detected from the header's tokenizer.chat_template. Errors name `name` (the file) and what
+// else detected from the header's tokenizer.chat_template (a ChatML template of a qwen35 or
+// qwen35moe model, whatever its text, is kQwen35). Errors name `name` (the file) and what
 // is wrong: no template key, a key that is not a string, or a template not recognised.
 Result<ChatFamily> ChatFamilyForModel(const GgufHeader& header, const std::string& name,
                                       std::string_view override_name);

@@ -40,12 +40,11 @@ void Follow(const CompletionRequest& r) {
   (void)out.Finish();
   if (!r.tools.active()) return;
   // Tools: each family's grammar, and its call parser over the prompt in pieces.
-  std::vector<std::string> names;
-  for (const ToolDef& t : r.tools.tools) names.push_back(t.name);
-  for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV7}) {
+  for (ChatFamily f :
+       {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV7, ChatFamily::kQwen35}) {
     CompletionRequest copy = r;
     if (!ApplyToolGrammar(f, &copy, &e)) CheckRefusal(e);
-    ToolCallParser parser(ToolSyntaxFor(f, copy.tools.forced()), names);
+    ToolCallParser parser(ToolSyntaxFor(f, copy.tools.forced()), r.tools.tools);
     for (size_t at = 0; at < text->size(); at += 5) {
       (void)parser.Push(std::string_view(*text).substr(at, 5));
     }
@@ -55,7 +54,8 @@ void Follow(const CompletionRequest& r) {
 
 // The call parsers over any text, in pieces of `step` bytes.
 void ParseCalls(std::string_view text, size_t step) {
-  for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV3}) {
+  for (ChatFamily f :
+       {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV3, ChatFamily::kQwen35}) {
     for (bool forced : {false, true}) {
       ToolCallParser parser(ToolSyntaxFor(f, forced), {"f", "get_weather"});
       for (size_t at = 0; at < text.size(); at += step) (void)parser.Push(text.substr(at, step));

@@ -346,6 +346,62 @@ await test('tool calls: required and named choices return calls that validate, s
     }
   });
 
+await test('tool calls in Qwen3.5\'s XML format: required and named, streamed or not, validate',
+  async () => {
+    const qwen = new OpenAI({ baseURL: env.QWEN_URL + '/v1', apiKey: 'none', maxRetries: 0 });
+    const weather = {
+      type: 'object',
+      properties: {
+        city: { type: 'string', minLength: 1, maxLength: 12 },
+        days: { type: 'integer', minimum: 1, maximum: 7 },
+        unit: { enum: ['celsius', 'fahrenheit'] },
+        where: { type: 'object', properties: { lat: { type: 'number' } }, required: ['lat'],
+          additionalProperties: false },
+      },
+      required: ['city', 'days', 'unit'],
+      additionalProperties: false,
+    };
+    const time = { type: 'object', properties: { zone: { type: 'string', maxLength: 8 } } };
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', parameters: weather } },
+      { type: 'function', function: { name: 'get_time', parameters: time } },
+    ];
+    const ajv = new Ajv();
+    const validate = { get_weather: ajv.compile(weather), get_time: ajv.compile(time) };
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const named = { type: 'function', function: { name: 'get_weather' } };
+    for (const [tool_choice, parallel_tool_calls, seed] of [['required', false, 3],
+      [named, false, 4], ['required', true, 5]]) {
+      const request = { messages, tools, tool_choice, parallel_tool_calls, max_tokens: 1500,
+        temperature: 0.8, seed };
+      const r = await qwen.chat.completions.create(request);
+      const choice = r.choices[0];
+      const what = JSON.stringify(choice);
+      assert.equal(choice.finish_reason, 'tool_calls', what);
+      assert.equal(choice.message.content, null, what);
+      const calls = choice.message.tool_calls;
+      assert.ok(parallel_tool_calls ? calls.length >= 1 : calls.length === 1, what);
+      for (const c of calls) {
+        if (tool_choice === named) assert.equal(c.function.name, 'get_weather');
+        const args = JSON.parse(c.function.arguments);
+        assert.ok(validate[c.function.name](args),
+          `${c.function.arguments}: ${JSON.stringify(validate[c.function.name].errors)}`);
+      }
+      const got = await streamedCalls(await qwen.chat.completions.create({ ...request,
+        stream: true }));
+      assert.equal(got.finish, 'tool_calls');
+      assert.equal(got.content, '', 'no markup streamed as content');
+      assert.deepEqual(got.calls.map((c) => [c.name, c.arguments]),
+        calls.map((c) => [c.function.name, c.function.arguments]));
+      const next = await qwen.chat.completions.create({
+        messages: [...messages, choice.message, ...calls.map((c) => ({
+          role: 'tool', tool_call_id: c.id, content: 'Sunny, 21 degrees.' }))],
+        tools, tool_choice: 'none', max_tokens: 12, temperature: 0,  // the tools block is long
+      });
+      assert.ok(['stop', 'length', 'tool_calls'].includes(next.choices[0].finish_reason));
+    }
+  });
+
 await test('tool calls: "none" lays out no tools, "auto" leaves the model free', async () => {
   const tools = [{ type: 'function', function: { name: 'get_time', parameters: {
     type: 'object', properties: { city: { type: 'string' } } } } }];

@@ -53,14 +53,19 @@ def main():
             "--api-key-file", key, "--max-body", "64KiB", "--max-sessions", "16"])
         busy_url = serve_ring.start_serve(procs, "serve-busy", kvasir, common + [
             "--max-sessions", "1", "--max-waiting", "0"])
+        # The same ring with Qwen3.5's tool format.
+        qwen_url = serve_ring.start_serve(procs, "serve-qwen", kvasir, [
+            "--ring", head, "--ring-secret-file", secret, "--vocab", model,
+            "--chat-template", "qwen3.5"])
         # A head that is not there: a port bound here without listening refuses connections.
         nowhere.bind(("127.0.0.1", 0))
         down_url = serve_ring.start_serve(procs, "serve-down", kvasir, [
             "--ring", f"127.0.0.1:{nowhere.getsockname()[1]}", "--ring-secret-file", secret])
         serve_ring.wait_healthy(main_url)
         serve_ring.wait_healthy(busy_url)
+        serve_ring.wait_healthy(qwen_url)
         env = dict(os.environ, KVASIR=kvasir, MODEL_FILE=model, NPM_DIR=npm_dir,
-                   SERVE_URL=main_url, BUSY_URL=busy_url, DOWN_URL=down_url,
+                   SERVE_URL=main_url, BUSY_URL=busy_url, DOWN_URL=down_url, QWEN_URL=qwen_url,
                    API_KEY="test-api-key-0123456789")
         test = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_openai_test.mjs")
         r = subprocess.run(["node", test], env=env, timeout=600)

@@ -1,6 +1,7 @@
 // A model's answer read back into tool calls: text before a call is content, a call's markup never
-// is, calls that do not parse (or name no tool) are given back as content, and a stream split
-// anywhere gives what the whole answer gives, without ever showing part of a marker.
+// is, calls that break before their name (or name no tool) are given back as content, calls that
+// break after it are closed, and a stream split anywhere gives what the whole answer gives,
+// without ever showing part of a marker.
 #include "serve/tool_output.h"
 
 #include <gtest/gtest.h>
@@ -123,19 +124,63 @@ TEST(ToolOutputTest, TextThatOnlyLooksLikeAMarkerIsShownOnceItIsNot) {
   ExpectSameAtEverySplit(kHermes, "a <toolbox> b <tool");
 }
 
-TEST(ToolOutputTest, ACallThatDoesNotParseIsGivenBackAsContent) {
+TEST(ToolOutputTest, ACallThatDoesNotParseBeforeItsNameIsGivenBackAsContent) {
   for (const std::string text : {
            "<tool_call>{\"name\": \"unknown\", \"arguments\": {}}</tool_call>",
-           "<tool_call>{\"name\": \"now\", \"arguments\": [1]}</tool_call>",
-           "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_box>",
-           "<tool_call>not json</tool_call>",
-           "<tool_call>{\"name\": \"now\", \"arguments\": {",  // cut short
+           "<tool_call>not json</tool_call>", "<tool_call>{\"nam\": \"now\"}</tool_call>",
+           "<tool_call>{\"name\": \"no",  // cut short
        }) {
     const Parsed p = Whole(kHermes, "x " + text);
     EXPECT_EQ(p.content, "x " + text);
     EXPECT_TRUE(p.calls.empty()) << text;
     ExpectSameAtEverySplit(kHermes, "x " + text);
   }
+}
+
+// Once its name is a tool's, a call is shown (auto streams it): if it then breaks, it is closed
+// after its last complete argument, and the rest of its markup is dropped, never content.
+TEST(ToolOutputTest, ACallThatBreaksAfterItsNameIsClosedWhereItWasWhole) {
+  struct Case {
+    std::string text, args;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"<tool_call>{\"name\": \"now\", \"arguments\": [1]}</tool_call>", "{}"},
+           {"<tool_call>{\"name\": \"now\", \"arguments\": {\"a\": 1}}</tool_box> y", "{\"a\":1}"},
+           {"<tool_call>{\"name\": \"now\", \"arguments\": {", "{}"},  // cut short
+           {"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": "
+            "3 x"
+            "}}</tool_call> after",
+            "{\"city\":\"Oslo\"}"},
+       }) {
+    const Parsed p = Whole(kHermes, "x " + c.text);
+    EXPECT_EQ(p.content, c.text.ends_with(" after") ? "x  after" : "x ") << c.text;
+    ASSERT_EQ(p.calls.size(), 1u) << c.text;
+    EXPECT_EQ(p.calls[0].second, c.args) << c.text;
+    ExpectSameAtEverySplit(kHermes, "x " + c.text);
+  }
+}
+
+TEST(ToolOutputTest, AnAutoCallIsStreamedAsItIsWrittenMemberByMember) {
+  ToolCallParser parser(kHermes, kNames);
+  EXPECT_TRUE(parser.Push("Sure. <tool_call>\n{\"name\": \"get_wea").text() == "Sure. ");
+  auto named = parser.Push("ther\", \"arguments\": {\"city\": \"New");
+  ASSERT_EQ(named.pieces.size(), 1u);
+  EXPECT_EQ(named.pieces[0].name, "get_weather");
+  EXPECT_EQ(named.pieces[0].arguments, "{");
+  auto member = parser.Push(" York\", \"da");
+  ASSERT_EQ(member.pieces.size(), 1u);
+  EXPECT_EQ(member.pieces[0].arguments, "\"city\":\"New York\"");
+  auto end = parser.Push("ys\": 2}}\n</tool_call>");
+  ASSERT_EQ(end.calls.size(), 1u);
+  EXPECT_EQ(end.calls[0].id, named.pieces[0].id);
+  std::string args = "{\"city\":\"New York\"";
+  for (const auto& p : end.pieces) args += p.arguments;
+  EXPECT_EQ(args, R"({"city":"New York","days":2})");
+  EXPECT_EQ(end.calls[0].arguments, args);
+  // A call of a name that is no tool's is not shown: it is text.
+  ToolCallParser other(kHermes, kNames);
+  EXPECT_TRUE(other.Push("<tool_call>{\"name\": \"rm\", \"arguments\": {\"a\": 1,").pieces.empty());
+  EXPECT_EQ(other.Finish().text(), "<tool_call>{\"name\": \"rm\", \"arguments\": {\"a\": 1,");
 }
 
 TEST(ToolOutputTest, ACallCutShortByTheTokenLimitIsDropped) {
@@ -149,14 +194,22 @@ TEST(ToolOutputTest, ACallCutShortByTheTokenLimitIsDropped) {
   EXPECT_EQ(text.Finish(/*cut=*/true).text(), "");
 }
 
-TEST(ToolOutputTest, ACallLongerThanTheLimitIsContent) {
+TEST(ToolOutputTest, ACallLongerThanTheLimitIsClosedOrContent) {
   ToolCallParser parser(kHermes, kNames);
   const std::string head = "<tool_call>{\"name\": \"now\", \"arguments\": {\"a\": \"";
   EXPECT_EQ(parser.Push(head).text(), "");
   const std::string filler(kMaxCallBytes, 'x');
-  EXPECT_EQ(parser.Push(filler).text(), head + filler);
-  EXPECT_EQ(parser.Push("\"}}</tool_call>").text(), "\"}}</tool_call>");
-  EXPECT_EQ(parser.calls_made(), 0u);
+  const auto over = parser.Push(filler);
+  EXPECT_EQ(over.text(), "");
+  ASSERT_EQ(over.calls.size(), 1u);  // shown by its name, closed empty
+  EXPECT_EQ(over.calls[0].arguments, "{}");
+  EXPECT_EQ(parser.Push("\"}}</tool_call> ok").text(), " ok");
+  // One whose name is no tool's is content.
+  ToolCallParser other(kHermes, kNames);
+  const std::string rm = "<tool_call>{\"name\": \"rm\", \"arguments\": {\"a\": \"";
+  EXPECT_EQ(other.Push(rm).text(), "");
+  EXPECT_EQ(other.Push(filler).text(), rm + filler);
+  EXPECT_EQ(other.calls_made(), 0u);
 }
 
 TEST(ToolOutputTest, ArgumentsWrittenAsAStringAreRead) {

@@ -42,6 +42,10 @@ TEST(ChatTemplateTest, DetectsRealTemplates) {
   EXPECT_EQ(Detect(s::kPhi3Mini), ChatFamily::kPhi3);
   EXPECT_EQ(Detect(s::kPhi35Mini), ChatFamily::kPhi3);
   EXPECT_EQ(Detect(s::kPhi4), ChatFamily::kPhi4);
+  // ChatML that writes calls as <function=NAME> (Qwen3.5, Qwen3-Coder).
+  EXPECT_EQ(Detect("{{- '<|im_start|>' + message.role }}{{- '<tool_call>\\n<function=' + "
+                   "tool_call.name + '>\\n' }}"),
+            ChatFamily::kQwen35);
 }
 
 TEST(ChatTemplateTest, DetectsLlama2Variants) {
@@ -160,6 +164,10 @@ TEST(ChatTemplateTest, FormatsEachFamily) {
        "<|im_start|>system<|im_sep|>You are a helpful assistant<|im_end|>"
        "<|im_start|>user<|im_sep|>Hello<|im_end|><|im_start|>assistant<|im_sep|>Hi there<|im_end|>"
        "<|im_start|>user<|im_sep|>Who are you<|im_end|><|im_start|>assistant<|im_sep|>"},
+      {ChatFamily::kQwen35,
+       "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello"
+       "<|im_end|>\n<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you"
+       "<|im_end|>\n<|im_start|>assistant\n"},
   };
   ASSERT_EQ(std::size(cases), ChatFamilyNames().size()) << "a family without a case";
   for (const Expected& c : cases) {
@@ -232,6 +240,12 @@ TEST(ChatTemplateTest, ModelFamilyFromHeader) {
   h.kvs.back().value = GgufValue::String(chat_samples::kQwen25);
   EXPECT_EQ(*ChatFamilyForModel(h, "tiny.gguf", ""), ChatFamily::kChatMl);
   EXPECT_EQ(*ChatFamilyForModel(h, "tiny.gguf", "llama3"), ChatFamily::kLlama3);
+
+  // A qwen35 model's ChatML template lays tools out as Qwen3.5 does.
+  h.kvs.push_back({"general.architecture", GgufValue::String("qwen35moe")});
+  EXPECT_EQ(*ChatFamilyForModel(h, "tiny.gguf", ""), ChatFamily::kQwen35);
+  EXPECT_EQ(*ChatFamilyForModel(h, "tiny.gguf", "chatml"), ChatFamily::kChatMl);
+  h.kvs.pop_back();
 
   h.kvs.back().value = GgufValue::String("{{ messages }}");
   auto unknown = ChatFamilyForModel(h, "tiny.gguf", "");

@@ -1,5 +1,6 @@
-// CPU attention over one sequence's KV cache (Backend::Attention): each (query row, head) pair on
-// its own, split across the pool, with the scores of a pair in a per-thread buffer.
+// CPU attention over one sequence's KV cache (Backend::Attention): each KV head's keys packed in
+// blocks once per call (kernels/attention_tiles.h), then units of a few query tokens by a share of
+// the head's query group split across the pool, with a unit's scores in a per-thread buffer.
 #pragma once
 
 #include "backend/backend.h"
