@@ -43,6 +43,11 @@ std::optional<PromptCache::Match> PromptCache::Best(std::span<const int32_t> ids
     common = std::min(common, limit);
     if (exact_only && common != e.length) continue;
     if (common < min_keep) continue;
+    // Taking an entry over consumes it: a prompt that would keep less than half of the entry's
+    // prompt (a short prompt sharing a long chat's first template tokens) opens afresh and
+    // leaves the entry for the chat's next turn.
+    const int prompt = e.n_prompt > 0 ? std::min(e.n_prompt, e.length) : e.length;
+    if (2 * common < prompt) continue;
     if (!best || common > best->n_keep) best = Match{e.session, common};
   }
   return best;

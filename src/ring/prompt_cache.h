@@ -25,6 +25,7 @@ class PromptCache {
     int length = 0;               // positions its state holds
     uint64_t bytes = 0;           // what its state costs
     std::vector<int32_t> tokens;  // the head's: the ids of those positions
+    int n_prompt = 0;             // the head's: how many of them were the session's prompt
     Clock::time_point last{};     // when it was kept
   };
   // Where a new prompt may start: the entry to take over and how many of its positions to keep.
@@ -43,7 +44,8 @@ class PromptCache {
   // Takes the entry of `session` out (a new session takes its state over); nullopt when absent.
   std::optional<Entry> Take(uint32_t session);
   // The entry whose tokens share the longest prefix with `ids`, keeping at most ids.size() - 1
-  // positions (the last prompt token must run to be sampled from) and at least `min_keep`. With
+  // positions (the last prompt token must run to be sampled from), at least `min_keep` and at
+  // least half of the entry's prompt (taking an entry consumes it). With
   // `exact_only` (a window with recurrent state, which cannot be cut) only an entry whose tokens
   // are all a prefix of `ids` matches, keeping all of them.
   std::optional<Match> Best(std::span<const int32_t> ids, bool exact_only, int min_keep = 1) const;

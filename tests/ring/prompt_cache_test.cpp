@@ -65,6 +65,26 @@ TEST(PromptCacheTest, PicksTheLongestCommonPrefix) {
   EXPECT_FALSE(c.Best(std::vector<int32_t>{5, 6}, false).has_value());
 }
 
+TEST(PromptCacheTest, LeavesAnEntryAPromptWouldKeepLessThanHalfOf) {
+  PromptCache c(1000, std::chrono::seconds(60));
+  // A chat of 8 prompt tokens and 4 answer tokens.
+  PromptCache::Entry chat = Kept(1, {1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23}, 1);
+  chat.n_prompt = 8;
+  c.Put(chat);
+  // A short prompt sharing the chat's first three tokens would consume the whole entry for 3.
+  EXPECT_FALSE(c.Best(std::vector<int32_t>{1, 2, 3, 9, 9}, false).has_value());
+  auto half = c.Best(std::vector<int32_t>{1, 2, 3, 4, 9}, false);
+  ASSERT_TRUE(half.has_value());
+  EXPECT_EQ(half->n_keep, 4);
+  auto next_turn = c.Best(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23, 30}, false);
+  ASSERT_TRUE(next_turn.has_value());
+  EXPECT_EQ(next_turn->n_keep, 12);
+  // Without a prompt count the entry's whole length is the measure.
+  c.Put(Kept(2, {40, 41, 42, 43, 44, 45}, 1));
+  EXPECT_FALSE(c.Best(std::vector<int32_t>{40, 41, 50}, false).has_value());
+  EXPECT_TRUE(c.Best(std::vector<int32_t>{40, 41, 42, 50}, false).has_value());
+}
+
 TEST(PromptCacheTest, ExpiresByAge) {
   PromptCache c(1000, std::chrono::milliseconds(100));
   const auto t0 = PromptCache::Clock::now();
