@@ -37,6 +37,9 @@ Status Store::CreateAudits(const ReceiptRecord& rec, const std::vector<ReceiptSh
   const uint64_t k = std::min<uint64_t>(static_cast<uint64_t>(std::max(1, audit_.positions)), n);
   std::set<uint64_t> picked;
   while (picked.size() < k) picked.insert(randombytes_uniform(n));
+  // The prefix the recompute auditor runs the window over (docs/MARKET.md, "Recomputation").
+  const uint32_t prefix = std::min<uint32_t>(n, static_cast<uint32_t>(std::max(0, audit_.prefix)));
+  for (uint32_t p = 0; p < prefix; ++p) picked.insert(p);
   const json positions(std::vector<uint64_t>(picked.begin(), picked.end()));
   for (size_t i = 0; i < rec.lines.size() && i < shares.size(); ++i) {
     const ReceiptShare& sh = shares[i];
