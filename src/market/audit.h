@@ -28,6 +28,9 @@ struct AuditPolicy {
   int prefix = 0;
   double reveal_s = 600;  // a holder that has not answered this long after it was asked refused
   double ban_s = 600;     // the first offence's ban; each further one doubles it (at most a day)
+  // 0: the draws (which sessions, which positions) are unpredictable (libsodium). Otherwise a
+  // repeatable sequence from this seed: for tests only, a market never sets it.
+  uint64_t seed = 0;
 };
 
 // At most this many requests ride on one heartbeat reply, and answers on one heartbeat: one, so

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,7 +217,10 @@ class Store {
   // after one is all of it. MarketApi sets it from its configuration.
   void set_lease_s(double lease_s) { lease_s_ = lease_s; }
   void set_eviction(const EvictionPolicy& policy) { eviction_ = policy; }
-  void set_audit(const AuditPolicy& policy) { audit_ = policy; }
+  void set_audit(const AuditPolicy& policy) {
+    audit_ = policy;
+    audit_rng_.seed(policy.seed);
+  }
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
   // Marks the start of a market process: the time it was down counts as silence with no limit
@@ -389,9 +393,10 @@ class Store {
   double lease_s_ = 30;
   EvictionPolicy eviction_;
   AuditPolicy audit_;
-  double evict_scan_at_ = 0;  // `now` of the last scan for idle claims
-  double last_beat_ = 0;      // the last heartbeat answered, as of the last Sweep
-  bool silent_ = false;       // as of the last Sweep: no heartbeat answered for half a lease
+  std::mt19937_64 audit_rng_;  // the draws when audit_.seed is set
+  double evict_scan_at_ = 0;   // `now` of the last scan for idle claims
+  double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
+  bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
 };
 
 }  // namespace kvasir::market
