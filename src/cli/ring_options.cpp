@@ -7,6 +7,7 @@
 #include "gguf/gguf_file.h"
 #include "model/model_id.h"
 #include "ring/node_key.h"
+#include "ring/test_fault.h"
 
 namespace kvasir::cli {
 
@@ -72,6 +73,9 @@ void AddRevealFlags(CLI::App& app, RevealFlags* flags) {
   app.add_option("--reveal-seconds", flags->seconds,
                  "how long a session's rows are kept after it closed")
       ->capture_default_str();
+  app.add_option("--test-fault-noise", flags->test_fault_noise,
+                 "tests of the audits only: perturb each row sent on with this probability "
+                 "(refused by builds without the tests)");
 }
 
 Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
@@ -81,6 +85,7 @@ Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
   if (!(flags.seconds >= 1 && flags.seconds <= 86400)) {
     return Error("--reveal-seconds {} must be from 1 to 86400", flags.seconds);
   }
+  KV_RETURN_IF_ERROR(ring::CheckTestFaultNoise(flags.test_fault_noise));
   ring::RowStoreOptions o;
   o.max_bytes = static_cast<size_t>(flags.mib * 1048576.0);
   o.max_age_s = flags.seconds;

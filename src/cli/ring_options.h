@@ -53,6 +53,7 @@ Status ApplyClientTrust(const TrustFlags& flags, const Manifest* manifest,
 struct RevealFlags {
   double mib = 256;
   double seconds = 600;
+  double test_fault_noise = 0;  // --test-fault-noise (test builds only, ring/test_fault.h)
 };
 void AddRevealFlags(CLI::App& app, RevealFlags* flags);
 // Checks the flags (a usage error names the flag) and gives the store's options.
