@@ -12,6 +12,7 @@
 
 #include "audit/auditor.h"
 #include "kernels/simd_target.h"
+#include "kvasir_process.h"
 #include "market/audit.h"
 #include "market/market_fixture.h"
 #include "model/model_id.h"
@@ -230,6 +231,37 @@ TEST_F(AuditLoopTest, AThousandHonestAuditedSessionsAcrossSimdTargetsRaiseNoFals
       "tolerance %.3g (margin %.1fx)\n",
       kSessions, targets.size(), st.worst_passed, kDefaultTolerance,
       kDefaultTolerance / st.worst_passed);
+}
+
+// `kvasir audit` on the market's database, as the market's operator runs it: it refuses a model
+// file that is not the registered model and bad flags, and with --once recomputes what waits,
+// fails the noisy holder and prints the tally.
+TEST_F(AuditLoopTest, TheAuditCommandRecomputesWhatWaitsOnTheMarketsDatabase) {
+  if (!ring::TestFaultsBuilt()) GTEST_SKIP() << "a build without test faults";
+  MakeApi(Config(1.0));
+  const auto ids = FillRing(kT0);
+  const int64_t epoch = MakeReady(ids, kT0);
+  std::mt19937 rng(8);
+  const ring::Receipt r = RunSession(1, rng, /*noise=*/1.0);
+  ASSERT_EQ(Submit(r, kT0 + 1).status, 200);
+  ASSERT_TRUE(AnswerAudits(ids, epoch, r, kT0 + 1));
+  const std::string model = kvasir::testing::AssetPath("models/stories260K.gguf");
+
+  kvasir::testing::ExpectUsageError(
+      kvasir::testing::RunKvasir({"audit", "--db", db_, "-m", model, "--tolerance", "0"}), "audit",
+      "--tolerance");
+  kvasir::testing::ExpectRuntimeError(
+      kvasir::testing::RunKvasir({"audit", "--db", db_, "-m",
+                                  kvasir::testing::AssetPath("models/stories260K-q8_0.gguf"),
+                                  "--name", "tiny", "--once"}),
+      "audit", "is not that of 'tiny'");
+  const kvasir::testing::RunResult run =
+      kvasir::testing::RunKvasir({"audit", "--db", db_, "-m", model, "--name", "tiny", "--once"});
+  ASSERT_EQ(run.code, 0) << kvasir::testing::Describe(run);
+  EXPECT_NE(run.out.find("audit: 2 passed, 1 failed, 0 skipped"), std::string::npos) << run.out;
+  // The market's processes see the verdict in the database.
+  EXPECT_EQ(BalanceOf(1, kT0 + 2)["audits_failed"], 1);
+  EXPECT_EQ(BalanceOf(0, kT0 + 2)["audits_passed"], 1);
 }
 
 }  // namespace
