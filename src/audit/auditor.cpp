@@ -63,7 +63,7 @@ Result<int> Auditor::RunOnce(double now) {
     KV_RETURN_IF_ERROR(store_->RecordRecompute(job.audit, note, failure, now));
     if (failure.empty()) {
       KV_LOG_DEBUG("audit {} of node {} (layers [{}, {})): {}", job.audit, job.node.substr(0, 8),
-                  job.first, job.last, note);
+                   job.first, job.last, note);
     } else {
       KV_LOG_WARN("audit {} of node {} (layers [{}, {})) failed: {}", job.audit,
                   job.node.substr(0, 8), job.first, job.last, failure);
