@@ -1,11 +1,12 @@
 // market_load: how many nodes one `kvasir market` can keep, from a process of its own (the market
-// runs in another). Each of --nodes threads has its own node key, claims one window of the model
-// --model (registered with at least that many windows in all its rings), then heartbeats as fast
-// as the market answers for --seconds; a last thread reads GET /v1/map in a loop. Prints the
-// signed heartbeats per second, their median and 99th-percentile latency, and the map's.
-// Every heartbeat is one SQLite transaction with synchronous=FULL, so the disk's fsync rate
-// bounds the figure; a real node heartbeats every lease/3, at most --poll (2 s) apart.
-// Example: market_load --market http://127.0.0.1:8080 --model load --nodes 16 --seconds 5
+// runs in another). --nodes simulated nodes, each with its own node key, are spread over --threads
+// threads (default: one thread per node, at most 64); each claims one window of the model --model
+// (registered with at least that many windows in all its rings) for each of its nodes, then
+// heartbeats for them in turn as fast as the market answers for --seconds; with --map, a last
+// thread reads GET /v1/map in a loop. Prints the claims per second (all nodes claiming at once),
+// the signed heartbeats per second, their median and 99th-percentile latency, and the map's.
+// A real node heartbeats every lease/3, at most --poll (2 s) apart.
+// Example: market_load --market http://127.0.0.1:8080 --model load --nodes 1000 --threads 16
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -33,14 +34,20 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"Heartbeat and map load on a kvasir market."};
   std::string market, model = "load";
-  int nodes = 16, rings = 1;
+  int nodes = 16, rings = 1, threads_n = 0;
   double seconds = 5;
+  bool map_reader = true;
   app.add_option("--market", market, "http://HOST:PORT")->required();
   app.add_option("--model", model, "model to claim windows of")->capture_default_str();
   app.add_option("--nodes", nodes, "nodes (threads), one window each")->capture_default_str();
   app.add_option("--rings", rings, "rings of the model to spread the nodes over")
       ->capture_default_str();
   app.add_option("--seconds", seconds, "how long to heartbeat")->capture_default_str();
+  app.add_option("--threads", threads_n,
+                 "threads the nodes are spread over (0: one per node, "
+                 "at most 64)");
+  app.add_option("--map", map_reader, "read GET /v1/map in a loop meanwhile (true/false)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto reader = MarketClient::Create(market, nullptr);
@@ -58,7 +65,8 @@ int main(int argc, char** argv) {
   for (const auto& m : (*map)["models"]) {
     if (m["name"] != model) continue;
     for (const auto& r : m["rings"]) {
-      for (const auto& w : r["windows"]) windows.emplace_back(r["ring"].get<int>(), w["window"].get<int>());
+      for (const auto& w : r["windows"])
+        windows.emplace_back(r["ring"].get<int>(), w["window"].get<int>());
     }
   }
   if (static_cast<int>(windows.size()) < nodes) {
@@ -66,50 +74,67 @@ int main(int argc, char** argv) {
                  model.c_str(), windows.size(), nodes);
     return 1;
   }
+  const int n_threads = threads_n > 0 ? std::min(threads_n, nodes) : std::min(nodes, 64);
   std::atomic<bool> go{false}, stop{false};
-  std::atomic<int> failed{0};
-  std::vector<std::vector<double>> beats(static_cast<size_t>(nodes));
+  std::atomic<int> failed{0}, claimed{0};
+  std::vector<std::vector<double>> beats(static_cast<size_t>(n_threads));
   std::vector<double> map_ms;
   std::vector<std::thread> threads;
-  for (int i = 0; i < nodes; ++i) {
-    threads.emplace_back([&, i] {
-      auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
-      auto c = MarketClient::Create(market, key);
-      auto grant = c->PostSigned("/v1/claims", {{"model", model},
-                                                {"ring", windows[static_cast<size_t>(i)].first},
-                                                {"window", windows[static_cast<size_t>(i)].second},
-                                                {"address", ":7000"}});
-      if (!grant.ok()) {
-        std::fprintf(stderr, "market_load: claim: %s\n", grant.status().message().c_str());
-        ++failed;
-        return;
+  const auto claims_t0 = Clock::now();
+  std::atomic<int64_t> claims_done_ns{0};
+  for (int t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      struct Node {
+        std::unique_ptr<MarketClient> client;
+        int64_t claim = 0;
+      };
+      std::vector<Node> mine;
+      for (int i = t; i < nodes; i += n_threads) {
+        auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
+        auto c = MarketClient::Create(market, key);
+        auto grant =
+            c->PostSigned("/v1/claims", {{"model", model},
+                                         {"ring", windows[static_cast<size_t>(i)].first},
+                                         {"window", windows[static_cast<size_t>(i)].second},
+                                         {"address", ":7000"}});
+        if (!grant.ok()) {
+          std::fprintf(stderr, "market_load: claim: %s\n", grant.status().message().c_str());
+          ++failed;
+          continue;
+        }
+        mine.push_back({std::make_unique<MarketClient>(std::move(c).value()),
+                        (*grant)["claim"].get<int64_t>()});
       }
-      const int64_t claim = (*grant)["claim"].get<int64_t>();
+      if (++claimed == n_threads) {
+        claims_done_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - claims_t0).count();
+        go = true;
+      }
       while (!go) std::this_thread::yield();
-      while (!stop) {
+      for (size_t k = 0; !stop && !mine.empty(); k = (k + 1) % mine.size()) {
         const auto t0 = Clock::now();
-        auto r = c->PostSigned("/v1/heartbeat", {{"claim", claim}, {"serving_epoch", -1}});
+        auto r = mine[k].client->PostSigned("/v1/heartbeat",
+                                            {{"claim", mine[k].claim}, {"serving_epoch", -1}});
         if (!r.ok()) {
           ++failed;
           continue;
         }
-        beats[static_cast<size_t>(i)].push_back(
+        beats[static_cast<size_t>(t)].push_back(
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      (void)c->DeleteSigned("/v1/claims/" + std::to_string(claim));
+      for (Node& n : mine) (void)n.client->DeleteSigned("/v1/claims/" + std::to_string(n.claim));
     });
   }
   std::thread mapper([&] {
     while (!go) std::this_thread::yield();
-    while (!stop) {
+    while (map_reader && !stop) {
       const auto t0 = Clock::now();
       if (reader->Get("/v1/map").ok()) {
         map_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // claims done
-  go = true;
+  while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // claims done
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& t : threads) t.join();
@@ -117,10 +142,12 @@ int main(int argc, char** argv) {
   std::vector<double> all;
   for (const auto& b : beats) all.insert(all.end(), b.begin(), b.end());
   std::printf("%-22s %10s %10s %10s\n", "request", "per second", "p50 ms", "p99 ms");
+  std::printf("%-22s %10.0f %10s %10s\n", "POST /v1/claims", nodes / (claims_done_ns / 1e9), "-",
+              "-");
   std::printf("%-22s %10.0f %10.2f %10.2f\n", "POST /v1/heartbeat", all.size() / seconds,
               Percentile(all, 0.5), Percentile(all, 0.99));
   std::printf("%-22s %10.0f %10.2f %10.2f\n", "GET /v1/map", map_ms.size() / seconds,
               Percentile(map_ms, 0.5), Percentile(map_ms, 0.99));
-  std::printf("nodes %d, failed requests %d\n", nodes, failed.load());
+  std::printf("nodes %d on %d threads, failed requests %d\n", nodes, n_threads, failed.load());
   return failed > 0 ? 1 : 0;
 }

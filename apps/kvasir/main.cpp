@@ -33,6 +33,7 @@ constexpr Subcommand kSubcommands[] = {
     {"relay", kvasir::cli::RelayMain, "bridge ring edges over WebSocket for stages behind NAT"},
     {"market", kvasir::cli::MarketMain, "serve the coverage/demand map, claims and credit (docs/MARKET.md)"},
     {"join", kvasir::cli::JoinMain, "give this machine to the network: claim a window and serve it"},
+    {"audit", kvasir::cli::AuditMain, "recompute audited windows for the market and fail those that differ"},
     {"id", kvasir::cli::IdMain, "print this node's public key (creating its key on first use)"},
     {"synth", kvasir::cli::SynthMain, "write a random-weight GGUF model of a given shape"},
 };

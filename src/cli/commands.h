@@ -23,5 +23,6 @@ int JoinMain(int argc, char** argv);
 int TokenizeMain(int argc, char** argv);
 int DevicesMain(int argc, char** argv);
 int ServeMain(int argc, char** argv);
+int AuditMain(int argc, char** argv);
 
 }  // namespace kvasir::cli

@@ -67,6 +67,7 @@ int JoinMain(int argc, char** argv) {
     if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
     if (auto r = ApplyRevealFlags(reveal); r.ok()) {
       o.reveal = *r;
+      o.test_fault_noise = reveal.test_fault_noise;
     } else {
       return UsageError(kCmd, r.status().message());
     }

@@ -38,7 +38,8 @@ int AddModel(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--url", o.url, "http[s] URL stages fetch the model from")->required();
   app.add_option("--name", o.name, "name clients and nodes use (default: the file's stem)");
-  app.add_option("--rings", o.rings, "complete copies of the model to cover")->capture_default_str();
+  app.add_option("--rings", o.rings, "complete copies of the model to cover")
+      ->capture_default_str();
   auto* windows = app.add_option("--windows", o.windows, "split each ring evenly into N windows");
   app.add_option("--devices", o.devices_path, "plan the windows for these devices (devices.json)")
       ->check(CLI::ExistingFile)
@@ -66,10 +67,11 @@ int AddModel(int argc, char** argv) {
   if (Status s = (*store)->AddModel(*spec, replace, market::UnixNow()); !s.ok()) {
     return Fail(kCmd, s);
   }
-  std::printf("model %s (%s): %d layers, ctx %d, %zu ring(s) of %zu windows, credit for at most "
-              "%.0f rows/s per ring\n",
-              spec->name.c_str(), spec->model_id.c_str(), spec->n_layer, spec->ctx,
-              spec->rings.size(), spec->rings[0].size(), spec->max_rows_per_s);
+  std::printf(
+      "model %s (%s): %d layers, ctx %d, %zu ring(s) of %zu windows, credit for at most "
+      "%.0f rows/s per ring\n",
+      spec->name.c_str(), spec->model_id.c_str(), spec->n_layer, spec->ctx, spec->rings.size(),
+      spec->rings[0].size(), spec->max_rows_per_s);
   std::printf("%-7s %-9s %12s %12s %8s\n", "window", "layers", "weights", "memory", "tensors");
   for (size_t w = 0; w < spec->rings[0].size(); ++w) {
     const auto& win = spec->rings[0][w];
@@ -103,10 +105,11 @@ int Balances(int argc, char** argv) {
   if (!receipts.ok()) return Fail(kCmd, receipts.status());
   if (json) {
     market::MarketApi api(store->get(), {});
-    std::printf("%s\n", api.Handle({"GET", node.empty() ? "/v1/balances" : "/v1/balances?node=" + node,
-                                    {}, "", ""},
-                                   market::UnixNow())
-                            .body.c_str());
+    std::printf(
+        "%s\n",
+        api.Handle({"GET", node.empty() ? "/v1/balances" : "/v1/balances?node=" + node, {}, "", ""},
+                   market::UnixNow())
+            .body.c_str());
     return kExitOk;
   }
   std::printf("%-16s %14s %12s %9s\n", "node", "credit", "work", "receipts");
@@ -116,7 +119,8 @@ int Balances(int argc, char** argv) {
                 static_cast<unsigned long long>(b.work), static_cast<long long>(b.receipts));
   }
   std::printf("\n%s receipts:\n", node.empty() ? "latest" : "this node's");
-  std::printf("%-16s %-16s %4s %7s  %s\n", "receipt", "model", "ring", "tokens", "signers (layers)");
+  std::printf("%-16s %-16s %4s %7s  %s\n", "receipt", "model", "ring", "tokens",
+              "signers (layers)");
   for (const auto& r : *receipts) {
     std::string signers;
     for (const auto& l : r.lines) {
@@ -168,6 +172,11 @@ int Serve(int argc, char** argv) {
   app.add_option("--audit-rate", config.audit.rate,
                  "fraction of credited sessions whose holders must reveal rows (0 to 1)")
       ->capture_default_str();
+  config.audit.prefix = market::kDefaultAuditPrefix;
+  app.add_option("--audit-prefix", config.audit.prefix,
+                 "the first positions of an audited session its holders reveal too, for "
+                 "`kvasir audit` to recompute (0 to 56)")
+      ->capture_default_str();
   app.add_option("--audit-ban", config.audit.ban_s,
                  "seconds a node that fails an audit may not claim (doubled each offence)")
       ->capture_default_str();
@@ -176,6 +185,9 @@ int Serve(int argc, char** argv) {
   if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
   if (!(config.audit.rate >= 0 && config.audit.rate <= 1)) {
     return UsageError(kCmd, "--audit-rate must be from 0 to 1");
+  }
+  if (config.audit.prefix < 0 || config.audit.prefix > market::kMaxAuditPrefix) {
+    return UsageError(kCmd, "--audit-prefix must be from 0 to 56 positions");
   }
   if (!(config.audit.ban_s >= 0 && config.audit.ban_s <= 86400)) {
     return UsageError(kCmd, "--audit-ban must be from 0 to 86400 seconds");
@@ -187,7 +199,8 @@ int Serve(int argc, char** argv) {
     return UsageError(kCmd, "--floor-bandwidth must be from 0.01 to 1000000 MB/s");
   }
   config.eviction.floor_bytes_per_s = floor_mb_per_s * 1e6;
-  if (!(config.eviction.cooldown_s >= 0 && config.eviction.cooldown_s <= market::kMaxCooldownSeconds)) {
+  if (!(config.eviction.cooldown_s >= 0 &&
+        config.eviction.cooldown_s <= market::kMaxCooldownSeconds)) {
     return UsageError(kCmd, "--cooldown must be from 0 to 86400 seconds");
   }
   if (config.lease_s < 3 || config.lease_s > 3600) {
@@ -209,8 +222,9 @@ int Serve(int argc, char** argv) {
     if (!secret.ok()) return Fail(kCmd, secret.status());
     config.relay_secret = *secret;
   } else if (!config.relay_url.empty()) {
-    KV_LOG_WARN("no --relay-secret-file: nodes get zero edge tokens, which only a relay without "
-                "--secret-file accepts");
+    KV_LOG_WARN(
+        "no --relay-secret-file: nodes get zero edge tokens, which only a relay without "
+        "--secret-file accepts");
   }
   const sigset_t set = BlockStopSignals();
   auto store = market::Store::Open(db);
@@ -235,9 +249,10 @@ int Serve(int argc, char** argv) {
     if (sig == SIGUSR1) {
       const auto st = (*server)->stats();
       const auto ck = (*checker)->stats();
-      KV_LOG_INFO("market: {} connections, {} requests, {} refused; checks of holders: {} passed, "
-                  "{} failed, {} requests dropped",
-                  st.connections, st.requests, st.refused, ck.passed, ck.failed, ck.dropped);
+      KV_LOG_INFO(
+          "market: {} connections, {} requests, {} refused; checks of holders: {} passed, "
+          "{} failed, {} requests dropped",
+          st.connections, st.requests, st.refused, ck.passed, ck.failed, ck.dropped);
       continue;
     }
     break;

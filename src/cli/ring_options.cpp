@@ -7,6 +7,7 @@
 #include "gguf/gguf_file.h"
 #include "model/model_id.h"
 #include "ring/node_key.h"
+#include "ring/test_fault.h"
 
 namespace kvasir::cli {
 
@@ -72,6 +73,9 @@ void AddRevealFlags(CLI::App& app, RevealFlags* flags) {
   app.add_option("--reveal-seconds", flags->seconds,
                  "how long a session's rows are kept after it closed")
       ->capture_default_str();
+  app.add_option("--test-fault-noise", flags->test_fault_noise,
+                 "tests of the audits only: perturb each row sent on with this probability "
+                 "(refused by builds without the tests)");
 }
 
 Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
@@ -81,6 +85,7 @@ Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
   if (!(flags.seconds >= 1 && flags.seconds <= 86400)) {
     return Error("--reveal-seconds {} must be from 1 to 86400", flags.seconds);
   }
+  KV_RETURN_IF_ERROR(ring::CheckTestFaultNoise(flags.test_fault_noise));
   ring::RowStoreOptions o;
   o.max_bytes = static_cast<size_t>(flags.mib * 1048576.0);
   o.max_age_s = flags.seconds;
@@ -152,6 +157,9 @@ void AddClientTrustFlags(CLI::App& app, TrustFlags* f) {
   app.add_option("--token-timeout", f->token_timeout_s,
                  "seconds to wait for each token before giving up on the ring")
       ->capture_default_str();
+  app.add_option("--vouch-key", f->vouch_key_file,
+                 "a node key file (created on first use): sign the count of each session's "
+                 "tokens with it, for the ring's receipt (docs/PROTOCOL.md, \"Client counts\")");
 }
 
 Status ApplyStageTrust(const TrustFlags& f, const Manifest* manifest, int rank,
@@ -170,18 +178,18 @@ Status ApplyStageTrust(const TrustFlags& f, const Manifest* manifest, int rank,
     KV_ASSIGN_OR_RETURN(opt->ring_secret, ReadSecretFile(f.ring_secret_file, "ring secret"));
   }
   if (!f.client_key_file.empty()) {
-    KV_ASSIGN_OR_RETURN(opt->client_secret,
-                        ReadSecretFile(f.client_key_file, "client secret"));
+    KV_ASSIGN_OR_RETURN(opt->client_secret, ReadSecretFile(f.client_key_file, "client secret"));
   }
   if (manifest != nullptr && rank >= 0) {
     const int n = static_cast<int>(manifest->ranks.size());
     KV_ASSIGN_OR_RETURN(opt->pred_key, RankKey(*manifest, (rank + n - 1) % n));
     KV_ASSIGN_OR_RETURN(opt->succ_key, RankKey(*manifest, (rank + 1) % n));
-    if (auto mine = RankKey(*manifest, rank); mine.ok() && mine->has_value() &&
-                                               **mine != opt->key->public_key()) {
-      KV_LOG_WARN("the manifest gives rank {} the node key {}, but this node is {} ({}): its "
-                  "neighbours will refuse it",
-                  rank, ring::ShortKey(**mine), ring::ShortKey(opt->key->public_key()), key_path);
+    if (auto mine = RankKey(*manifest, rank);
+        mine.ok() && mine->has_value() && **mine != opt->key->public_key()) {
+      KV_LOG_WARN(
+          "the manifest gives rank {} the node key {}, but this node is {} ({}): its "
+          "neighbours will refuse it",
+          rank, ring::ShortKey(**mine), ring::ShortKey(opt->key->public_key()), key_path);
     }
   }
   return Status::Ok();
@@ -207,8 +215,14 @@ Status ApplyClientTrust(const TrustFlags& f, const Manifest* manifest, ring::Cli
     KV_ASSIGN_OR_RETURN(opt->ring_secret, ReadSecretFile(f.ring_secret_file, "ring secret"));
   }
   if (!f.client_key_file.empty()) {
-    KV_ASSIGN_OR_RETURN(opt->client_secret,
-                        ReadSecretFile(f.client_key_file, "client secret"));
+    KV_ASSIGN_OR_RETURN(opt->client_secret, ReadSecretFile(f.client_key_file, "client secret"));
+  }
+  if (!f.vouch_key_file.empty()) {
+    bool created = false;
+    auto key = ring::NodeKey::LoadOrCreate(f.vouch_key_file, &created);
+    if (!key.ok()) return key.status().WithContext("--vouch-key");
+    if (created) KV_LOG_INFO("created the node key {}", f.vouch_key_file);
+    opt->client_key = std::make_shared<const ring::NodeKey>(std::move(key).value());
   }
   return Status::Ok();
 }

@@ -1,9 +1,8 @@
 // Parsing of the ring-related flags shared by `stage`, `run` and `generate --ring`.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 #include "base/status.h"
 #include "planner/manifest.h"
@@ -28,17 +27,19 @@ Result<ManifestRank> ManifestRankFor(const std::string& manifest_path, int rank,
 
 // The trust flags of stages and clients (docs/PROTOCOL.md, "Handshake").
 struct TrustFlags {
-  std::string key_file;           // --key (stages): the node key, created on first use
-  std::string ring_secret_file;   // --ring-secret-file
-  std::string client_key_file;    // --client-key-file: the bearer secret clients must prove
-  std::string head_key;           // --head-key (clients): the head's node key, 64 hex digits
-  bool insecure = false;          // --insecure
-  double link_timeout_s = 10;     // --link-timeout
-  double token_timeout_s = 60;    // --token-timeout (clients)
+  std::string key_file;          // --key (stages): the node key, created on first use
+  std::string ring_secret_file;  // --ring-secret-file
+  std::string client_key_file;   // --client-key-file: the bearer secret clients must prove
+  std::string head_key;          // --head-key (clients): the head's node key, 64 hex digits
+  bool insecure = false;         // --insecure
+  double link_timeout_s = 10;    // --link-timeout
+  double token_timeout_s = 60;   // --token-timeout (clients)
+  std::string vouch_key_file;    // --vouch-key (clients): sign each session's count with it
 };
 // --key, --ring-secret-file, --client-key-file, --insecure, --link-timeout.
 void AddStageTrustFlags(CLI::App& app, TrustFlags* flags);
-// --ring-secret-file, --head-key, --client-key-file, --insecure, --link-timeout, --token-timeout.
+// --ring-secret-file, --head-key, --client-key-file, --insecure, --link-timeout, --token-timeout,
+// --vouch-key.
 void AddClientTrustFlags(CLI::App& app, TrustFlags* flags);
 // Loads the key and secrets into `opt`. With a manifest, the neighbours' node keys of rank
 // `rank` (when the manifest lists them) become the only nodes accepted on the links.
@@ -46,13 +47,14 @@ void AddClientTrustFlags(CLI::App& app, TrustFlags* flags);
 Status ApplyStageTrust(const TrustFlags& flags, const Manifest* manifest, int rank,
                        ring::StageOptions* opt, bool* usage_error);
 // The same for a client: --head-key, else rank 0's node_key of a manifest, else the ring secret.
-Status ApplyClientTrust(const TrustFlags& flags, const Manifest* manifest,
-                        ring::ClientOptions* opt, bool* usage_error);
+Status ApplyClientTrust(const TrustFlags& flags, const Manifest* manifest, ring::ClientOptions* opt,
+                        bool* usage_error);
 
 // The row store's budget (docs/PROTOCOL.md, "Row commitments"): --reveal-mib, --reveal-seconds.
 struct RevealFlags {
   double mib = 256;
   double seconds = 600;
+  double test_fault_noise = 0;  // --test-fault-noise (test builds only, ring/test_fault.h)
 };
 void AddRevealFlags(CLI::App& app, RevealFlags* flags);
 // Checks the flags (a usage error names the flag) and gives the store's options.

@@ -194,6 +194,7 @@ int StageMain(int argc, char** argv) {
     opt.cache_ttl_ms = cache_ttl_s * 1000;
     if (auto r = ApplyRevealFlags(reveal); r.ok()) {
       opt.row_store = std::make_shared<ring::RowStore>(*r);
+      opt.test_fault_noise = reveal.test_fault_noise;
     } else {
       return UsageError(kCmd, r.status().message());
     }

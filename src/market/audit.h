@@ -20,10 +20,17 @@ namespace kvasir::market {
 inline constexpr double kDefaultAuditRate = 0.05;
 
 struct AuditPolicy {
-  double rate = 0;        // the fraction of credited receipts audited (--audit-rate)
-  int positions = 4;      // positions asked of each holder (fewer when the session is shorter)
+  double rate = 0;    // the fraction of credited receipts audited (--audit-rate)
+  int positions = 4;  // positions asked of each holder (fewer when the session is shorter)
+  // The session's first positions asked too (at most kMaxAuditPrefix), so that an auditor can
+  // recompute them: a window's output at position p depends on its inputs at every position
+  // before (audit/recompute.h).
+  int prefix = 0;
   double reveal_s = 600;  // a holder that has not answered this long after it was asked refused
   double ban_s = 600;     // the first offence's ban; each further one doubles it (at most a day)
+  // 0: the draws (which sessions, which positions) are unpredictable (libsodium). Otherwise a
+  // repeatable sequence from this seed: for tests only, a market never sets it.
+  uint64_t seed = 0;
 };
 
 // At most this many requests ride on one heartbeat reply, and answers on one heartbeat: one, so
@@ -33,6 +40,11 @@ inline constexpr size_t kMaxAuditsPerBeat = 1;
 // A revealed row is at most this many bytes (a 64 Ki-wide f32 row): the heartbeat body's 1 MiB
 // bounds the whole anyway.
 inline constexpr size_t kMaxRevealRowBytes = size_t{1} << 18;
+
+// kvasir market's default --audit-prefix, and the most it may be: with the random positions,
+// at most ring::kMaxRevealPositions are asked.
+inline constexpr int kDefaultAuditPrefix = 12;
+inline constexpr int kMaxAuditPrefix = 56;
 
 struct AuditRequest {
   int64_t id = 0;

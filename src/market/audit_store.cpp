@@ -28,15 +28,22 @@ constexpr double kMaxBanSeconds = 86400;
 Status Store::CreateAudits(const ReceiptRecord& rec, const std::vector<ReceiptShare>& shares,
                            double now) {
   if (audit_.rate <= 0) return Status::Ok();
+  // A number in [0, n): unpredictable, or from the tests' seed.
+  auto draw = [this](uint32_t n) -> uint32_t {
+    return audit_.seed == 0 ? randombytes_uniform(n) : static_cast<uint32_t>(audit_rng_() % n);
+  };
   // Drawn after the session was credited: nothing a stage saw tells it whether it is audited.
-  if (audit_.rate < 1 && randombytes_uniform(1000000) >= audit_.rate * 1e6) return Status::Ok();
+  if (audit_.rate < 1 && draw(1000000) >= audit_.rate * 1e6) return Status::Ok();
   if (shares.empty()) return Status::Ok();
   // The same positions of every line (the ledger made them agree on the token count, at most the
   // model's ctx, so it fits 32 bits): neighbours reveal both sides of their shared boundary.
   const auto n = static_cast<uint32_t>(shares[0].tokens);
   const uint64_t k = std::min<uint64_t>(static_cast<uint64_t>(std::max(1, audit_.positions)), n);
   std::set<uint64_t> picked;
-  while (picked.size() < k) picked.insert(randombytes_uniform(n));
+  while (picked.size() < k) picked.insert(draw(n));
+  // The prefix the recompute auditor runs the window over (docs/MARKET.md, "Recomputation").
+  const uint32_t prefix = std::min<uint32_t>(n, static_cast<uint32_t>(std::max(0, audit_.prefix)));
+  for (uint32_t p = 0; p < prefix; ++p) picked.insert(p);
   const json positions(std::vector<uint64_t>(picked.begin(), picked.end()));
   for (size_t i = 0; i < rec.lines.size() && i < shares.size(); ++i) {
     const ReceiptShare& sh = shares[i];

@@ -393,6 +393,7 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
   s.n_ctx = g.ctx;
   s.key = o.key;
   s.row_store = rows;
+  s.test_fault_noise = o.test_fault_noise;
   KV_ASSIGN_OR_RETURN(s.pred_key, ring::ParsePublicKey(pred.at("node").get<std::string>()));
   KV_ASSIGN_OR_RETURN(s.succ_key, ring::ParsePublicKey(next.at("node").get<std::string>()));
   if (next.contains("via")) {

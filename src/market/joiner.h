@@ -35,6 +35,8 @@ struct JoinOptions {
   // The budget of the rows kept to reveal (docs/PROTOCOL.md, "Row commitments"): one store for
   // the node's life, so a stage restarted with new neighbours still reveals earlier sessions.
   ring::RowStoreOptions reveal;
+  // Test builds only: the stage's StageOptions::test_fault_noise.
+  double test_fault_noise = 0;
   // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).
   // The CLI passes one that shows progress.
   std::function<Status(const FetchOptions&)> ensure_slice;

@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS audits(
   id INTEGER PRIMARY KEY AUTOINCREMENT, receipt TEXT NOT NULL, line INT NOT NULL,
   node TEXT NOT NULL, tokens INT NOT NULL, root TEXT NOT NULL, positions TEXT NOT NULL,
   work INT NOT NULL, credit REAL NOT NULL, state TEXT NOT NULL, asked REAL NOT NULL,
-  deadline REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', revealed TEXT NOT NULL DEFAULT '');
+  deadline REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', revealed TEXT NOT NULL DEFAULT '',
+  recompute TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS audits_receipt ON audits(receipt, line);
 CREATE INDEX IF NOT EXISTS audits_node ON audits(node, state);
 CREATE INDEX IF NOT EXISTS audits_deadline ON audits(state, deadline);
@@ -91,6 +92,7 @@ constexpr AddedColumn kAddedColumns[] = {
     {"claims", "proven", "INT NOT NULL DEFAULT 1"},
     {"claims", "proof_nonce", "TEXT NOT NULL DEFAULT ''"},
     {"claims", "proof_picks", "TEXT NOT NULL DEFAULT ''"},
+    {"audits", "recompute", "TEXT NOT NULL DEFAULT ''"},
 };
 
 // The same schema in PostgreSQL's types: 64-bit integers, doubles, bytea, serial ids, and the

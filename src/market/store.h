@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,16 @@ struct ModelSpec {
   std::vector<std::vector<WindowSpec>> rings;  // [ring][window], each ring tiling [0, n_layer)
 };
 
+// An audit for the recompute auditor: the reveal of line `line` of `receipt`, by `node`, of the
+// window [first, last) of `model`.
+struct RecomputeJob {
+  int64_t audit = 0;
+  std::string node, receipt, model;
+  int64_t line = 0;
+  int first = 0, last = 0;
+  ring::RowReveal reveal;
+};
+
 // A claim as stored.
 struct ClaimInfo {
   int64_t id = 0;
@@ -108,9 +119,9 @@ struct WindowState {
 struct RingState {
   int ring = 0;
   int64_t epoch = 0;
-  bool complete = false;  // every window claimed
-  bool serving = false;   // and every holder serves this epoch
-  bool ready = false;     // and the market's check of every holder with an address passed
+  bool complete = false;   // every window claimed
+  bool serving = false;    // and every holder serves this epoch
+  bool ready = false;      // and the market's check of every holder with an address passed
   double ready_since = 0;  // when it became ready (the last of those events); 0 when not ready
   std::vector<WindowState> windows;
 };
@@ -206,7 +217,10 @@ class Store {
   // after one is all of it. MarketApi sets it from its configuration.
   void set_lease_s(double lease_s) { lease_s_ = lease_s; }
   void set_eviction(const EvictionPolicy& policy) { eviction_ = policy; }
-  void set_audit(const AuditPolicy& policy) { audit_ = policy; }
+  void set_audit(const AuditPolicy& policy) {
+    audit_ = policy;
+    audit_rng_.seed(policy.seed);
+  }
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
   // Marks the start of a market process: the time it was down counts as silence with no limit
@@ -227,8 +241,7 @@ class Store {
   // gives every claim a full lease from `now`. `proof` answers the claim's challenge: a wrong
   // answer evicts the claim (kForbidden, naming the range that did not match).
   Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
-                                   double now, double lease_s,
-                                   const ProofAnswer* proof = nullptr);
+                                   double now, double lease_s, const ProofAnswer* proof = nullptr);
   // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
   Status Release(const std::string& node, int64_t claim, double now);
 
@@ -269,8 +282,18 @@ class Store {
   // AuditPolicy::ban_s, doubling with each offence (at most a day), and its claim is evicted.
   // An audit answered before keeps its first outcome. kNotFound / kForbidden for an audit that
   // does not exist or is another node's.
-  Status AnswerAudits(const std::string& node, const std::vector<AuditAnswer>& answers,
-                      double now);
+  Status AnswerAudits(const std::string& node, const std::vector<AuditAnswer>& answers, double now);
+
+  // Audits of `model`'s receipts whose reveal matched its commitment (passed, or disputed with a
+  // neighbour) and that no auditor has recomputed yet, oldest first, at most `limit`
+  // (audit_recompute.cpp; the worker is audit/auditor.h).
+  Result<std::vector<RecomputeJob>> PendingRecomputes(const std::string& model, int limit);
+  // Records an auditor's verdict on audit `id`: `failure` empty, the recomputed rows matched
+  // (`note` says how closely); otherwise the audit fails as a bad reveal does (the line's credit
+  // forfeited unless a dispute holds it already, the node banned and evicted). The first verdict
+  // stands; an audit failed meanwhile is left as it is.
+  Status RecordRecompute(int64_t id, const std::string& note, const std::string& failure,
+                         double now);
 
   // Every node with credit, highest first, with its audits passed and failed.
   Result<std::vector<Balance>> Balances();
@@ -318,6 +341,8 @@ class Store {
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
   Status AnswerAuditsOnce(const std::string& node, const std::vector<AuditAnswer>& answers,
                           double now);
+  Status RecordRecomputeOnce(int64_t id, const std::string& note, const std::string& failure,
+                             double now);
   // audit_store.cpp, inside a transaction: picks (by AuditPolicy::rate) whether the credited
   // receipt is audited and asks each line's signer for a few positions.
   Status CreateAudits(const ReceiptRecord& rec, const std::vector<ReceiptShare>& shares,
@@ -368,9 +393,10 @@ class Store {
   double lease_s_ = 30;
   EvictionPolicy eviction_;
   AuditPolicy audit_;
-  double evict_scan_at_ = 0;  // `now` of the last scan for idle claims
-  double last_beat_ = 0;  // the last heartbeat answered, as of the last Sweep
-  bool silent_ = false;  // as of the last Sweep: no heartbeat answered for half a lease
+  std::mt19937_64 audit_rng_;  // the draws when audit_.seed is set
+  double evict_scan_at_ = 0;   // `now` of the last scan for idle claims
+  double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
+  bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
 };
 
 }  // namespace kvasir::market

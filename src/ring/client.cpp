@@ -1,12 +1,15 @@
 #include "ring/client.h"
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "base/watchdog.h"
+#include "ring/receipt.h"
 #include "ring/secure_stream.h"
 
 namespace kvasir::ring {
@@ -145,11 +148,30 @@ void RingClient::NoteEnded(uint32_t session) {
   if (ended_.size() > kEndedKept) ended_.pop_front();
 }
 
-Status RingClient::EndSession(uint32_t session) {
+std::optional<CloseMsg> RingClient::Vouch(uint32_t session, wire::FinishReason reason, int n_prompt,
+                                          int received, GenerateResult* r) {
+  if (options_.client_key == nullptr || !r->receipt_id) return std::nullopt;
+  // The rows the ring ran for the session as the client sees them: every prompt token and every
+  // token received but the last (a session that ends on its last token never feeds it back).
+  const int64_t rows = static_cast<int64_t>(n_prompt) + received - 1;
+  if (rows <= 0) return std::nullopt;
+  std::array<uint8_t, 16> model_id;
+  std::memcpy(model_id.data(), head_hello_.model_id, model_id.size());
+  const ClientCount c = SignClientCount(*options_.client_key, *r->receipt_id, model_id, session,
+                                        static_cast<uint64_t>(rows));
+  CloseMsg close{session, static_cast<uint8_t>(reason), wire::ClientCount{}};
+  std::memcpy(close.count->client_key, c.client.data(), sizeof(close.count->client_key));
+  close.count->tokens = c.tokens;
+  std::memcpy(close.count->signature, c.signature.data(), sizeof(close.count->signature));
+  r->vouched = c.tokens;
+  return close;
+}
+
+Status RingClient::EndSession(uint32_t session, std::optional<CloseMsg> close) {
   NoteEnded(session);
   const uint64_t nonce = next_nonce_++;
-  KV_RETURN_IF_ERROR(
-      link_->Send(CloseMsg{session, static_cast<uint8_t>(wire::FinishReason::kClientClosed)}));
+  if (!close) close = CloseMsg{session, static_cast<uint8_t>(wire::FinishReason::kClientClosed)};
+  KV_RETURN_IF_ERROR(link_->Send(*close));
   KV_RETURN_IF_ERROR(link_->Send(PingMsg{false, {nonce, 0}}));
   // The head answers in order: its PONG comes after every token it sent before the CLOSE.
   while (true) {
@@ -166,8 +188,16 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
                                             const std::atomic<bool>* cancel) {
   GenerateResult r;
   const auto t0 = Clock::now();
-  KV_RETURN_IF_ERROR(link_->Send(request));
+  if (options_.client_key != nullptr) {
+    GenerateMsg vouching = request;
+    randombytes_buf(vouching.receipt_id.emplace().data(), 16);
+    r.receipt_id = vouching.receipt_id;
+    KV_RETURN_IF_ERROR(link_->Send(vouching));
+  } else {
+    KV_RETURN_IF_ERROR(link_->Send(request));
+  }
   uint32_t session = 0;
+  int received = 0;  // TOKEN messages of the session
   auto cancelled = [&] { return cancel != nullptr && cancel->load(); };
   while (true) {
     link_->SetReceiveDeadline(options_.token_timeout_ms);
@@ -201,15 +231,22 @@ Result<GenerateResult> RingClient::Generate(const GenerateMsg& request,
     }
     if (t->token.session != session) continue;
     r.n_generated++;
+    ++received;
     const bool go_on = on_token(*t);
     if (t->token.finished) {
       NoteEnded(session);
       r.reason = static_cast<wire::FinishReason>(t->token.reason);
       if (r.reason == wire::FinishReason::kStopString && t->piece.empty()) r.n_generated--;
+      // The count goes with a CLOSE, and the PONG behind it says the head has taken it (the link
+      // may close as soon as this returns).
+      if (auto close = Vouch(session, r.reason, r.n_prompt, received, &r)) {
+        KV_RETURN_IF_ERROR(EndSession(session, std::move(close)));
+      }
       break;
     }
     if (!go_on || cancelled()) {
-      KV_RETURN_IF_ERROR(EndSession(session));
+      KV_RETURN_IF_ERROR(EndSession(
+          session, Vouch(session, wire::FinishReason::kClientClosed, r.n_prompt, received, &r)));
       r.reason = wire::FinishReason::kClientClosed;
       break;
     }
@@ -224,8 +261,7 @@ Status RingClient::WaitReady(int timeout_ms) {
     auto stats = Stats();
     if (stats.ok()) return Status::Ok();
     if (Clock::now() >= deadline) {
-      return Error("the ring did not close within {} ms: {}", timeout_ms,
-                   stats.status().message());
+      return Error("the ring did not close within {} ms: {}", timeout_ms, stats.status().message());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

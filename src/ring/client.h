@@ -2,6 +2,7 @@
 // ring produces them. Used by `kvasir generate --ring` and `kvasir run`.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/messages.h"
+#include "ring/node_key.h"
 
 namespace kvasir::ring {
 
@@ -22,8 +24,12 @@ struct GenerateResult {
   int n_cached = 0;  // prompt tokens the prompt cache served (when GENERATE asked for the count)
   int n_generated = 0;
   wire::FinishReason reason = wire::FinishReason::kNone;
-  double ttft_ms = 0;    // request sent -> first token received
-  double total_ms = 0;   // request sent -> last token received
+  double ttft_ms = 0;   // request sent -> first token received
+  double total_ms = 0;  // request sent -> last token received
+  // With ClientOptions::client_key: the session's receipt id and the count the client signed
+  // (the prompt's tokens and those received, less the last, which no stage ran).
+  std::optional<std::array<uint8_t, 16>> receipt_id;
+  uint64_t vouched = 0;
 };
 
 // How a client reaches and trusts a head.
@@ -37,6 +43,9 @@ struct ClientOptions {
   int link_timeout_ms = 10000;        // the head is down after this long without a byte
   // A generation fails when the ring sends no token (or other answer) for this long.
   int token_timeout_ms = 60000;
+  // With a key, the client vouches for the count of each session it ran (docs/PROTOCOL.md,
+  // "Client counts"): it picks the session's receipt id, and signs the count with its CLOSE.
+  std::shared_ptr<const NodeKey> client_key;
 };
 
 class RingClient {
@@ -81,7 +90,11 @@ class RingClient {
   RingClient(std::unique_ptr<Link> link, ClientOptions options)
       : link_(std::move(link)), options_(std::move(options)) {}
   // Ends `session` (CLOSE_SESSION) and waits for the head to have taken it.
-  Status EndSession(uint32_t session);
+  // `close`: the CLOSE_SESSION to send (with the client's count), else a plain one.
+  Status EndSession(uint32_t session, std::optional<CloseMsg> close = std::nullopt);
+  // With a client key: the CLOSE_SESSION that carries the session's signed count.
+  std::optional<CloseMsg> Vouch(uint32_t session, wire::FinishReason reason, int n_prompt,
+                                int received, GenerateResult* r);
   bool Ended(uint32_t session) const;
   void NoteEnded(uint32_t session);
 

@@ -28,6 +28,7 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
     if (it != st_.sessions_.end() && it->second.client == client && !it->second.closing) {
       st_.EndSession(c->session, wire::FinishReason::kClientClosed, "");
     }
+    if (c->count) st_.ClientVouched(c->session, client, *c->count);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
     if (!st->records.empty()) {
       st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
@@ -99,6 +100,7 @@ void HeadRole::OnRingDown(const std::string& why) {
 }
 
 void HeadRole::MaybeProbe() {
+  st_.SendReceiptsOverdue();
   if (ring_closed_) return;
   const auto now = Clock::now();
   if (now - last_probe_ < std::chrono::milliseconds(300)) return;
@@ -197,6 +199,7 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   s.commit = st_.NewCommit();
   s.client = client;
   s.report_cached = g.report_cached;
+  s.client_receipt = g.receipt_id;
   s.keep = cache.budget() > 0;
   s.n_cached = static_cast<uint32_t>(n_cached);
   if (s.keep) s.history = ids;

@@ -22,8 +22,9 @@ uint32_t MaxClientPayload(uint32_t max_prompt_bytes) {
   const uint64_t extra = sizeof(wire::SamplingExtraWire) +
                          uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire) +
                          sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes;
-  const uint64_t generate =
-      sizeof(wire::GenerateBody) + uint64_t{max_prompt_bytes} + kMaxClientStopBytes + extra;
+  // With kGenerateClientCount, the 16-byte receipt id the client picked.
+  const uint64_t generate = sizeof(wire::GenerateBody) + 16 + uint64_t{max_prompt_bytes} +
+                            kMaxClientStopBytes + extra;
   const uint64_t error = sizeof(wire::ErrorBody) + wire::kMaxErrorMessage;
   return static_cast<uint32_t>(std::min<uint64_t>(wire::kMaxPayload, std::max(generate, error)));
 }

@@ -127,11 +127,18 @@ Result<Message> DecodeGenerate(const Frame& f) {
                  wire::kMaxStopStrings);
   }
   if (b.add_special > 1) return Error("GENERATE: add_special {} is not 0 or 1", b.add_special);
-  if ((b.flags & ~wire::kGenerateReportCached) != 0) {
+  if ((b.flags & ~(wire::kGenerateReportCached | wire::kGenerateClientCount)) != 0) {
     return Error("GENERATE: flags 0x{:x} has unknown bits", b.flags);
   }
   const uint8_t* p = Tail(f, sizeof(b));
   size_t left = f.payload.size() - sizeof(b);
+  std::optional<std::array<uint8_t, 16>> receipt_id;
+  if ((b.flags & wire::kGenerateClientCount) != 0) {
+    if (left < 16) return Error("GENERATE: the tail ends before the 16-byte receipt id");
+    std::memcpy(receipt_id.emplace().data(), p, 16);
+    p += 16;
+    left -= 16;
+  }
   if (left < b.prompt_bytes) {
     return Error("GENERATE: prompt_bytes {} but the tail holds {} bytes", b.prompt_bytes, left);
   }
@@ -139,6 +146,7 @@ Result<Message> DecodeGenerate(const Frame& f) {
   m.sampling = b.sampling;
   m.add_special = b.add_special != 0;
   m.report_cached = (b.flags & wire::kGenerateReportCached) != 0;
+  m.receipt_id = receipt_id;
   m.prompt.assign(reinterpret_cast<const char*>(p), b.prompt_bytes);
   p += b.prompt_bytes;
   left -= b.prompt_bytes;
@@ -284,10 +292,16 @@ Result<Message> DecodeToken(const Frame& f) {
 Result<Message> DecodeClose(const Frame& f) {
   wire::CloseBody b{};
   KV_RETURN_IF_ERROR(LoadBody(f, &b));
-  KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), 0, ""));
+  // A client's count may follow the body (wire::ClientCount).
+  const size_t tail = f.payload.size() - sizeof(b);
+  if (tail != 0) {
+    KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), sizeof(wire::ClientCount), "a client count"));
+  }
   KV_RETURN_IF_ERROR(CheckSession(MsgType::kCloseSession, b.session));
   KV_RETURN_IF_ERROR(CheckReason(MsgType::kCloseSession, b.reason));
-  return Message(CloseMsg{b.session, static_cast<uint8_t>(b.reason)});
+  CloseMsg c{b.session, static_cast<uint8_t>(b.reason), std::nullopt};
+  if (tail != 0) std::memcpy(&c.count.emplace(), Tail(f, sizeof(b)), sizeof(wire::ClientCount));
+  return Message(c);
 }
 
 Result<Message> DecodePing(const Frame& f) {
@@ -404,12 +418,14 @@ std::vector<uint8_t> Encode(const GenerateMsg& m) {
   b.prompt_bytes = static_cast<uint32_t>(m.prompt.size());
   b.n_stop = static_cast<uint32_t>(m.stops.size());
   b.add_special = m.add_special ? 1 : 0;
-  b.flags = m.report_cached ? wire::kGenerateReportCached : 0;
-  size_t bytes = sizeof(b) + m.prompt.size();
+  b.flags = (m.report_cached ? wire::kGenerateReportCached : 0) |
+            (m.receipt_id ? wire::kGenerateClientCount : 0);
+  size_t bytes = sizeof(b) + (m.receipt_id ? 16 : 0) + m.prompt.size();
   for (const std::string& s : m.stops) bytes += sizeof(uint16_t) + s.size();
   bytes += SamplingTailBytes(m.sampling, m.extra);
   FrameBuilder fb(MsgType::kGenerate, bytes);
   fb.Put(b);
+  if (m.receipt_id) fb.PutBytes(m.receipt_id->data(), 16);
   fb.PutBytes(m.prompt.data(), m.prompt.size());
   for (const std::string& s : m.stops) {
     fb.Put(static_cast<uint16_t>(s.size()));
@@ -473,8 +489,10 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
 
 std::vector<uint8_t> Encode(const CloseMsg& m) {
   wire::CloseBody b{m.session, m.reason};
-  FrameBuilder fb(MsgType::kCloseSession, sizeof(b));
+  FrameBuilder fb(MsgType::kCloseSession,
+                  sizeof(b) + (m.count ? sizeof(wire::ClientCount) : 0));
   fb.Put(b);
+  if (m.count) fb.Put(*m.count);
   return fb.Finish();
 }
 

@@ -5,6 +5,7 @@
 // size) belong to the receiver.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <optional>
@@ -54,6 +55,8 @@ struct GenerateMsg {  // GENERATE, client -> head
   bool add_special = true;
   SamplingExtra extra;             // with sampling.flags & kSamplingExtra
   bool report_cached = false;      // wire::kGenerateReportCached
+  // wire::kGenerateClientCount: the receipt id the client will sign its count for.
+  std::optional<std::array<uint8_t, 16>> receipt_id;
 };
 
 struct OpenSessionMsg {  // OPEN_SESSION
@@ -98,6 +101,9 @@ struct TokenMsg {           // TOKEN
 struct CloseMsg {        // CLOSE_SESSION
   uint32_t session = 0;  // nonzero
   uint8_t reason = 0;    // wire::FinishReason
+  // Client -> head only: the client's signed count for the session (a wire::ClientCount after
+  // the body), when its GENERATE carried a receipt id.
+  std::optional<wire::ClientCount> count;
 };
 
 struct PingMsg {  // PING, or PONG when `pong`

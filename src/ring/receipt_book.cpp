@@ -3,6 +3,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -34,8 +35,67 @@ ReceiptBook::ReceiptBook(ReceiptBookOptions options) : options_(std::move(option
 
 std::vector<uint8_t> ReceiptBook::Start(uint32_t session, uint64_t rows, SessionRows commit) {
   InitCrypto();
+  std::array<uint8_t, 16> id;
+  randombytes_buf(id.data(), id.size());
+  return StartWith(session, rows, std::move(commit), id, std::nullopt);
+}
+
+std::optional<std::vector<uint8_t>> ReceiptBook::AwaitClient(uint32_t session, uint64_t client,
+                                                             const std::array<uint8_t, 16>& id,
+                                                             uint64_t rows, SessionRows commit,
+                                                             double deadline) {
+  std::optional<std::vector<uint8_t>> now;
+  if (awaiting_.size() >= kMaxAwaiting) {
+    AwaitingClient& a = awaiting_.front();
+    now = StartWith(a.session, a.rows, std::move(a.commit), a.id, std::nullopt);
+    awaiting_.pop_front();
+  }
+  awaiting_.push_back({session, client, id, rows, std::move(commit), deadline});
+  return now;
+}
+
+std::optional<std::vector<uint8_t>> ReceiptBook::ClientVouched(uint32_t session, uint64_t client,
+                                                               const wire::ClientCount& count) {
+  auto it = std::find_if(awaiting_.begin(), awaiting_.end(), [&](const AwaitingClient& a) {
+    return a.session == session && a.client == client;
+  });
+  if (it == awaiting_.end()) return std::nullopt;
+  Receipt probe;
+  probe.id = it->id;
+  probe.model_id = options_.model_id;
+  probe.session = session;
+  ClientCount& c = probe.client.emplace();
+  std::memcpy(c.client.data(), count.client_key, c.client.size());
+  c.tokens = count.tokens;
+  std::memcpy(c.signature.data(), count.signature, c.signature.size());
+  std::optional<ClientCount> vouched;
+  if (Status v = VerifyClientCount(probe); v.ok() && c.tokens > 0) {
+    vouched = c;
+  } else {
+    KV_LOG_WARN("{}: session {}: the client's count is dropped: {}", options_.name, session,
+                v.ok() ? "it is 0" : v.message());
+  }
+  auto payload = StartWith(session, it->rows, std::move(it->commit), it->id, vouched);
+  awaiting_.erase(it);
+  return payload;
+}
+
+std::vector<std::vector<uint8_t>> ReceiptBook::Overdue(double now) {
+  std::vector<std::vector<uint8_t>> out;
+  while (!awaiting_.empty() && awaiting_.front().deadline <= now) {
+    AwaitingClient& a = awaiting_.front();
+    out.push_back(StartWith(a.session, a.rows, std::move(a.commit), a.id, std::nullopt));
+    awaiting_.pop_front();
+  }
+  return out;
+}
+
+std::vector<uint8_t> ReceiptBook::StartWith(uint32_t session, uint64_t rows, SessionRows commit,
+                                            const std::array<uint8_t, 16>& id,
+                                            std::optional<ClientCount> count) {
   Receipt r;
-  randombytes_buf(r.id.data(), r.id.size());
+  r.id = id;
+  r.client = count;
   r.model_id = options_.model_id;
   r.session = session;
   const Digest root = commit.Root();

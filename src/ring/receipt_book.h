@@ -9,7 +9,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +47,22 @@ class ReceiptBook {
   // under the new receipt's id, and the receipt waits to come back.
   std::vector<uint8_t> Start(uint32_t session, uint64_t rows, SessionRows commit);
 
+  // Head, for a session whose client said it will vouch for the count (GENERATE with a receipt
+  // id, docs/PROTOCOL.md, "Client counts"): the receipt waits for the client's count, under the
+  // client's id, at most until `deadline` (Overdue's clock). At most kMaxAwaiting wait: beyond,
+  // the oldest is started at once without a count, and returned to send.
+  static constexpr size_t kMaxAwaiting = 256;
+  std::optional<std::vector<uint8_t>> AwaitClient(uint32_t session, uint64_t client,
+                                                  const std::array<uint8_t, 16>& id, uint64_t rows,
+                                                  SessionRows commit, double deadline);
+  // The client's count for `session` came (on the client's link `client`): the receipt, with the
+  // count when its signature verifies for the receipt id, model and session (without it
+  // otherwise), to send; nothing when no receipt of that client's session waits.
+  std::optional<std::vector<uint8_t>> ClientVouched(uint32_t session, uint64_t client,
+                                                    const wire::ClientCount& count);
+  // The receipts whose client did not vouch by `now`, started without a count, to send.
+  std::vector<std::vector<uint8_t>> Overdue(double now);
+
   // Not the head: session `session` closed here after `rows` rows committed in `commit`: the
   // count and root wait for its receipt, the rows go to the store.
   void Closed(uint32_t session, uint64_t rows, SessionRows commit);
@@ -70,7 +88,19 @@ class ReceiptBook {
     uint64_t rows = 0;
     Digest root{};  // SessionRows::Root
   };
+  struct AwaitingClient {
+    uint32_t session = 0;
+    uint64_t client = 0;
+    std::array<uint8_t, 16> id{};
+    uint64_t rows = 0;
+    SessionRows commit;
+    double deadline = 0;
+  };
+  std::vector<uint8_t> StartWith(uint32_t session, uint64_t rows, SessionRows commit,
+                                 const std::array<uint8_t, 16>& id,
+                                 std::optional<ClientCount> count);
   ReceiptBookOptions options_;
+  std::deque<AwaitingClient> awaiting_;                                 // oldest first
   RecentMap<uint32_t, ClosedRows> closed_{kMaxRecent};                  // session -> its rows
   RecentMap<std::array<uint8_t, 16>, uint32_t> in_flight_{kMaxRecent};  // receipt id -> session
 };

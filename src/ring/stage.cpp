@@ -12,6 +12,7 @@
 #include "base/mapped_file.h"
 #include "ring/link_limits.h"
 #include "ring/stage_impl.h"
+#include "ring/test_fault.h"
 
 namespace kvasir::ring {
 
@@ -57,6 +58,7 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
         opt.max_pending, opt.pending_reserved, opt.max_pending_per_address);
   }
   if (opt.max_clients < 1) return Error("--max-clients {} must be at least 1", opt.max_clients);
+  KV_RETURN_IF_ERROR(CheckTestFaultNoise(opt.test_fault_noise));
   if (opt.key == nullptr) return Error("the stage has no node key");
   if (!opt.insecure) {
     if (opt.ring_secret.empty() && !opt.pred_key.has_value()) {

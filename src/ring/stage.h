@@ -95,6 +95,10 @@ struct StageOptions {
   // join` answers the market's audits from it). Null: no rows are kept (the commitment is still
   // signed), as in a ring no market audits.
   std::shared_ptr<RowStore> row_store;
+
+  // Test builds only (ring/test_fault.h): the probability that each row this stage sends on is
+  // perturbed (and committed to as sent), for tests of the audits. Refused above 0 elsewhere.
+  double test_fault_noise = 0;
 };
 
 class Stage {

@@ -11,6 +11,7 @@
 #include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
+#include "ring/test_fault.h"
 
 namespace kvasir::ring {
 namespace {
@@ -308,13 +309,19 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
     return;
   }
   const int n_embd = window_->config().n_embd;
+  std::span<const float> hidden = out.hidden;
+  std::vector<float> noisy;  // test builds: the rows perturbed (ring/test_fault.h)
+  if (options_.test_fault_noise > 0) {
+    noisy = out.hidden;
+    AddTestFaultNoise(noisy, static_cast<size_t>(n_embd), options_.test_fault_noise);
+    hidden = noisy;
+  }
   size_t row = 0;
   for (const Work& w : batch) {
-    HiddenMsg h = MakeHidden(w.session, static_cast<uint32_t>(w.pos0),
-                             static_cast<uint32_t>(w.n_tokens), static_cast<uint32_t>(n_embd),
-                             options_.boundary, w.sample ? wire::kHiddenSample : 0,
-                             std::span<const float>(out.hidden)
-                                 .subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
+    HiddenMsg h = MakeHidden(
+        w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
+        static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
+        hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
     CommitRows(w, &h, std::nullopt);
     SendNext(h);
     row += w.n_tokens;

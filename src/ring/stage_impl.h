@@ -97,6 +97,7 @@ struct Session {
   uint64_t client = 0;
   StopMatcher stops;
   bool report_cached = false;  // the client asked for the cached count with the first token
+  std::optional<std::array<uint8_t, 16>> client_receipt;  // the client will vouch for its count
   // Prompt cache.
   bool keep = false;                   // kept when it ends (every stage)
   uint32_t n_cached = 0;               // prompt positions taken over from a kept session
@@ -206,6 +207,10 @@ class StageImpl final : public Stage {
   // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
   // session's rows under its id.
   void SendReceipt(Session& s);
+  // Head: the client's count for `session` came with its CLOSE; receipts whose client did not
+  // vouch in time go without (docs/PROTOCOL.md, "Client counts").
+  void ClientVouched(uint32_t session, uint64_t client, const wire::ClientCount& count);
+  void SendReceiptsOverdue();
   // Not the head: signs a receipt and forwards it.
   void SignReceipt(ReceiptMsg& m);
   // The head: checks a receipt that came back and hands it to on_receipt.

@@ -171,6 +171,10 @@ struct GenerateBody {
 static_assert(sizeof(GenerateBody) == 64);
 // The client asks for the count of prompt tokens the prompt cache served, in its first TOKEN.
 inline constexpr uint32_t kGenerateReportCached = 1;
+// The client will vouch for the session's count (docs/PROTOCOL.md, "Client counts"): the
+// session's receipt id, 16 bytes the client picked at random, follows the body (before the
+// prompt), and the head uses it for the session's receipt.
+inline constexpr uint32_t kGenerateClientCount = 2;
 
 struct OpenSessionBody {
   uint32_t session;

@@ -261,7 +261,7 @@ bool WaitFor(Pred pred, int ms = 5000) {
   const auto end = Clock::now() + milliseconds(ms);
   while (!pred()) {
     if (Clock::now() > end) return false;
-    }
+  }
   return true;
 }
 
@@ -393,7 +393,7 @@ TEST(LinkLimitsTest, APromptOverTheClientLimitCannotFitTheContext) {
   const uint32_t limit = MaxPromptBytes(**tok, n_ctx);
   EXPECT_GE(limit, 4u * n_ctx);
   EXPECT_LE(limit, wire::kMaxPromptBytes);
-  EXPECT_EQ(MaxClientPayload(limit), sizeof(wire::GenerateBody) + limit + kMaxClientStopBytes +
+  EXPECT_EQ(MaxClientPayload(limit), sizeof(wire::GenerateBody) + 16 + limit + kMaxClientStopBytes +
                                          sizeof(wire::SamplingExtraWire) +
                                          wire::kMaxLogitBias * sizeof(wire::LogitBiasWire) +
                                          sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes);
@@ -425,12 +425,11 @@ TEST(SessionChecksTest, EveryFieldIsNamed) {
     set(w);
     return w;
   };
-  expect(with([](auto& w) { w.temperature = std::numeric_limits<float>::quiet_NaN(); }), prompt,
-         64, "temperature");
+  expect(with([](auto& w) { w.temperature = std::numeric_limits<float>::quiet_NaN(); }), prompt, 64,
+         "temperature");
   expect(with([](auto& w) { w.repeat_penalty = -1; }), prompt, 64, "repeat_penalty");
   expect(with([](auto& w) { w.repeat_last_n = -5; }), prompt, 64, "repeat_last_n");
-  expect(with([](auto& w) { w.top_k = std::numeric_limits<int32_t>::min(); }), prompt, 64,
-         "top_k");
+  expect(with([](auto& w) { w.top_k = std::numeric_limits<int32_t>::min(); }), prompt, 64, "top_k");
   expect(with([](auto& w) { w.top_p = 2; }), prompt, 64, "top_p");
   expect(with([](auto& w) { w.min_p = -0.5f; }), prompt, 64, "min_p");
   expect(with([](auto& w) { w.max_tokens = 0; }), prompt, 64, "max_tokens");

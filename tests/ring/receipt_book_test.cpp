@@ -188,3 +188,68 @@ TEST(ReceiptBookTest, WhatPeersMakeItKeepIsBounded) {
 
 }  // namespace
 }  // namespace kvasir::ring
+
+namespace kvasir::ring {
+namespace {
+
+wire::ClientCount WireCount(const ClientCount& c) {
+  wire::ClientCount w{};
+  std::memcpy(w.client_key, c.client.data(), sizeof(w.client_key));
+  w.tokens = c.tokens;
+  std::memcpy(w.signature, c.signature.data(), sizeof(w.signature));
+  return w;
+}
+
+// A head whose client said it will vouch (docs/PROTOCOL.md, "Client counts"): the receipt waits
+// for the count on that client's CLOSE and carries it when it verifies; a count forged or signed
+// for another session, from another client, or that never comes, leaves the receipt without one.
+TEST(ReceiptBookTest, AReceiptWaitsForItsClientsCountAndGoesWithoutABadOrLateOne) {
+  Ring ring;
+  const auto client = Key(9);
+  std::array<uint8_t, 16> id;
+  id.fill(0x42);
+  const ModelId model = Model(0xA5);
+  // Nothing is sent until the client's count comes.
+  EXPECT_FALSE(ring.head().AwaitClient(3, /*client=*/1, id, 5, Rows(ring.stores[0], 5, 0), 100));
+  EXPECT_FALSE(ring.head().ClientVouched(3, /*client=*/2,
+                                         WireCount(SignClientCount(*client, id, model, 3, 5))))
+      << "another client's link";
+  auto sent = ring.head().ClientVouched(3, 1, WireCount(SignClientCount(*client, id, model, 3, 5)));
+  ASSERT_TRUE(sent.has_value());
+  auto r = ParseReceipt(*sent);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->id, id);
+  ASSERT_TRUE(r->client.has_value());
+  EXPECT_EQ(r->client->tokens, 5u);
+  EXPECT_EQ(r->client->client, client->public_key());
+  EXPECT_TRUE(VerifyReceipt(*r).ok()) << VerifyReceipt(*r).message();
+  EXPECT_FALSE(
+      ring.head().ClientVouched(3, 1, WireCount(SignClientCount(*client, id, model, 3, 5))))
+      << "once";
+
+  // Signed for another session: the receipt goes, without the count.
+  id.fill(0x43);
+  EXPECT_FALSE(ring.head().AwaitClient(4, 1, id, 5, Rows(ring.stores[0], 5, 0), 100));
+  sent = ring.head().ClientVouched(4, 1, WireCount(SignClientCount(*client, id, model, 5, 5)));
+  ASSERT_TRUE(sent.has_value());
+  r = ParseReceipt(*sent);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->client.has_value());
+
+  // No count by the deadline: sent without one, the oldest first; later ones wait on.
+  id.fill(0x44);
+  EXPECT_FALSE(ring.head().AwaitClient(5, 1, id, 5, Rows(ring.stores[0], 5, 0), 100));
+  id.fill(0x45);
+  EXPECT_FALSE(ring.head().AwaitClient(6, 1, id, 5, Rows(ring.stores[0], 5, 0), 200));
+  EXPECT_TRUE(ring.head().Overdue(99).empty());
+  const auto late = ring.head().Overdue(150);
+  ASSERT_EQ(late.size(), 1u);
+  r = ParseReceipt(late[0]);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->session, 5u);
+  EXPECT_FALSE(r->client.has_value());
+  EXPECT_EQ(ring.head().Overdue(250).size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvasir::ring
