@@ -48,6 +48,20 @@ Status CheckPayloadSize(MsgType t, uint64_t payload) {
   return Status::Ok();
 }
 
+// A HIDDEN's flags: known bits, and a verify chunk that samples and fits its bound.
+Status CheckHiddenFlags(uint16_t flags, uint32_t n_tokens) {
+  if ((flags & ~(wire::kHiddenSample | wire::kHiddenVerify)) != 0) {
+    return Error("HIDDEN: flags 0x{:x} has unknown bits", flags);
+  }
+  if ((flags & wire::kHiddenVerify) == 0) return Status::Ok();
+  if ((flags & wire::kHiddenSample) == 0) return Error("HIDDEN: a verify chunk that does not sample");
+  if (n_tokens < 2 || n_tokens > 1 + wire::kMaxDraftTokens) {
+    return Error("HIDDEN: a verify chunk of {} rows (a token and 1..{} drafts)", n_tokens,
+                 wire::kMaxDraftTokens);
+  }
+  return Status::Ok();
+}
+
 // Bytes of the rows a HIDDEN body describes, after checking its session, dtype and shape.
 Result<uint64_t> HiddenTailBytes(uint32_t session, uint32_t n_tokens, uint32_t n_embd,
                                  uint16_t dtype) {
@@ -214,6 +228,7 @@ Result<Message> DecodeHidden(const Frame& f) {
   KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), bytes,
                                fmt::format("n_tokens {} x n_embd {} x {}", b.n_tokens, b.n_embd,
                                            DtypeName(static_cast<Dtype>(b.dtype)))));
+  KV_RETURN_IF_ERROR(CheckHiddenFlags(b.flags, b.n_tokens));
   HiddenMsg m{b.session, b.pos0, b.n_tokens, b.n_embd, static_cast<Dtype>(b.dtype), b.flags, {}};
   m.data.assign(Tail(f, sizeof(b)), Tail(f, sizeof(b)) + bytes);
   return Message(std::move(m));
@@ -231,9 +246,14 @@ Result<Message> DecodeToken(const Frame& f) {
     return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
                  1 + wire::kMaxTopLogprobs);
   }
-  if ((b.flags & ~wire::kTokenCached) != 0) {
+  if ((b.flags & ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore)) != 0) {
     return Error("TOKEN: flags 0x{:x} has unknown bits", b.flags);
   }
+  m.more = (b.flags & wire::kTokenMore) != 0;
+  if (m.more && (b.flags & wire::kTokenDrafts) != 0) {
+    return Error("TOKEN: kTokenMore and kTokenDrafts together (drafts follow the last token only)");
+  }
+  if (m.more && b.finished != 0) return Error("TOKEN: kTokenMore on a finished token");
   if (b.n_logprobs == 0 && b.flags == 0) {
     KV_RETURN_IF_ERROR(
         CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
@@ -276,6 +296,27 @@ Result<Message> DecodeToken(const Frame& f) {
     lp.piece.assign(reinterpret_cast<const char*>(p), w.piece_bytes);
     p += w.piece_bytes;
     left -= w.piece_bytes;
+  }
+  if ((b.flags & wire::kTokenDrafts) != 0) {
+    uint32_t n = 0;
+    if (left < sizeof(n)) return Error("TOKEN: the tail ends before its draft count");
+    std::memcpy(&n, p, sizeof(n));
+    p += sizeof(n);
+    left -= sizeof(n);
+    if (n == 0 || n > wire::kMaxDraftTokens) {
+      return Error("TOKEN: n_drafts {} is not 1..{}", n, wire::kMaxDraftTokens);
+    }
+    if (left < uint64_t{n} * sizeof(int32_t)) {
+      return Error("TOKEN: {} drafts but the tail holds {} bytes", n, left);
+    }
+    m.drafts.resize(n);
+    std::memcpy(m.drafts.data(), p, n * sizeof(int32_t));
+    p += n * sizeof(int32_t);
+    left -= n * sizeof(int32_t);
+    for (int32_t d : m.drafts) {
+      if (d < 0) return Error("TOKEN: draft id {} is negative", d);
+    }
+    if (b.finished != 0) return Error("TOKEN: drafts after a finished token");
   }
   if (left != 0) return Error("TOKEN: {} bytes follow the last logprob", left);
   return Message(std::move(m));
@@ -452,6 +493,7 @@ std::vector<uint8_t> Encode(const HiddenMsg& m) {
 uint64_t TokenTailBytes(const TokenMsg& m) {
   uint64_t bytes = m.piece.size() + (m.n_cached ? sizeof(uint32_t) : 0);
   for (const TokenLogprob& lp : m.logprobs) bytes += sizeof(wire::LogprobWire) + lp.piece.size();
+  if (!m.drafts.empty()) bytes += sizeof(uint32_t) + m.drafts.size() * sizeof(int32_t);
   return bytes;
 }
 
@@ -459,7 +501,8 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
   wire::TokenBody b = m.token;
   b.piece_bytes = static_cast<uint32_t>(m.piece.size());
   b.n_logprobs = static_cast<uint8_t>(m.logprobs.size());
-  b.flags = m.n_cached ? wire::kTokenCached : 0;
+  b.flags = (m.n_cached ? wire::kTokenCached : 0) | (m.drafts.empty() ? 0 : wire::kTokenDrafts) |
+            (m.more ? wire::kTokenMore : 0);
   FrameBuilder fb(MsgType::kToken, sizeof(b) + TokenTailBytes(m));
   fb.Put(b);
   fb.PutBytes(m.piece.data(), m.piece.size());
@@ -467,6 +510,11 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
   for (const TokenLogprob& lp : m.logprobs) {
     fb.Put(wire::LogprobWire{lp.id, lp.logprob, static_cast<uint32_t>(lp.piece.size())});
     fb.PutBytes(lp.piece.data(), lp.piece.size());
+  }
+  if (!m.drafts.empty()) {
+    fb.Put(static_cast<uint32_t>(m.drafts.size()));
+    fb.PutBytes(reinterpret_cast<const uint8_t*>(m.drafts.data()),
+                m.drafts.size() * sizeof(int32_t));
   }
   return fb.Finish();
 }
@@ -598,6 +646,7 @@ Status CheckEncodable(const Message& msg) {
       return Error("HIDDEN: data is {} bytes, but n_tokens {} x n_embd {} x {} needs {}",
                    m->data.size(), m->n_tokens, m->n_embd, DtypeName(m->dtype), bytes);
     }
+    KV_RETURN_IF_ERROR(CheckHiddenFlags(m->flags, m->n_tokens));
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::HiddenBody) + bytes));
   } else if (const auto* m = std::get_if<TokenMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->token.session));
@@ -607,6 +656,17 @@ Status CheckEncodable(const Message& msg) {
     if (m->logprobs.size() > 1 + wire::kMaxTopLogprobs) {
       return Error("TOKEN: {} logprobs exceed the limit of {}", m->logprobs.size(),
                    1 + wire::kMaxTopLogprobs);
+    }
+    if (m->drafts.size() > wire::kMaxDraftTokens) {
+      return Error("TOKEN: {} drafts exceed the limit of {}", m->drafts.size(),
+                   wire::kMaxDraftTokens);
+    }
+    if (!m->drafts.empty() && (m->more || m->token.finished != 0)) {
+      return Error("TOKEN: drafts after a token that is not the last of its verify chunk");
+    }
+    if (m->more && m->token.finished != 0) return Error("TOKEN: kTokenMore on a finished token");
+    for (int32_t d : m->drafts) {
+      if (d < 0) return Error("TOKEN: draft id {} is negative", d);
     }
     for (const TokenLogprob& lp : m->logprobs) {
       if (lp.id < 0) return Error("TOKEN: logprob token id {} is negative", lp.id);

@@ -110,8 +110,16 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   KV_ASSIGN_OR_RETURN(net::Listener listener, adopted.has_value()
                                                   ? Result<net::Listener>(std::move(*adopted))
                                                   : net::Listener::Bind(host, port));
+  std::unique_ptr<SpecTail> drafting;
+  if (spec.has_head) {
+    auto draft = opt.draft;
+    draft.n_threads = opt.n_threads;
+    draft.backend = opt.backend;
+    KV_ASSIGN_OR_RETURN(drafting, SpecTail::Create(draft, *window));
+  }
   auto stage = std::make_unique<StageImpl>(opt, std::move(shared), std::move(window),
                                            std::move(tokenizer), id, std::move(listener));
+  stage->AttachDrafting(std::move(drafting));
   return std::unique_ptr<Stage>(std::move(stage));
 }
 

@@ -186,6 +186,12 @@ static_assert(sizeof(OpenSessionBody) == 64);
 inline constexpr uint32_t kOpenKeep = 1;
 
 inline constexpr uint16_t kHiddenSample = 1;
+// A verify chunk (with kHiddenSample): the rows are a token and the drafts that follow it. Every
+// stage keeps a rollback checkpoint before each row, and the last stage takes the logits of every
+// row and verifies the drafts. At most 1 + kMaxDraftTokens rows.
+inline constexpr uint16_t kHiddenVerify = 2;
+// Drafted tokens one verify chunk may carry (the tail drafts at most this many after a token).
+inline constexpr uint32_t kMaxDraftTokens = 16;
 
 struct HiddenBody {
   uint32_t session;
@@ -193,7 +199,7 @@ struct HiddenBody {
   uint32_t n_tokens;
   uint32_t n_embd;
   uint16_t dtype;          // Dtype
-  uint16_t flags;          // kHiddenSample
+  uint16_t flags;          // kHiddenSample, kHiddenVerify
   uint8_t pad[12];
 };
 static_assert(sizeof(HiddenBody) == 32);
@@ -205,7 +211,7 @@ struct TokenBody {
   uint8_t finished;      // 1 on the last token of the session
   uint8_t reason;        // FinishReason
   uint8_t n_logprobs;    // LogprobWire entries after the piece (kSamplingLogprobs sessions)
-  uint8_t flags;         // kTokenCached
+  uint8_t flags;         // kTokenCached, kTokenDrafts, kTokenMore
   uint32_t piece_bytes;  // tail: the token's text (head -> client only)
   uint32_t n_prompt;     // prompt tokens (head -> client; 0 elsewhere)
   float logit;           // the token's raw logit where it was sampled (f32 bits unchanged)
@@ -215,6 +221,13 @@ static_assert(sizeof(TokenBody) == 28);
 // Head -> client, the session's first TOKEN when GENERATE asked (kGenerateReportCached): a u32
 // count of prompt tokens served from the prompt cache follows the piece.
 inline constexpr uint8_t kTokenCached = 1;
+// Last stage -> head, speculation: a u32 n_drafts (1..kMaxDraftTokens) and n_drafts i32 ids (each
+// >= 0) follow the logprobs: the tokens the last stage drafted to follow this one. The head feeds
+// this token and them as one verify chunk (kHiddenVerify).
+inline constexpr uint8_t kTokenDrafts = 2;
+// Last stage -> head, speculation: another token decided by the same verify chunk follows this
+// one; the head streams this one and feeds only the last (the one without kTokenMore).
+inline constexpr uint8_t kTokenMore = 4;
 
 // A TOKEN's log-probabilities: the sampled token's first, then its top alternatives, most likely
 // first; each followed by its text (head -> client only, else piece_bytes is 0).

@@ -1,0 +1,149 @@
+// SpecTail: drafting and verifying at the last stage (spec_tail.h).
+#include "ring/spec_tail.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "gguf/gguf_file.h"
+#include "model/arch/registry.h"
+#include "ring/wire.h"
+#include "spec/model_drafter.h"
+#include "spec/ngram_drafter.h"
+
+namespace kvasir::ring {
+
+Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
+                                                   const LayerWindow& target) {
+  if (o.max_tokens < 0 || o.max_tokens > static_cast<int>(wire::kMaxDraftTokens)) {
+    return Error("--draft-max {}: drafts of 0..{} tokens are supported", o.max_tokens,
+                 wire::kMaxDraftTokens);
+  }
+  spec::DraftKind kind = o.kind;
+  if (kind == spec::DraftKind::kAuto) {
+    kind = o.model_path.empty() ? spec::DraftKind::kNgram : spec::DraftKind::kModel;
+  }
+  if (kind == spec::DraftKind::kModel && o.model_path.empty()) {
+    return Error("--draft model needs --draft-model FILE (a GGUF sharing the model's vocabulary)");
+  }
+  if (kind != spec::DraftKind::kModel && !o.model_path.empty()) {
+    return Error("--draft-model goes with --draft model or auto");
+  }
+  // A verify chunk of K + 1 rows needs K + 1 checkpoints on every stage.
+  const int max_tokens = std::min(o.max_tokens, target.max_checkpoints() - 1);
+  if (kind == spec::DraftKind::kNone || max_tokens <= 0) return std::unique_ptr<SpecTail>();
+  std::shared_ptr<LayerWindow> draft_window;
+  if (kind == spec::DraftKind::kModel) {
+    KV_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(o.model_path));
+    auto shared = std::make_shared<const GgufFile>(std::move(file));
+    KV_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(*shared));
+    if (cfg.n_vocab != target.config().n_vocab) {
+      return Error(
+          "draft model {}: vocabulary of {} tokens, but the model's has {}: a draft model must "
+          "share the model's vocabulary",
+          o.model_path, cfg.n_vocab, target.config().n_vocab);
+    }
+    WindowOptions wopt;
+    wopt.n_ctx = target.n_ctx();
+    wopt.n_threads = o.n_threads;
+    wopt.backend = o.backend;
+    wopt.max_checkpoints = max_tokens + 1;
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> w,
+                        LayerWindow::Load(shared, {0, cfg.n_layer, true, true}, wopt));
+    draft_window = std::move(w);
+  }
+  spec::DraftOptions options = o;
+  options.kind = kind;
+  return std::unique_ptr<SpecTail>(new SpecTail(options, max_tokens, std::move(draft_window)));
+}
+
+SpecTail::SpecTail(const spec::DraftOptions& options, int max_tokens,
+                   std::shared_ptr<LayerWindow> draft_window)
+    : options_(options),
+      max_tokens_(max_tokens),
+      draft_window_(std::move(draft_window)),
+      name_(options.kind == spec::DraftKind::kModel ? "model" : "ngram") {}
+
+std::unique_ptr<SessionDraft> SpecTail::NewSession(uint32_t session, bool has_grammar) {
+  if (has_grammar) return nullptr;
+  auto d = std::make_unique<SessionDraft>();
+  if (draft_window_) {
+    // Session ids are below 2^31 (the head draws them from 30 bits and counts up).
+    d->drafter = std::make_unique<spec::ModelDrafter>(draft_window_, static_cast<int>(session));
+  } else {
+    d->drafter = std::make_unique<spec::NgramDrafter>();
+  }
+  d->budget = spec::DraftBudget(max_tokens_);
+  return d;
+}
+
+Result<std::vector<TokenMsg>> SpecTail::Verify(uint32_t session, TailSampler& sampler,
+                                               SessionDraft& d, int pos0, int n_tokens,
+                                               std::span<const float> logits, int n_vocab,
+                                               int n_ctx,
+                                               const std::function<bool(int32_t)>& is_eog) {
+  const int k = static_cast<int>(d.pending.size());
+  if (pos0 != d.pending_pos || n_tokens != k + 1) {
+    return Error("a verify chunk of {} rows at position {}, but {} drafts follow position {}",
+                 n_tokens, pos0, k, d.pending_pos);
+  }
+  auto row = [&](int i) { return logits.subspan(static_cast<size_t>(i) * n_vocab, n_vocab); };
+  std::vector<TokenMsg> decided;
+  int accepted = 0;
+  bool rejected = false;
+  for (int i = 0; i < k; ++i) {
+    bool ok = false;
+    KV_ASSIGN_OR_RETURN(TokenMsg t, sampler.Verify(session, row(i), d.pending[i], pos0 + 1 + i,
+                                                   n_ctx, is_eog, &ok));
+    accepted += ok ? 1 : 0;
+    const bool finished = t.token.finished != 0;
+    decided.push_back(std::move(t));
+    if (!ok) rejected = true;
+    if (!ok || finished) break;
+  }
+  if (!rejected && decided.size() == static_cast<size_t>(k) &&
+      (decided.empty() || decided.back().token.finished == 0)) {
+    // Every draft taken: the last row gives one more token.
+    KV_ASSIGN_OR_RETURN(TokenMsg t, sampler.Sample(session, row(k), pos0 + 1 + k, n_ctx, is_eog));
+    decided.push_back(std::move(t));
+  }
+  for (size_t i = 0; i + 1 < decided.size(); ++i) decided[i].more = true;
+  d.budget.Record(k, accepted);
+  d.pending.clear();
+  d.pending_pos = -1;
+  steps_.fetch_add(1);
+  drafted_.fetch_add(static_cast<uint64_t>(k));
+  accepted_.fetch_add(static_cast<uint64_t>(accepted));
+  return decided;
+}
+
+void SpecTail::Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling,
+                     int n_ctx, TokenMsg* last) {
+  d.pending.clear();
+  d.pending_pos = -1;
+  const int pos = static_cast<int>(last->token.pos);
+  // The verify chunk takes positions pos..pos+K, and a token past max_tokens would be wasted.
+  const int64_t left = static_cast<int64_t>(sampling.max_tokens) - sampler.n_generated();
+  const int room = static_cast<int>(
+      std::min<int64_t>({max_tokens_, n_ctx - pos - 1, std::max<int64_t>(left - 1, 0)}));
+  if (room <= 0) return;
+  const int k = std::min(d.budget.Next(), room);
+  if (k <= 0) return;
+  auto drafts = d.drafter->Propose(sampler.history(), k);
+  if (!drafts.ok()) {
+    KV_LOG_WARN("session {}: drafting failed, continuing without: {}", last->token.session,
+                drafts.status().message());
+    return;
+  }
+  std::vector<int32_t>& out = *drafts;
+  if (static_cast<int>(out.size()) > k) out.resize(k);
+  if (out.empty()) return;
+  d.pending = out;
+  d.pending_pos = pos;
+  last->drafts = std::move(out);
+}
+
+DraftTotals SpecTail::counts() const {
+  return DraftTotals{name_, steps_.load(), drafted_.load(), accepted_.load()};
+}
+
+}  // namespace kvasir::ring
