@@ -40,7 +40,7 @@ struct SeqChunk {
   int seq_id = 0;
   int pos0 = 0;  // position of the chunk's first token; must equal the sequence's length so far
   int n_tokens = 0;
-  bool want_logits = true;  // with a head: produce logits for this chunk's last row
+  bool want_logits = true;    // with a head: produce logits for this chunk's last row
   bool every_logits = false;  // with a head: logits for every row of this chunk (a verify chunk)
   // Rollback span: keep the recurrent (DeltaNet) state before each of the chunk's last
   // n_checkpoints rows, so that TruncateSequence can later keep any length from

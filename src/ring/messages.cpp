@@ -54,7 +54,9 @@ Status CheckHiddenFlags(uint16_t flags, uint32_t n_tokens) {
     return Error("HIDDEN: flags 0x{:x} has unknown bits", flags);
   }
   if ((flags & wire::kHiddenVerify) == 0) return Status::Ok();
-  if ((flags & wire::kHiddenSample) == 0) return Error("HIDDEN: a verify chunk that does not sample");
+  if ((flags & wire::kHiddenSample) == 0) {
+    return Error("HIDDEN: a verify chunk that does not sample");
+  }
   if (n_tokens < 2 || n_tokens > 1 + wire::kMaxDraftTokens) {
     return Error("HIDDEN: a verify chunk of {} rows (a token and 1..{} drafts)", n_tokens,
                  wire::kMaxDraftTokens);

@@ -318,13 +318,13 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
   const int n_embd = window_->config().n_embd;
   size_t row = 0;
   for (const Work& w : batch) {
-    HiddenMsg h = MakeHidden(w.session, static_cast<uint32_t>(w.pos0),
-                             static_cast<uint32_t>(w.n_tokens), static_cast<uint32_t>(n_embd),
-                             options_.boundary,
-                             static_cast<uint16_t>((w.sample ? wire::kHiddenSample : 0) |
-                                                   (w.verify ? wire::kHiddenVerify : 0)),
-                             std::span<const float>(out.hidden)
-                                 .subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
+    HiddenMsg h =
+        MakeHidden(w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
+                   static_cast<uint32_t>(n_embd), options_.boundary,
+                   static_cast<uint16_t>((w.sample ? wire::kHiddenSample : 0) |
+                                         (w.verify ? wire::kHiddenVerify : 0)),
+                   std::span<const float>(out.hidden)
+                       .subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
     CommitRows(w, &h, std::nullopt);
     SendNext(h);
     row += w.n_tokens;
