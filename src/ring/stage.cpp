@@ -287,6 +287,10 @@ void StageImpl::LogStats() {
       options_.name, s.window_first, s.window_last, s.weight_bytes / 1048576.0,
       s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6,
       s.links_refused);
+  if (const DraftTotals d = draft_totals(); !d.drafter.empty()) {
+    KV_LOG_INFO("{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %)",
+                options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance());
+  }
 }
 
 Status StageImpl::Run() {
