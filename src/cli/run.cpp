@@ -334,6 +334,7 @@ int RunRing(RunOptions o) {
   std::map<int, std::string> devices;
   for (const StagePlan& p : plan) devices[p.first] = DeviceLabel(p.backend);
   PrintStageTable(run->stages, devices);
+  PrintDraftSummary(*run);
   if (!o.stats_path.empty()) {
     if (Status s =
             WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run, o.threads_per_stage));

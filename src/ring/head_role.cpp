@@ -29,12 +29,12 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
       st_.EndSession(c->session, wire::FinishReason::kClientClosed, "");
     }
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
-    if (!st->records.empty()) {
+    if (!st->records.empty() || !st->drafts.empty()) {
       st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
                                         "STATS from a client must carry no records"});
       return;
     }
-    st->records.push_back(st_.StatsRecord());
+    st_.AddStatsRecord(*st);
     if (ring_closed_ && st_.SendNext(*st)) {
       stats_waiters_.push_back(client);
     } else {

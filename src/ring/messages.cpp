@@ -348,14 +348,29 @@ Result<Message> DecodeStats(const Frame& f) {
     return Error("STATS: n_records {} exceeds the limit of {} stages", b.n_records,
                  wire::kMaxStatsRecords);
   }
+  if ((b.flags & ~wire::kStatsDrafts) != 0) {
+    return Error("STATS: flags 0x{:x} has unknown bits", b.flags);
+  }
+  const bool drafts = (b.flags & wire::kStatsDrafts) != 0;
+  const uint64_t per_record =
+      sizeof(wire::StageStats) + (drafts ? sizeof(wire::DraftStatsWire) : 0);
   KV_RETURN_IF_ERROR(CheckTail(
-      f, sizeof(b), uint64_t{b.n_records} * sizeof(wire::StageStats),
-      fmt::format("n_records {} x {}-byte StageStats", b.n_records, sizeof(wire::StageStats))));
+      f, sizeof(b), uint64_t{b.n_records} * per_record,
+      fmt::format("n_records {} x {}-byte {}", b.n_records, per_record,
+                  drafts ? "StageStats and DraftStatsWire" : "StageStats")));
   StatsMsg m;
   m.records.resize(b.n_records);
   if (b.n_records > 0) {
     std::memcpy(m.records.data(), Tail(f, sizeof(b)),
                 size_t{b.n_records} * sizeof(wire::StageStats));
+  }
+  if (drafts) {
+    m.drafts.resize(b.n_records);
+    if (b.n_records > 0) {
+      std::memcpy(m.drafts.data(),
+                  Tail(f, sizeof(b)) + size_t{b.n_records} * sizeof(wire::StageStats),
+                  size_t{b.n_records} * sizeof(wire::DraftStatsWire));
+    }
   }
   return Message(std::move(m));
 }
@@ -537,10 +552,13 @@ std::vector<uint8_t> Encode(const PingMsg& m) {
 std::vector<uint8_t> Encode(const StatsMsg& m) {
   wire::StatsBody b{};
   b.n_records = static_cast<uint32_t>(m.records.size());
+  b.flags = m.drafts.empty() ? 0 : wire::kStatsDrafts;
   const size_t tail = m.records.size() * sizeof(wire::StageStats);
-  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail);
+  const size_t drafts = m.drafts.size() * sizeof(wire::DraftStatsWire);
+  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail + drafts);
   fb.Put(b);
   fb.PutBytes(m.records.data(), tail);
+  fb.PutBytes(m.drafts.data(), drafts);
   return fb.Finish();
 }
 
@@ -684,8 +702,13 @@ Status CheckEncodable(const Message& msg) {
       return Error(StatusCode::kTooLarge, "STATS: {} records exceed the limit of {} stages",
                    m->records.size(), wire::kMaxStatsRecords);
     }
+    if (!m->drafts.empty() && m->drafts.size() != m->records.size()) {
+      return Error("STATS: {} draft records for {} stage records", m->drafts.size(),
+                   m->records.size());
+    }
     KV_RETURN_IF_ERROR(CheckPayloadSize(
-        t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats)));
+        t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats) +
+               uint64_t{m->drafts.size()} * sizeof(wire::DraftStatsWire)));
   } else if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, m->payload.size()));
   }

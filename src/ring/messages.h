@@ -96,7 +96,7 @@ struct TokenMsg {           // TOKEN
   // Last stage -> head, speculation (docs/PROTOCOL.md, "Speculation"): the tokens drafted to
   // follow this one (wire::kTokenDrafts, at most wire::kMaxDraftTokens), and whether more tokens
   // of the same verify chunk follow (wire::kTokenMore; then there are no drafts).
-  std::vector<int32_t> drafts;
+  std::vector<int32_t> drafts{};
   bool more = false;
 };
 
@@ -112,6 +112,8 @@ struct PingMsg {  // PING, or PONG when `pong`
 
 struct StatsMsg {  // STATS
   std::vector<wire::StageStats> records;
+  // Speculation (wire::kStatsDrafts): empty, or one per record.
+  std::vector<wire::DraftStatsWire> drafts{};
 };
 
 struct HandshakeMsg {  // HANDSHAKE (before encryption starts; see ring/handshake.h)

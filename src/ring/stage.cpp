@@ -279,6 +279,19 @@ wire::StageStats StageImpl::StatsRecord() const {
   return s;
 }
 
+void StageImpl::AddStatsRecord(StatsMsg& m) const {
+  m.records.push_back(StatsRecord());
+  const DraftTotals d = draft_totals();
+  if (d.drafter.empty() && m.drafts.empty()) return;
+  m.drafts.resize(m.records.size() - 1);  // zeros for the stages before that do not draft
+  wire::DraftStatsWire w{};
+  std::strncpy(w.drafter, d.drafter.c_str(), sizeof(w.drafter) - 1);
+  w.steps = d.steps;
+  w.drafted = d.drafted;
+  w.accepted = d.accepted;
+  m.drafts.push_back(w);
+}
+
 void StageImpl::LogStats() {
   const wire::StageStats s = StatsRecord();
   KV_LOG_INFO(

@@ -73,7 +73,7 @@ void StageImpl::HandleMessage(Event& e) {
       KV_LOG_WARN("{}: STATS with {} records dropped (a ring has at most {} stages)", options_.name,
                   st->records.size(), wire::kMaxStatsRecords);
     } else {
-      st->records.push_back(StatsRecord());
+      AddStatsRecord(*st);
       SendNext(*st);
     }
   }

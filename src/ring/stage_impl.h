@@ -141,6 +141,8 @@ class StageImpl final : public Stage {
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
   void Push(Event e);
   wire::StageStats StatsRecord() const;
+  // Appends this stage's record to `m`, and its drafts' counts when it drafts or `m` has some.
+  void AddStatsRecord(StatsMsg& m) const;
 
   // stage_accept.cpp: the accept thread, handshake slots, accepted links and clients.
   void AcceptLoop();

@@ -252,9 +252,20 @@ static_assert(sizeof(PingBody) == 16);
 
 struct StatsBody {
   uint32_t n_records;      // tail: n_records × StageStats
-  uint32_t reserved;
+  uint32_t flags;          // kStatsDrafts (was reserved, zero)
 };
 static_assert(sizeof(StatsBody) == 8);
+// After the records, one DraftStatsWire per record, in the same order (speculation: set by the
+// first stage that drafts, which gives the records before its own zeros).
+inline constexpr uint32_t kStatsDrafts = 1;
+
+struct DraftStatsWire {
+  char drafter[8];         // "ngram", "model", NUL-padded; zero: the stage does not draft
+  uint64_t steps;          // verify chunks
+  uint64_t drafted;        // tokens drafted
+  uint64_t accepted;       // of them, accepted
+};
+static_assert(sizeof(DraftStatsWire) == 32);
 
 struct StageStats {
   char name[32];

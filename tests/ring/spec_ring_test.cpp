@@ -137,6 +137,17 @@ TEST(SpecRingSampling, SeededTemperatureRunRepeats) {
   EXPECT_EQ(first.logits, second.logits);
   EXPECT_EQ(first.ids.size(), 48u);
   EXPECT_GT(ring->stage(2).draft_totals().drafted, 0u);
+  // STATS carries the counts around the ring: zeros for the stages that do not draft.
+  auto client = ring::RingClient::Connect(ring->head(), 20000, testing::kTestRingSecret);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  auto stats = (*client)->StatsMessage();
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_EQ(stats->drafts.size(), 3u);
+  EXPECT_STREQ(stats->drafts[0].drafter, "");
+  EXPECT_EQ(stats->drafts[1].drafted, 0u);
+  EXPECT_STREQ(stats->drafts[2].drafter, "ngram");
+  EXPECT_EQ(stats->drafts[2].drafted, ring->stage(2).draft_totals().drafted);
+  EXPECT_EQ(stats->drafts[2].accepted, ring->stage(2).draft_totals().accepted);
 }
 
 // The raw logit of each of `ids` after `prompt` and the ids before it, from one forward pass of

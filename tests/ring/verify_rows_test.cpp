@@ -119,5 +119,28 @@ TEST(SpeculationWire, VerifyChunksAreBounded) {
       << "more drafts than the bound";
 }
 
+TEST(SpeculationWire, StatsCarryTheDraftCountsOfEveryRecord) {
+  StatsMsg m;
+  m.records.resize(2);
+  m.drafts.resize(2);
+  std::strncpy(m.drafts[1].drafter, "ngram", sizeof(m.drafts[1].drafter) - 1);
+  m.drafts[1].drafted = 40;
+  m.drafts[1].accepted = 31;
+  auto back = RoundTrip(m);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  const auto& got = std::get<StatsMsg>(*back);
+  ASSERT_EQ(got.drafts.size(), 2u);
+  EXPECT_STREQ(got.drafts[1].drafter, "ngram");
+  EXPECT_EQ(got.drafts[1].accepted, 31u);
+  EXPECT_EQ(got.drafts[0].drafted, 0u);
+  m.drafts.pop_back();
+  EXPECT_FALSE(CheckEncodable(m).ok()) << "one draft record per stage record";
+  StatsMsg plain;
+  plain.records.resize(3);
+  back = RoundTrip(plain);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(std::get<StatsMsg>(*back).drafts.empty()) << "no drafting, the frame as before";
+}
+
 }  // namespace
 }  // namespace kvasir::ring
