@@ -46,7 +46,8 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
     wopt.n_ctx = target.n_ctx();
     wopt.n_threads = o.n_threads;
     wopt.backend = o.backend;
-    wopt.max_checkpoints = max_tokens + 1;
+    // Drafting ahead runs up to 2K + 1 rows past what is decided, all of which a miss undoes.
+    wopt.max_checkpoints = 2 * max_tokens + 2;
     KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> w,
                         LayerWindow::Load(shared, {0, cfg.n_layer, true, true}, wopt));
     draft_window = std::move(w);
@@ -116,8 +117,32 @@ Result<std::vector<TokenMsg>> SpecTail::Verify(uint32_t session, TailSampler& sa
   return decided;
 }
 
+void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
+  if (!d.warmed) {
+    d.warmed = true;
+    // Runs the prompt through the draft model; the next Propose feeds only what follows it.
+    (void)d.drafter->Propose(sampler.history(), 1);
+    return;
+  }
+  d.looked_ahead = true;
+  d.expect = sampler.history();
+  d.expect.insert(d.expect.end(), d.pending.begin(), d.pending.end());
+  auto next = d.drafter->Propose(d.expect, max_tokens_ + 1);
+  if (!next.ok() || next->size() < 2) {
+    d.expect.clear();
+    return;
+  }
+  d.expect.push_back(next->front());
+  d.ahead.assign(next->begin() + 1, next->end());
+}
+
 void SpecTail::Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling,
                      int n_ctx, TokenMsg* last) {
+  std::vector<int32_t> ahead;
+  if (!d.ahead.empty() && sampler.history() == d.expect) ahead = std::move(d.ahead);
+  d.looked_ahead = false;
+  d.expect.clear();
+  d.ahead.clear();
   d.pending.clear();
   d.pending_pos = -1;
   const int pos = static_cast<int>(last->token.pos);
@@ -128,7 +153,10 @@ void SpecTail::Draft(TailSampler& sampler, SessionDraft& d, const wire::Sampling
   if (room <= 0) return;
   const int k = std::min(d.budget.Next(), room);
   if (k <= 0) return;
-  auto drafts = d.drafter->Propose(sampler.history(), k);
+  // Drafts are a prefix-closed function of the history: the first k of those made ahead are
+  // the k that Propose would make now.
+  auto drafts = static_cast<int>(ahead.size()) >= k ? Result<std::vector<int32_t>>(std::move(ahead))
+                                                    : d.drafter->Propose(sampler.history(), k);
   if (!drafts.ok()) {
     KV_LOG_WARN("session {}: drafting failed, continuing without: {}", last->token.session,
                 drafts.status().message());

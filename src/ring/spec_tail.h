@@ -31,6 +31,13 @@ struct SessionDraft {
   spec::DraftBudget budget{0};
   std::vector<int32_t> pending;  // the drafts sent with the last token
   int pending_pos = -1;          // the position of that token (the verify chunk's pos0)
+  // Drafted ahead while the verify chunk travels (a draft model only): the history the session
+  // will have if every pending draft and the drafter's own next token are accepted, and the
+  // drafts that follow it.
+  bool looked_ahead = false;
+  bool warmed = false;  // the draft model has run the prompt (in idle time, before the first token)
+  std::vector<int32_t> expect;
+  std::vector<int32_t> ahead;
 };
 
 class SpecTail {
@@ -60,6 +67,17 @@ class SpecTail {
   // guess). A drafter that fails is logged and drafts nothing.
   void Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling, int n_ctx,
              TokenMsg* last);
+
+  // Drafting ahead (a draft model's drafts cost a forward pass each, which would otherwise wait
+  // on the verify chunk's way back): while a session's drafts travel, guess that all of them and
+  // the drafter's own next token will be accepted and draft what follows. Draft() then takes those
+  // drafts when the guess came true: the drafts are exactly those it would make, only earlier.
+  // The draft model's prefill of the prompt runs the same way, while the prompt's chunks are on
+  // their way to this stage.
+  bool LookAheadDue(const SessionDraft& d) const {
+    return draft_window_ != nullptr && (!d.warmed || (!d.pending.empty() && !d.looked_ahead));
+  }
+  void LookAhead(TailSampler& sampler, SessionDraft& d);
 
   DraftTotals counts() const;
   int max_tokens() const { return max_tokens_; }

@@ -321,7 +321,7 @@ Status StageImpl::Run() {
     {
       std::unique_lock<std::mutex> lock(events_mu_);
       const bool idle = scheduler_.size() == 0;
-      if (events_.empty() && idle) {
+      if (events_.empty() && idle && !LookAheadDue()) {
         // Wake up periodically to probe the ring while it is not known to be closed.
         const bool closed = head_ != nullptr && head_->ring_closed();
         events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
@@ -330,7 +330,8 @@ Status StageImpl::Run() {
     }
     for (Event& e : batch) HandleEvent(e);
     if (head_) head_->MaybeProbe();
-    RunBatch();
+    // Idle time (a session's tokens are travelling) drafts ahead; events are checked between.
+    if (!RunBatch() && batch.empty()) LookAhead();
   }
   return Status::Ok();
 }

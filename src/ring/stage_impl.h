@@ -206,6 +206,10 @@ class StageImpl final : public Stage {
   // Before queueing a chunk of session `s` that starts at `pos0`: drops the rejected rows of its
   // last verify chunk (KeepBeforeChunk). An error names why the chunk cannot run.
   Status RollBackBefore(Session& s, int pos0);
+  // Drafting ahead while idle (SpecTail::LookAhead): whether a session waits for it, and doing
+  // it for one session (false when none waits).
+  bool LookAheadDue() const;
+  bool LookAhead();
   // After `w` ran: remembers whether it was a verify chunk.
   void NoteRan(const Work& w);
   // A session that ends right after a verify chunk keeps only that chunk's first row, which every

@@ -19,6 +19,25 @@ Status StageImpl::RollBackBefore(Session& s, int pos0) {
   return Status::Ok();
 }
 
+bool StageImpl::LookAheadDue() const {
+  if (!spec_) return false;
+  for (const auto& [id, s] : sessions_) {
+    if (s.draft && !s.closing && spec_->LookAheadDue(*s.draft)) return true;
+  }
+  return false;
+}
+
+bool StageImpl::LookAhead() {
+  if (!spec_) return false;
+  for (auto& [id, s] : sessions_) {
+    if (s.draft && !s.closing && spec_->LookAheadDue(*s.draft)) {
+      spec_->LookAhead(*s.tail, *s.draft);
+      return true;
+    }
+  }
+  return false;
+}
+
 void StageImpl::NoteRan(const Work& w) {
   auto it = sessions_.find(w.session);
   if (it == sessions_.end()) return;
