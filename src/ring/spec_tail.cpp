@@ -7,7 +7,6 @@
 #include "gguf/gguf_file.h"
 #include "model/arch/registry.h"
 #include "ring/wire.h"
-#include "spec/model_drafter.h"
 #include "spec/ngram_drafter.h"
 
 namespace kvasir::ring {
@@ -54,22 +53,26 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
   }
   spec::DraftOptions options = o;
   options.kind = kind;
-  return std::unique_ptr<SpecTail>(new SpecTail(options, max_tokens, std::move(draft_window)));
+  return std::unique_ptr<SpecTail>(
+      new SpecTail(options, max_tokens,
+                   draft_window ? std::make_shared<BatchDrafter>(std::move(draft_window))
+                                : nullptr));
 }
 
 SpecTail::SpecTail(const spec::DraftOptions& options, int max_tokens,
-                   std::shared_ptr<LayerWindow> draft_window)
+                   std::shared_ptr<BatchDrafter> model)
     : options_(options),
       max_tokens_(max_tokens),
-      draft_window_(std::move(draft_window)),
+      model_(std::move(model)),
       name_(options.kind == spec::DraftKind::kModel ? "model" : "ngram") {}
 
 std::unique_ptr<SessionDraft> SpecTail::NewSession(uint32_t session, bool has_grammar) {
   if (has_grammar) return nullptr;
   auto d = std::make_unique<SessionDraft>();
-  if (draft_window_) {
+  if (model_) {
+    d->model = model_;
     // Session ids are below 2^31 (the head draws them from 30 bits and counts up).
-    d->drafter = std::make_unique<spec::ModelDrafter>(draft_window_, static_cast<int>(session));
+    d->seq = static_cast<int>(session);
   } else {
     d->drafter = std::make_unique<spec::NgramDrafter>();
   }
@@ -121,13 +124,13 @@ void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
   if (!d.warmed) {
     d.warmed = true;
     // Runs the prompt through the draft model; the next Propose feeds only what follows it.
-    (void)d.drafter->Propose(sampler.history(), 1);
+    (void)ProposeOne(d, sampler.history(), 1);
     return;
   }
   d.looked_ahead = true;
   d.expect = sampler.history();
   d.expect.insert(d.expect.end(), d.pending.begin(), d.pending.end());
-  auto next = d.drafter->Propose(d.expect, max_tokens_ + 1);
+  auto next = ProposeOne(d, d.expect, max_tokens_ + 1);
   if (!next.ok() || next->size() < 2) {
     d.expect.clear();
     return;
@@ -136,38 +139,81 @@ void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
   d.ahead.assign(next->begin() + 1, next->end());
 }
 
+Result<std::vector<int32_t>> SpecTail::ProposeOne(SessionDraft& d,
+                                                  std::span<const int32_t> history, int k) {
+  if (!d.model) return d.drafter->Propose(history, k);
+  BatchDrafter::Job job{d.seq, history, k, {}};
+  BatchDrafter::Job* jobs[] = {&job};
+  KV_RETURN_IF_ERROR(d.model->Propose(jobs));
+  return std::move(job.drafts);
+}
+
 void SpecTail::Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling,
                      int n_ctx, TokenMsg* last) {
-  std::vector<int32_t> ahead;
-  if (!d.ahead.empty() && sampler.history() == d.expect) ahead = std::move(d.ahead);
-  d.looked_ahead = false;
-  d.expect.clear();
-  d.ahead.clear();
-  d.pending.clear();
-  d.pending_pos = -1;
-  const int pos = static_cast<int>(last->token.pos);
-  // The verify chunk takes positions pos..pos+K, and a token past max_tokens would be wasted.
-  const int64_t left = static_cast<int64_t>(sampling.max_tokens) - sampler.n_generated();
-  const int room = static_cast<int>(
-      std::min<int64_t>({max_tokens_, n_ctx - pos - 1, std::max<int64_t>(left - 1, 0)}));
-  if (room <= 0) return;
-  const int k = std::min(d.budget.Next(), room);
-  if (k <= 0) return;
-  // Drafts are a prefix-closed function of the history: the first k of those made ahead are
-  // the k that Propose would make now.
-  auto drafts = static_cast<int>(ahead.size()) >= k ? Result<std::vector<int32_t>>(std::move(ahead))
-                                                    : d.drafter->Propose(sampler.history(), k);
-  if (!drafts.ok()) {
-    KV_LOG_WARN("session {}: drafting failed, continuing without: {}", last->token.session,
-                drafts.status().message());
-    return;
+  const DraftJob job{&sampler, &d, &sampling, last};
+  DraftAll(std::span<const DraftJob>(&job, 1), n_ctx);
+}
+
+void SpecTail::DraftAll(std::span<const DraftJob> jobs, int n_ctx) {
+  struct Plan {
+    int k = 0;
+    std::vector<int32_t> drafts;
+    BatchDrafter::Job job;
+  };
+  std::vector<Plan> plans(jobs.size());  // sized once: the batch points into it
+  std::vector<BatchDrafter::Job*> batch;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    TailSampler& sampler = *jobs[i].sampler;
+    SessionDraft& d = *jobs[i].d;
+    std::vector<int32_t> ahead;
+    if (!d.ahead.empty() && sampler.history() == d.expect) ahead = std::move(d.ahead);
+    d.looked_ahead = false;
+    d.expect.clear();
+    d.ahead.clear();
+    d.pending.clear();
+    d.pending_pos = -1;
+    const int pos = static_cast<int>(jobs[i].last->token.pos);
+    // The verify chunk takes positions pos..pos+K, and a token past max_tokens would be wasted.
+    const int64_t left =
+        static_cast<int64_t>(jobs[i].sampling->max_tokens) - sampler.n_generated();
+    const int room = static_cast<int>(
+        std::min<int64_t>({max_tokens_, n_ctx - pos - 1, std::max<int64_t>(left - 1, 0)}));
+    if (room <= 0) continue;
+    const int k = std::min(d.budget.Next(), room);
+    if (k <= 0) continue;
+    plans[i].k = k;
+    // Drafts are a prefix-closed function of the history: the first k of those made ahead are
+    // the k that Propose would make now.
+    if (static_cast<int>(ahead.size()) >= k) {
+      plans[i].drafts = std::move(ahead);
+    } else if (d.model) {
+      plans[i].job = BatchDrafter::Job{d.seq, sampler.history(), k, {}};
+      batch.push_back(&plans[i].job);
+    } else if (auto drafts = d.drafter->Propose(sampler.history(), k); drafts.ok()) {
+      plans[i].drafts = std::move(drafts).value();
+    } else {
+      KV_LOG_WARN("session {}: drafting failed, continuing without: {}",
+                  jobs[i].last->token.session, drafts.status().message());
+    }
   }
-  std::vector<int32_t>& out = *drafts;
-  if (static_cast<int>(out.size()) > k) out.resize(k);
-  if (out.empty()) return;
-  d.pending = out;
-  d.pending_pos = pos;
-  last->drafts = std::move(out);
+  if (!batch.empty()) {
+    if (Status st = model_->Propose(batch); st.ok()) {
+      for (Plan& p : plans) {
+        if (!p.job.drafts.empty()) p.drafts = std::move(p.job.drafts);
+      }
+    } else {
+      KV_LOG_WARN("drafting failed for {} session(s), continuing without: {}", batch.size(),
+                  st.message());
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::vector<int32_t>& out = plans[i].drafts;
+    if (static_cast<int>(out.size()) > plans[i].k) out.resize(static_cast<size_t>(plans[i].k));
+    if (out.empty()) continue;
+    jobs[i].d->pending = out;
+    jobs[i].d->pending_pos = static_cast<int>(jobs[i].last->token.pos);
+    jobs[i].last->drafts = std::move(out);
+  }
 }
 
 DraftTotals SpecTail::counts() const {

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "model/layer_window.h"
+#include "ring/batch_drafter.h"
 #include "ring/messages.h"
 #include "ring/stage.h"
 #include "ring/tail_sampler.h"
@@ -27,7 +28,15 @@ namespace kvasir::ring {
 
 // A session's drafting at the last stage.
 struct SessionDraft {
-  std::unique_ptr<spec::Drafter> drafter;
+  SessionDraft() = default;
+  SessionDraft(const SessionDraft&) = delete;
+  SessionDraft& operator=(const SessionDraft&) = delete;
+  ~SessionDraft() {
+    if (model) model->Close(seq);
+  }
+  std::unique_ptr<spec::Drafter> drafter;  // prompt lookup
+  std::shared_ptr<BatchDrafter> model;     // or the stage's draft model, on sequence `seq`
+  int seq = 0;
   spec::DraftBudget budget{0};
   std::vector<int32_t> pending;  // the drafts sent with the last token
   int pending_pos = -1;          // the position of that token (the verify chunk's pos0)
@@ -67,6 +76,15 @@ class SpecTail {
   // guess). A drafter that fails is logged and drafts nothing.
   void Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling, int n_ctx,
              TokenMsg* last);
+  // The same for several sessions at once (the tokens of one forward batch): their draft model
+  // passes run batched (BatchDrafter).
+  struct DraftJob {
+    TailSampler* sampler;
+    SessionDraft* d;
+    const wire::SamplingWire* sampling;
+    TokenMsg* last;
+  };
+  void DraftAll(std::span<const DraftJob> jobs, int n_ctx);
 
   // Drafting ahead (a draft model's drafts cost a forward pass each, which would otherwise wait
   // on the verify chunk's way back): while a session's drafts travel, guess that all of them and
@@ -75,7 +93,7 @@ class SpecTail {
   // The draft model's prefill of the prompt runs the same way, while the prompt's chunks are on
   // their way to this stage.
   bool LookAheadDue(const SessionDraft& d) const {
-    return draft_window_ != nullptr && (!d.warmed || (!d.pending.empty() && !d.looked_ahead));
+    return d.model != nullptr && (!d.warmed || (!d.pending.empty() && !d.looked_ahead));
   }
   void LookAhead(TailSampler& sampler, SessionDraft& d);
 
@@ -83,12 +101,14 @@ class SpecTail {
   int max_tokens() const { return max_tokens_; }
 
  private:
-  SpecTail(const spec::DraftOptions& options, int max_tokens,
-           std::shared_ptr<LayerWindow> draft_window);
+  SpecTail(const spec::DraftOptions& options, int max_tokens, std::shared_ptr<BatchDrafter> model);
+  // Up to k drafts after `history` from d's drafter alone.
+  Result<std::vector<int32_t>> ProposeOne(SessionDraft& d, std::span<const int32_t> history,
+                                          int k);
 
   spec::DraftOptions options_;
   int max_tokens_;
-  std::shared_ptr<LayerWindow> draft_window_;  // kModel only
+  std::shared_ptr<BatchDrafter> model_;  // kModel only
   std::string name_;
   std::atomic<uint64_t> steps_{0}, drafted_{0}, accepted_{0};
 };

@@ -54,11 +54,19 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       st_.FailSession(w.session, wire::ErrorCode::kBadRequest, decided.status().message());
       continue;
     }
-    std::vector<TokenMsg>& tokens = *decided;
+    decided_.push_back({&w, std::move(decided).value()});
+  }
+  // Drafts after the batch's last tokens, all at once (a draft model runs them batched).
+  std::vector<SpecTail::DraftJob> jobs;
+  for (auto& [w, tokens] : decided_) {
+    Session& s = st_.sessions_.at(w->session);
     if (s.draft != nullptr && tokens.back().token.finished == 0) {
-      st_.spec_->Draft(*s.tail, *s.draft, s.sampling, n_ctx, &tokens.back());
+      jobs.push_back({s.tail.get(), s.draft.get(), &s.sampling, &tokens.back()});
     }
-    st_.CommitRows(w, nullptr, tokens.back().token.id);
+  }
+  if (!jobs.empty()) st_.spec_->DraftAll(jobs, n_ctx);
+  for (auto& [w, tokens] : decided_) {
+    st_.CommitRows(*w, nullptr, tokens.back().token.id);
     for (const TokenMsg& t : tokens) {
       if (st_.head_) {
         st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
@@ -67,6 +75,7 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       }
     }
   }
+  decided_.clear();
 }
 
 }  // namespace kvasir::ring
