@@ -27,8 +27,8 @@ Status BatchDrafter::Propose(std::span<Job* const> jobs) {
   for (Job* job : jobs) {
     job->drafts.clear();
     // The drafts but the last are fed back: history and those must fit the context.
-    job->k = static_cast<int>(
-        std::min<int64_t>(job->k, window_->n_ctx() + 1 - static_cast<int64_t>(job->history.size())));
+    job->k = static_cast<int>(std::min<int64_t>(
+        job->k, window_->n_ctx() + 1 - static_cast<int64_t>(job->history.size())));
     if (job->k <= 0 || job->history.empty()) continue;
     if (window_->SequenceLength(job->seq) < 0) {
       KV_RETURN_IF_ERROR(window_->OpenSequence(job->seq));
@@ -45,8 +45,7 @@ Status BatchDrafter::Propose(std::span<Job* const> jobs) {
       KV_RETURN_IF_ERROR(window_->TruncateSequence(job->seq, keep));
       fed.resize(static_cast<size_t>(keep));
     }
-    in.chunks.push_back(
-        SeqChunk{job->seq, keep, static_cast<int>(job->history.size()) - keep});
+    in.chunks.push_back(SeqChunk{job->seq, keep, static_cast<int>(job->history.size()) - keep});
     tokens.insert(tokens.end(), job->history.begin() + keep, job->history.end());
     live.push_back(job);
   }

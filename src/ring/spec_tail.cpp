@@ -53,10 +53,9 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
   }
   spec::DraftOptions options = o;
   options.kind = kind;
-  return std::unique_ptr<SpecTail>(
-      new SpecTail(options, max_tokens,
-                   draft_window ? std::make_shared<BatchDrafter>(std::move(draft_window))
-                                : nullptr));
+  return std::unique_ptr<SpecTail>(new SpecTail(
+      options, max_tokens,
+      draft_window ? std::make_shared<BatchDrafter>(std::move(draft_window)) : nullptr));
 }
 
 SpecTail::SpecTail(const spec::DraftOptions& options, int max_tokens,
@@ -139,8 +138,8 @@ void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
   d.ahead.assign(next->begin() + 1, next->end());
 }
 
-Result<std::vector<int32_t>> SpecTail::ProposeOne(SessionDraft& d,
-                                                  std::span<const int32_t> history, int k) {
+Result<std::vector<int32_t>> SpecTail::ProposeOne(SessionDraft& d, std::span<const int32_t> history,
+                                                  int k) {
   if (!d.model) return d.drafter->Propose(history, k);
   BatchDrafter::Job job{d.seq, history, k, {}};
   BatchDrafter::Job* jobs[] = {&job};
@@ -174,8 +173,7 @@ void SpecTail::DraftAll(std::span<const DraftJob> jobs, int n_ctx) {
     d.pending_pos = -1;
     const int pos = static_cast<int>(jobs[i].last->token.pos);
     // The verify chunk takes positions pos..pos+K, and a token past max_tokens would be wasted.
-    const int64_t left =
-        static_cast<int64_t>(jobs[i].sampling->max_tokens) - sampler.n_generated();
+    const int64_t left = static_cast<int64_t>(jobs[i].sampling->max_tokens) - sampler.n_generated();
     const int room = static_cast<int>(
         std::min<int64_t>({max_tokens_, n_ctx - pos - 1, std::max<int64_t>(left - 1, 0)}));
     if (room <= 0) continue;

@@ -103,8 +103,7 @@ class SpecTail {
  private:
   SpecTail(const spec::DraftOptions& options, int max_tokens, std::shared_ptr<BatchDrafter> model);
   // Up to k drafts after `history` from d's drafter alone.
-  Result<std::vector<int32_t>> ProposeOne(SessionDraft& d, std::span<const int32_t> history,
-                                          int k);
+  Result<std::vector<int32_t>> ProposeOne(SessionDraft& d, std::span<const int32_t> history, int k);
 
   spec::DraftOptions options_;
   int max_tokens_;

@@ -10,7 +10,9 @@
 #include "gguf/gguf_file.h"
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
+#include "ring/batch_drafter.h"
 #include "ring/sampling_wire.h"
+#include "spec/model_drafter.h"
 #include "test_assets.h"
 
 namespace kvasir::ring {
@@ -138,6 +140,57 @@ TEST_F(SpecTailTest, PromptLookupDraftsWhatFollowedEarlier) {
   EXPECT_EQ(d->pending, last.drafts);
   EXPECT_EQ(d->pending_pos, 4);
   EXPECT_EQ(spec_->NewSession(8, true), nullptr) << "a session with a grammar does not draft";
+}
+
+// Sessions drafting together get exactly the drafts a draft model gives each of them alone, also
+// after their histories diverge from what was drafted (rows rolled back).
+TEST(BatchDrafterTest, BatchedDraftsAreEachSessionsOwn) {
+  KV_REQUIRE_ASSET("models/stories260K.gguf");
+  const std::string path = testing::AssetPath("models/stories260K.gguf");
+  auto load = [&]() -> std::shared_ptr<LayerWindow> {
+    auto file = GgufFile::Open(path);
+    EXPECT_TRUE(file.ok());
+    auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+    auto cfg = LoadModelConfig(*shared);
+    WindowOptions o;
+    o.n_ctx = 128;
+    o.max_checkpoints = 10;
+    auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, o);
+    EXPECT_TRUE(w.ok()) << w.status().message();
+    return std::move(w).value();
+  };
+  BatchDrafter batch(load());
+  const std::vector<std::vector<int32_t>> histories = {
+      {1, 400, 30, 200}, {1, 9, 9, 9, 9, 9}, {1, 365, 2}};
+  auto alone = [&](const std::vector<int32_t>& h, int k) {
+    spec::ModelDrafter d(load(), 0);
+    auto r = d.Propose(h, k);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  };
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<int32_t>> hs = histories;
+    if (round == 1) {
+      // Each history goes on: the first with its drafts' first token, the others elsewhere.
+      hs[0].push_back(alone(histories[0], 4)[0]);
+      hs[1].push_back(77);
+      hs[2].push_back(5);
+    }
+    std::vector<BatchDrafter::Job> jobs(hs.size());
+    std::vector<BatchDrafter::Job*> ptrs;
+    for (size_t i = 0; i < hs.size(); ++i) {
+      jobs[i] = {static_cast<int>(i) + 1, hs[i], 4 - static_cast<int>(i), {}};
+      ptrs.push_back(&jobs[i]);
+    }
+    ASSERT_TRUE(batch.Propose(ptrs).ok());
+    for (size_t i = 0; i < hs.size(); ++i) {
+      EXPECT_EQ(jobs[i].drafts, alone(hs[i], 4 - static_cast<int>(i)))
+          << "round " << round << ", session " << i;
+    }
+  }
+  batch.Close(1);
+  batch.Close(2);
+  batch.Close(3);
 }
 
 }  // namespace
