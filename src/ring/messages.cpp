@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "kernels/kernels.h"
 #include "ring/sampling_tails.h"
+#include "ring/spec_wire.h"
 
 namespace kvasir::ring {
 
@@ -44,22 +45,6 @@ Status CheckPayloadSize(MsgType t, uint64_t payload) {
   if (payload > wire::kMaxPayload) {
     return Error(StatusCode::kTooLarge, "{}: payload of {} bytes exceeds the {} MiB limit", Name(t), payload,
                  wire::kMaxPayload >> 20);
-  }
-  return Status::Ok();
-}
-
-// A HIDDEN's flags: known bits, and a verify chunk that samples and fits its bound.
-Status CheckHiddenFlags(uint16_t flags, uint32_t n_tokens) {
-  if ((flags & ~(wire::kHiddenSample | wire::kHiddenVerify)) != 0) {
-    return Error("HIDDEN: flags 0x{:x} has unknown bits", flags);
-  }
-  if ((flags & wire::kHiddenVerify) == 0) return Status::Ok();
-  if ((flags & wire::kHiddenSample) == 0) {
-    return Error("HIDDEN: a verify chunk that does not sample");
-  }
-  if (n_tokens < 2 || n_tokens > 1 + wire::kMaxDraftTokens) {
-    return Error("HIDDEN: a verify chunk of {} rows (a token and 1..{} drafts)", n_tokens,
-                 wire::kMaxDraftTokens);
   }
   return Status::Ok();
 }
@@ -300,25 +285,7 @@ Result<Message> DecodeToken(const Frame& f) {
     left -= w.piece_bytes;
   }
   if ((b.flags & wire::kTokenDrafts) != 0) {
-    uint32_t n = 0;
-    if (left < sizeof(n)) return Error("TOKEN: the tail ends before its draft count");
-    std::memcpy(&n, p, sizeof(n));
-    p += sizeof(n);
-    left -= sizeof(n);
-    if (n == 0 || n > wire::kMaxDraftTokens) {
-      return Error("TOKEN: n_drafts {} is not 1..{}", n, wire::kMaxDraftTokens);
-    }
-    if (left < uint64_t{n} * sizeof(int32_t)) {
-      return Error("TOKEN: {} drafts but the tail holds {} bytes", n, left);
-    }
-    m.drafts.resize(n);
-    std::memcpy(m.drafts.data(), p, n * sizeof(int32_t));
-    p += n * sizeof(int32_t);
-    left -= n * sizeof(int32_t);
-    for (int32_t d : m.drafts) {
-      if (d < 0) return Error("TOKEN: draft id {} is negative", d);
-    }
-    if (b.finished != 0) return Error("TOKEN: drafts after a finished token");
+    KV_RETURN_IF_ERROR(DecodeTokenDrafts(&p, &left, b.finished != 0, &m.drafts));
   }
   if (left != 0) return Error("TOKEN: {} bytes follow the last logprob", left);
   return Message(std::move(m));
@@ -677,17 +644,7 @@ Status CheckEncodable(const Message& msg) {
       return Error("TOKEN: {} logprobs exceed the limit of {}", m->logprobs.size(),
                    1 + wire::kMaxTopLogprobs);
     }
-    if (m->drafts.size() > wire::kMaxDraftTokens) {
-      return Error("TOKEN: {} drafts exceed the limit of {}", m->drafts.size(),
-                   wire::kMaxDraftTokens);
-    }
-    if (!m->drafts.empty() && (m->more || m->token.finished != 0)) {
-      return Error("TOKEN: drafts after a token that is not the last of its verify chunk");
-    }
-    if (m->more && m->token.finished != 0) return Error("TOKEN: kTokenMore on a finished token");
-    for (int32_t d : m->drafts) {
-      if (d < 0) return Error("TOKEN: draft id {} is negative", d);
-    }
+    KV_RETURN_IF_ERROR(CheckTokenDrafts(*m));
     for (const TokenLogprob& lp : m->logprobs) {
       if (lp.id < 0) return Error("TOKEN: logprob token id {} is negative", lp.id);
       if (!(lp.logprob <= 0))
