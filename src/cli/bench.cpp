@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -181,7 +182,7 @@ int RunBench(const BenchOptions& o) {
 // `bench -m MODEL --stages N`: the ring bench on a local ring this process starts and stops.
 int RunLocalRingBench(const std::string& model, int n_stages, int threads,
                       const std::string& backend, const std::optional<net::LinkShape>& hops,
-                      RingBenchOptions ring) {
+                      const DraftFlags& draft, RingBenchOptions ring) {
   auto file = OpenGguf(model);
   if (!file.ok()) return Fail(kCmd, file.status());
   auto cfg = LoadModelConfig(**file);
@@ -198,6 +199,7 @@ int RunLocalRingBench(const std::string& model, int n_stages, int threads,
   plan.stage_log_level = "error";
   for (int s : ring.streams) plan.max_sessions = std::max(plan.max_sessions, s);
   plan.hops = hops;
+  plan.draft = draft;
   auto local = SupervisedRing::Start(plan, cfg->n_layer, nullptr);
   if (!local.ok()) return Fail(kCmd, local.status());
   ring.head = (*local)->head();
@@ -238,7 +240,15 @@ int BenchMain(int argc, char** argv) {
         ->capture_default_str();
     HopFlags hop_flags;
     AddHopFlags(app, &hop_flags);
+    DraftFlags draft_flags;
+    AddDraftFlags(app, &draft_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
+    if (Status d = CheckDraftFlags(draft_flags).status(); !d.ok()) {
+      return UsageError(kCmd, d.message());
+    }
+    if (draft_flags.kind != "none" && n_stages == 0) {
+      return UsageError(kCmd, "--draft needs --stages (the ring's last stage drafts)");
+    }
     auto hops = HopShape(hop_flags);
     if (!hops.ok()) return UsageError(kCmd, hops.status().message());
     if (*hops && n_stages == 0) return UsageError(kCmd, "the --hop-* flags need --stages");
@@ -264,7 +274,7 @@ int BenchMain(int argc, char** argv) {
       ring.json = o.json;
       if (std::string e = RingBenchUsageError(ring); !e.empty()) return UsageError(kCmd, e);
       return RunLocalRingBench(o.model_path, n_stages, o.n_threads, o.backend, *hops,
-                               std::move(ring));
+                               draft_flags, std::move(ring));
     }
     if (!ring.head.empty()) {
       if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");

@@ -96,8 +96,9 @@ int RunRingBench(const RingBenchOptions& o) {
   auto probe = ring::RingClient::Connect(o.head, o.client);
   if (!probe.ok()) return Fail(kCmd, probe.status());
   if (Status s = (*probe)->WaitReady(30000); !s.ok()) return Fail(kCmd, s);
-  auto before = (*probe)->Stats();
-  if (!before.ok()) return Fail(kCmd, before.status());
+  auto before_msg = (*probe)->StatsMessage();
+  if (!before_msg.ok()) return Fail(kCmd, before_msg.status());
+  const std::vector<wire::StageStats>* before = &before_msg->records;
   const size_t n_stages = before->size();
 
   if (auto warm = RunRound(o, 1, -1); !warm.ok()) return Fail(kCmd, warm.status());
@@ -125,8 +126,29 @@ int RunRingBench(const RingBenchOptions& o) {
                     {"ttft_ms", Median(ttft)},
                     {"samples_aggregate", aggregate}});
   }
-  auto after = (*probe)->Stats();
-  if (!after.ok()) return Fail(kCmd, after.status());
+  auto after_msg = (*probe)->StatsMessage();
+  if (!after_msg.ok()) return Fail(kCmd, after_msg.status());
+  const std::vector<wire::StageStats>* after = &after_msg->records;
+  // Speculation: what the drafting stage drafted and got accepted during the bench.
+  nlohmann::json drafts = nlohmann::json::array();
+  std::string draft_line;
+  for (size_t i = 0; i < after_msg->drafts.size(); ++i) {
+    const wire::DraftStatsWire& a = after_msg->drafts[i];
+    const wire::DraftStatsWire b =
+        i < before_msg->drafts.size() ? before_msg->drafts[i] : wire::DraftStatsWire{};
+    const std::string drafter(a.drafter, strnlen(a.drafter, sizeof(a.drafter)));
+    if (drafter.empty()) continue;
+    const uint64_t drafted = a.drafted - b.drafted, accepted = a.accepted - b.accepted;
+    const double acceptance = drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+    drafts.push_back({{"stage", i},
+                      {"drafter", drafter},
+                      {"steps", a.steps - b.steps},
+                      {"drafted", drafted},
+                      {"accepted", accepted},
+                      {"acceptance", acceptance}});
+    draft_line += fmt::format("drafts: {} on stage {}, {} drafted, {} accepted ({:.1f} %)\n",
+                              drafter, i, drafted, accepted, 100 * acceptance);
+  }
   nlohmann::json hops = nlohmann::json::array();
   Table hop_table(
       {"stage", "layers", "out B/token", "ms/decode token"},
@@ -151,6 +173,7 @@ int RunRingBench(const RingBenchOptions& o) {
     nlohmann::json j = {{"ring", o.head},   {"stages", n_stages}, {"n_prompt", o.n_prompt},
                         {"n_gen", o.n_gen}, {"rows", rows},       {"hops", hops}};
     if (!o.links.empty()) j["links"] = o.links;
+    if (!drafts.empty()) j["drafts"] = drafts;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(
@@ -159,6 +182,7 @@ int RunRingBench(const RingBenchOptions& o) {
         o.repetitions);
     std::fputs(table.Render().c_str(), stdout);
     std::fputs(hop_table.Render().c_str(), stdout);
+    std::fputs(draft_line.c_str(), stdout);
   }
   return kExitOk;
 }

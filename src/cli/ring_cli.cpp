@@ -34,7 +34,9 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
   if (req.n_predict == 0) {  // as a local run: the prompt alone, no token
     run.result.reason = wire::FinishReason::kMaxTokens;
     if (with_stage_stats) {
-      KV_ASSIGN_OR_RETURN(run.stages, client->Stats());
+      KV_ASSIGN_OR_RETURN(ring::StatsMsg stats, client->StatsMessage());
+    run.stages = std::move(stats.records);
+    run.drafts = std::move(stats.drafts);
     }
     return run;
   }
@@ -61,7 +63,9 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
   // End the text's line when the summary that follows on stderr would otherwise join it.
   if (run.result.n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) write("\n");
   if (with_stage_stats) {
-    KV_ASSIGN_OR_RETURN(run.stages, client->Stats());
+    KV_ASSIGN_OR_RETURN(ring::StatsMsg stats, client->StatsMessage());
+    run.stages = std::move(stats.records);
+    run.drafts = std::move(stats.drafts);
   }
   return run;
 }
@@ -108,10 +112,25 @@ void PrintStageTable(const std::vector<wire::StageStats>& stages,
   std::fputs(t.Render().c_str(), stderr);
 }
 
+void PrintDraftSummary(const RingRun& run) {
+  for (const wire::DraftStatsWire& d : run.drafts) {
+    const std::string name(d.drafter, strnlen(d.drafter, sizeof(d.drafter)));
+    if (name.empty()) continue;
+    std::fprintf(stderr,
+                 "drafts:    %s on the last stage, %llu drafted, %llu accepted (%.1f %%) in %llu "
+                 "verify chunks\n",
+                 name.c_str(), static_cast<unsigned long long>(d.drafted),
+                 static_cast<unsigned long long>(d.accepted),
+                 d.drafted > 0 ? 100.0 * static_cast<double>(d.accepted) / d.drafted : 0.0,
+                 static_cast<unsigned long long>(d.steps));
+  }
+}
+
 nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads) {
   const ring::GenerateResult& r = run.result;
   nlohmann::json stages = nlohmann::json::array();
-  for (const auto& s : run.stages) {
+  for (size_t i = 0; i < run.stages.size(); ++i) {
+    const wire::StageStats& s = run.stages[i];
     stages.push_back({{"name", StageName(s)},
                       {"first", s.window_first},
                       {"last", s.window_last},
@@ -124,6 +143,15 @@ nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n
                       {"busy_ms", s.busy_ns / 1e6},
                       {"decode_ms_per_token",
                        s.decode_rows > 0 ? s.decode_busy_ns / 1e6 / s.decode_rows : 0.0}});
+    if (i < run.drafts.size() && run.drafts[i].drafter[0] != '\0') {
+      const wire::DraftStatsWire& d = run.drafts[i];
+      stages.back()["draft"] = {
+          {"drafter", std::string(d.drafter, strnlen(d.drafter, sizeof(d.drafter)))},
+          {"steps", d.steps},
+          {"drafted", d.drafted},
+          {"accepted", d.accepted},
+          {"acceptance", d.drafted > 0 ? static_cast<double>(d.accepted) / d.drafted : 0.0}};
+    }
   }
   return {{"model", model},
           {"n_prompt", r.n_prompt},

@@ -27,6 +27,7 @@ struct RingRequest {
 struct RingRun {
   ring::GenerateResult result;
   std::vector<wire::StageStats> stages;  // empty unless requested
+  std::vector<wire::DraftStatsWire> drafts;  // one per stage when a stage drafts, else empty
 };
 
 // Connects, generates (streaming the text to stdout), and optionally collects the stages' stats.
@@ -39,7 +40,10 @@ void PrintRingSummary(const RingRun& run, int n_threads);
 // (the stages of `kvasir run` are local, so their devices are known here).
 void PrintStageTable(const std::vector<wire::StageStats>& stages,
                      const std::map<int, std::string>& devices = {});
-// The same as JSON: generate's stats fields plus "stages".
+// The drafting line of a ring whose last stage drafts (to stderr; nothing otherwise).
+void PrintDraftSummary(const RingRun& run);
+// The same as JSON: generate's stats fields plus "stages" (each with "draft" when it drafts: its
+// drafter, verify steps, drafted and accepted tokens, acceptance).
 nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads);
 
 }  // namespace kvasir::cli

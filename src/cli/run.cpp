@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/secret_file.h"
+#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
@@ -58,6 +59,7 @@ struct RunOptions {
   ChatFlags chat;                      // -p as a user message in the model's chat template
   std::optional<net::LinkShape> hops;  // a delaying proxy on every link (--hop-*)
   GrammarFlags grammar;                // --grammar-file, --json-schema-file
+  DraftFlags draft;                    // speculation on the last stage
 };
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
@@ -283,6 +285,9 @@ int RunRing(RunOptions o) {
                  std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
                  o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
                  "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
+    if (i == n_stages - 1) {
+      for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
+    }
     auto pid = Spawn(args, -1, listen_fd);
     ::close(listen_fd);
     if (!pid.ok()) {
@@ -329,6 +334,7 @@ int RunRing(RunOptions o) {
   std::map<int, std::string> devices;
   for (const StagePlan& p : plan) devices[p.first] = DeviceLabel(p.backend);
   PrintStageTable(run->stages, devices);
+  PrintDraftSummary(*run);
   if (!o.stats_path.empty()) {
     if (Status s =
             WriteJsonFile(o.stats_path, RingStatsJson(o.model_path, *run, o.threads_per_stage));
@@ -380,6 +386,7 @@ int RunMain(int argc, char** argv) {
                  "behind NAT would through a public one");
     HopFlags hop_flags;
     AddHopFlags(app, &hop_flags);
+    AddDraftFlags(app, &o.draft);
     std::vector<char*> args = SpellChatAliases(argc, argv);
     if (auto code = ParseArgs(app, kCmd, argc, args.data())) return *code;
     auto hops = HopShape(hop_flags);
@@ -395,6 +402,9 @@ int RunMain(int argc, char** argv) {
     if (o.request.n_predict < 0) return UsageError(kCmd, "-n must be >= 0");
     if (auto e = CheckSampling(s)) return UsageError(kCmd, *e);
     if (o.threads_per_stage < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (Status d = CheckDraftFlags(o.draft).status(); !d.ok()) {
+      return UsageError(kCmd, d.message());
+    }
     return RunRing(std::move(o));
   });
 }

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/secret_file.h"
+#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -50,6 +51,7 @@ struct ServeFlags {
   double stats_interval_s = 1;
   std::string log_level = "info";
   std::string stage_log_level = "warn";
+  DraftFlags draft;  // the local ring's last stage (-m)
   serve::ServeOptions serve;
 };
 
@@ -109,6 +111,11 @@ Status LoadVocab(const std::string& path, const std::string& chat_template, serv
 }
 
 std::optional<std::string> CheckFlags(const ServeFlags& f) {
+  if (Status d = CheckDraftFlags(f.draft).status(); !d.ok()) return d.message();
+  if (f.draft.kind != "none" && (f.model.empty() || !f.market.empty())) {
+    return "--draft runs on a ring serve starts itself (-m MODEL); a running ring drafts if its "
+           "last stage was started with --draft";
+  }
   const int modes = (!f.ring.empty()) + (!f.market.empty());
   if (modes > 1) return "use one of -m MODEL, --ring HOST:PORT and --market URL";
   if (!f.ring.empty() && !f.model.empty()) {
@@ -235,6 +242,7 @@ int Serve(ServeFlags f) {
     plan.max_sessions = std::max(64, f.serve.max_sessions + 8);
     plan.cache_mb = f.cache_mb;
     plan.stage_log_level = f.stage_log_level;
+    plan.draft = f.draft;
     auto ring = SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
     if (!ring.ok()) return Fail(kCmd, ring.status());
     local_ring = std::move(ring).value();
@@ -364,6 +372,7 @@ int ServeMain(int argc, char** argv) {
     app.add_option("--stage-log-level", f.stage_log_level,
                    "log level of the local ring's stage processes")
         ->capture_default_str();
+    AddDraftFlags(app, &f.draft);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     return Serve(std::move(f));
   });

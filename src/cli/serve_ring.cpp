@@ -43,6 +43,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     return Error("--backends lists {} backends for {} stages (give one for all, or one per stage)",
                  plan.backends.size(), n);
   }
+  KV_RETURN_IF_ERROR(CheckDraftFlags(plan.draft).status());
   std::unique_ptr<SupervisedRing> r(new SupervisedRing());
   r->plan_ = plan;
   for (int i = 0; i < n; ++i) {
@@ -73,6 +74,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.max_sessions = plan.max_sessions;
     o.cache_bytes = static_cast<uint64_t>(plan.cache_mb) << 20;
     KV_RETURN_IF_ERROR(ParseBoundary(plan.boundary, &o.boundary));
+    KV_ASSIGN_OR_RETURN(o.draft, CheckDraftFlags(plan.draft));
     o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
     r->secret_ = RandomHex(32);
     o.ring_secret = r->secret_;
@@ -112,7 +114,7 @@ std::string SupervisedRing::NextAddress(int i) const {
 }
 
 std::vector<std::string> SupervisedRing::StageArgs(int i) const {
-  return {"kvasir",
+  std::vector<std::string> args = {"kvasir",
           "stage",
           "-m",
           plan_.model_path,
@@ -142,6 +144,10 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           trust_.secret_path,
           "--key",
           trust_.KeyPath(i)};
+  if (i == plan_.n_stages - 1) {
+    for (std::string& a : DraftStageArgs(plan_.draft)) args.push_back(std::move(a));
+  }
+  return args;
 }
 
 void SupervisedRing::Supervise() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cli/draft_flags.h"
 #include "cli/local_ring.h"
 #include "net/delay_proxy.h"
 #include "net/stream.h"
@@ -34,6 +35,8 @@ struct LocalRingPlan {
   std::string stage_log_level = "warn";
   // A delaying proxy on every link (stage i dials it, it forwards to stage i + 1); none: direct.
   std::optional<net::LinkShape> hops;
+  // Speculation on the last stage (--draft ...); kind "none": none.
+  DraftFlags draft;
 };
 
 class SupervisedRing {

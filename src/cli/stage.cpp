@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -156,6 +157,8 @@ int StageMain(int argc, char** argv) {
     app.add_option("--cache-ttl", cache_ttl_s, "prompt cache: seconds an ended session is kept")
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    DraftFlags draft_flags;  // used by the last stage only
+    AddDraftFlags(app, &draft_flags);
     TrustFlags trust;
     AddStageTrustFlags(app, &trust);
     RevealFlags reveal;
@@ -181,6 +184,11 @@ int StageMain(int argc, char** argv) {
     }
     // One secret serves both: the relay's edge tokens and the links' handshakes.
     if (relay_secret_file.empty()) relay_secret_file = trust.ring_secret_file;
+    if (auto d = CheckDraftFlags(draft_flags); d.ok()) {
+      opt.draft = *d;
+    } else {
+      return UsageError(kCmd, d.status().message());
+    }
     if (opt.max_clients < 1) return UsageError(kCmd, "--max-clients must be >= 1");
     if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
     if (cache_mb < 0 || cache_mb > (int64_t{1} << 24)) {

@@ -432,7 +432,9 @@ Status LayerStackWindow::Head(const ForwardInput& in, ForwardOutput* out) {
   int row = 0;
   for (const SeqChunk& ch : in.chunks) {
     for (int t = 0; t < ch.n_tokens; ++t, ++row) {
-      if (in.all_logits || (ch.want_logits && t == ch.n_tokens - 1)) pick.push_back(row);
+      if (in.all_logits || ch.every_logits || (ch.want_logits && t == ch.n_tokens - 1)) {
+        pick.push_back(row);
+      }
     }
   }
   const int n_out = static_cast<int>(pick.size());

@@ -40,7 +40,8 @@ struct SeqChunk {
   int seq_id = 0;
   int pos0 = 0;  // position of the chunk's first token; must equal the sequence's length so far
   int n_tokens = 0;
-  bool want_logits = true;  // with a head: produce logits for this chunk's last row
+  bool want_logits = true;    // with a head: produce logits for this chunk's last row
+  bool every_logits = false;  // with a head: logits for every row of this chunk (a verify chunk)
   // Rollback span: keep the recurrent (DeltaNet) state before each of the chunk's last
   // n_checkpoints rows, so that TruncateSequence can later keep any length from
   // pos0 + n_tokens - n_checkpoints on (a speculative verify batch of K + 1 rows asks for K + 1).
@@ -63,7 +64,8 @@ struct ForwardInput {
 struct ForwardOutput {
   std::vector<float> hidden;  // [n_rows, n_embd] f32, when the window has no head (or want_hidden)
   std::vector<float> logits;  // [n_out_rows, n_vocab] f32: the last row of each chunk that wants
-                              // logits, in chunk order (or every row with all_logits)
+                              // logits, in chunk order (every row of a chunk with every_logits,
+                              // or of every chunk with all_logits)
 };
 
 // One run of the multi-token-prediction (nextn) block over rows of one sequence. Row i pairs the

@@ -268,11 +268,16 @@ Status RingClient::WaitReady(int timeout_ms) {
 }
 
 Result<std::vector<wire::StageStats>> RingClient::Stats() {
+  KV_ASSIGN_OR_RETURN(StatsMsg m, StatsMessage());
+  return std::move(m.records);
+}
+
+Result<StatsMsg> RingClient::StatsMessage() {
   KV_RETURN_IF_ERROR(link_->Send(StatsMsg{}));
   while (true) {
     link_->SetReceiveDeadline(options_.token_timeout_ms);
     KV_ASSIGN_OR_RETURN(Message m, link_->Receive());
-    if (auto* s = std::get_if<StatsMsg>(&m)) return s->records;
+    if (auto* s = std::get_if<StatsMsg>(&m)) return std::move(*s);
     if (auto* e = std::get_if<ErrorMsg>(&m)) return Error("stats: {}", e->message);
   }
 }

@@ -80,6 +80,8 @@ class RingClient {
   Status WaitReady(int timeout_ms);
   // Collects one statistics record per stage, in ring order from the head.
   Result<std::vector<wire::StageStats>> Stats();
+  // The same with the drafting counts of stages that draft (StatsMsg::drafts: empty when none).
+  Result<StatsMsg> StatsMessage();
   // Whether the link still works (a client whose link failed must be dropped).
   bool usable() const { return !link_->closed(); }
   // Closes the link at once, from any thread: a Generate in progress returns an error, and the

@@ -30,12 +30,12 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
     }
     if (c->count) st_.ClientVouched(c->session, client, *c->count);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
-    if (!st->records.empty()) {
+    if (!st->records.empty() || !st->drafts.empty()) {
       st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
                                         "STATS from a client must carry no records"});
       return;
     }
-    st->records.push_back(st_.StatsRecord());
+    st_.AddStatsRecord(*st);
     if (ring_closed_ && st_.SendNext(*st)) {
       stats_waiters_.push_back(client);
     } else {
@@ -207,6 +207,7 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   if (fork_from != 0) s.retry = std::make_unique<GenerateMsg>(g);
   s.stops = StopMatcher(std::move(g.stops));
   s.tail = std::move(tail);
+  if (st_.spec_ && s.tail) s.draft = st_.spec_->NewSession(id, s.tail->has_grammar());
   KV_LOG_INFO("{}: session {} open: {} prompt tokens ({} from the prompt cache), up to {} new",
               options.name, id, ids.size(), n_cached, g.sampling.max_tokens);
   OpenSessionMsg open{id, g.sampling, ids, g.extra};
@@ -235,6 +236,8 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   s.n_generated++;
   s.retry.reset();  // every stage has the session: no fallback from here on
   TokenMsg out = PresentToken(t, *st_.tokenizer_, s.n_prompt, &s.stops);
+  out.drafts.clear();  // the ring's business, not the client's
+  out.more = false;
   if (s.report_cached && s.n_generated == 1) out.n_cached = s.n_cached;
   const bool finished = out.token.finished != 0;
   st_.SendToClient(s.client, out);
@@ -242,13 +245,21 @@ void HeadRole::HandleToken(const TokenMsg& t) {
     st_.EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
     return;
   }
+  if (s.keep) s.history.push_back(t.token.id);
+  // Speculation: a token decided by a verify chunk with more to follow is in the window already.
+  if (t.more) return;
   Work w;
   w.session = s.id;
   w.pos0 = static_cast<int>(t.token.pos);
-  w.n_tokens = 1;
+  w.n_tokens = 1 + static_cast<int>(t.drafts.size());
   w.sample = true;
+  w.verify = !t.drafts.empty();
   w.tokens = {t.token.id};
-  if (s.keep) s.history.push_back(t.token.id);
+  w.tokens.insert(w.tokens.end(), t.drafts.begin(), t.drafts.end());
+  if (Status rb = st_.RollBackBefore(s, w.pos0); !rb.ok()) {
+    st_.EndSession(s.id, wire::FinishReason::kError, "TOKEN: " + rb.message());
+    return;
+  }
   st_.scheduler_.AddDecode(std::move(w));
 }
 

@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "kernels/kernels.h"
 #include "ring/sampling_tails.h"
+#include "ring/spec_wire.h"
 
 namespace kvasir::ring {
 
@@ -222,6 +223,7 @@ Result<Message> DecodeHidden(const Frame& f) {
   KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), bytes,
                                fmt::format("n_tokens {} x n_embd {} x {}", b.n_tokens, b.n_embd,
                                            DtypeName(static_cast<Dtype>(b.dtype)))));
+  KV_RETURN_IF_ERROR(CheckHiddenFlags(b.flags, b.n_tokens));
   HiddenMsg m{b.session, b.pos0, b.n_tokens, b.n_embd, static_cast<Dtype>(b.dtype), b.flags, {}};
   m.data.assign(Tail(f, sizeof(b)), Tail(f, sizeof(b)) + bytes);
   return Message(std::move(m));
@@ -239,9 +241,14 @@ Result<Message> DecodeToken(const Frame& f) {
     return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
                  1 + wire::kMaxTopLogprobs);
   }
-  if ((b.flags & ~wire::kTokenCached) != 0) {
+  if ((b.flags & ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore)) != 0) {
     return Error("TOKEN: flags 0x{:x} has unknown bits", b.flags);
   }
+  m.more = (b.flags & wire::kTokenMore) != 0;
+  if (m.more && (b.flags & wire::kTokenDrafts) != 0) {
+    return Error("TOKEN: kTokenMore and kTokenDrafts together (drafts follow the last token only)");
+  }
+  if (m.more && b.finished != 0) return Error("TOKEN: kTokenMore on a finished token");
   if (b.n_logprobs == 0 && b.flags == 0) {
     KV_RETURN_IF_ERROR(
         CheckTail(f, sizeof(b), b.piece_bytes, fmt::format("piece_bytes {}", b.piece_bytes)));
@@ -285,6 +292,9 @@ Result<Message> DecodeToken(const Frame& f) {
     p += w.piece_bytes;
     left -= w.piece_bytes;
   }
+  if ((b.flags & wire::kTokenDrafts) != 0) {
+    KV_RETURN_IF_ERROR(DecodeTokenDrafts(&p, &left, b.finished != 0, &m.drafts));
+  }
   if (left != 0) return Error("TOKEN: {} bytes follow the last logprob", left);
   return Message(std::move(m));
 }
@@ -319,14 +329,29 @@ Result<Message> DecodeStats(const Frame& f) {
     return Error("STATS: n_records {} exceeds the limit of {} stages", b.n_records,
                  wire::kMaxStatsRecords);
   }
+  if ((b.flags & ~wire::kStatsDrafts) != 0) {
+    return Error("STATS: flags 0x{:x} has unknown bits", b.flags);
+  }
+  const bool drafts = (b.flags & wire::kStatsDrafts) != 0;
+  const uint64_t per_record =
+      sizeof(wire::StageStats) + (drafts ? sizeof(wire::DraftStatsWire) : 0);
   KV_RETURN_IF_ERROR(CheckTail(
-      f, sizeof(b), uint64_t{b.n_records} * sizeof(wire::StageStats),
-      fmt::format("n_records {} x {}-byte StageStats", b.n_records, sizeof(wire::StageStats))));
+      f, sizeof(b), uint64_t{b.n_records} * per_record,
+      fmt::format("n_records {} x {}-byte {}", b.n_records, per_record,
+                  drafts ? "StageStats and DraftStatsWire" : "StageStats")));
   StatsMsg m;
   m.records.resize(b.n_records);
   if (b.n_records > 0) {
     std::memcpy(m.records.data(), Tail(f, sizeof(b)),
                 size_t{b.n_records} * sizeof(wire::StageStats));
+  }
+  if (drafts) {
+    m.drafts.resize(b.n_records);
+    if (b.n_records > 0) {
+      std::memcpy(m.drafts.data(),
+                  Tail(f, sizeof(b)) + size_t{b.n_records} * sizeof(wire::StageStats),
+                  size_t{b.n_records} * sizeof(wire::DraftStatsWire));
+    }
   }
   return Message(std::move(m));
 }
@@ -468,6 +493,7 @@ std::vector<uint8_t> Encode(const HiddenMsg& m) {
 uint64_t TokenTailBytes(const TokenMsg& m) {
   uint64_t bytes = m.piece.size() + (m.n_cached ? sizeof(uint32_t) : 0);
   for (const TokenLogprob& lp : m.logprobs) bytes += sizeof(wire::LogprobWire) + lp.piece.size();
+  if (!m.drafts.empty()) bytes += sizeof(uint32_t) + m.drafts.size() * sizeof(int32_t);
   return bytes;
 }
 
@@ -475,7 +501,8 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
   wire::TokenBody b = m.token;
   b.piece_bytes = static_cast<uint32_t>(m.piece.size());
   b.n_logprobs = static_cast<uint8_t>(m.logprobs.size());
-  b.flags = m.n_cached ? wire::kTokenCached : 0;
+  b.flags = (m.n_cached ? wire::kTokenCached : 0) | (m.drafts.empty() ? 0 : wire::kTokenDrafts) |
+            (m.more ? wire::kTokenMore : 0);
   FrameBuilder fb(MsgType::kToken, sizeof(b) + TokenTailBytes(m));
   fb.Put(b);
   fb.PutBytes(m.piece.data(), m.piece.size());
@@ -483,6 +510,11 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
   for (const TokenLogprob& lp : m.logprobs) {
     fb.Put(wire::LogprobWire{lp.id, lp.logprob, static_cast<uint32_t>(lp.piece.size())});
     fb.PutBytes(lp.piece.data(), lp.piece.size());
+  }
+  if (!m.drafts.empty()) {
+    fb.Put(static_cast<uint32_t>(m.drafts.size()));
+    fb.PutBytes(reinterpret_cast<const uint8_t*>(m.drafts.data()),
+                m.drafts.size() * sizeof(int32_t));
   }
   return fb.Finish();
 }
@@ -505,10 +537,13 @@ std::vector<uint8_t> Encode(const PingMsg& m) {
 std::vector<uint8_t> Encode(const StatsMsg& m) {
   wire::StatsBody b{};
   b.n_records = static_cast<uint32_t>(m.records.size());
+  b.flags = m.drafts.empty() ? 0 : wire::kStatsDrafts;
   const size_t tail = m.records.size() * sizeof(wire::StageStats);
-  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail);
+  const size_t drafts = m.drafts.size() * sizeof(wire::DraftStatsWire);
+  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail + drafts);
   fb.Put(b);
   fb.PutBytes(m.records.data(), tail);
+  fb.PutBytes(m.drafts.data(), drafts);
   return fb.Finish();
 }
 
@@ -616,6 +651,7 @@ Status CheckEncodable(const Message& msg) {
       return Error("HIDDEN: data is {} bytes, but n_tokens {} x n_embd {} x {} needs {}",
                    m->data.size(), m->n_tokens, m->n_embd, DtypeName(m->dtype), bytes);
     }
+    KV_RETURN_IF_ERROR(CheckHiddenFlags(m->flags, m->n_tokens));
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, sizeof(wire::HiddenBody) + bytes));
   } else if (const auto* m = std::get_if<TokenMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckSession(t, m->token.session));
@@ -626,6 +662,7 @@ Status CheckEncodable(const Message& msg) {
       return Error("TOKEN: {} logprobs exceed the limit of {}", m->logprobs.size(),
                    1 + wire::kMaxTopLogprobs);
     }
+    KV_RETURN_IF_ERROR(CheckTokenDrafts(*m));
     for (const TokenLogprob& lp : m->logprobs) {
       if (lp.id < 0) return Error("TOKEN: logprob token id {} is negative", lp.id);
       if (!(lp.logprob <= 0))
@@ -640,8 +677,13 @@ Status CheckEncodable(const Message& msg) {
       return Error(StatusCode::kTooLarge, "STATS: {} records exceed the limit of {} stages",
                    m->records.size(), wire::kMaxStatsRecords);
     }
+    if (!m->drafts.empty() && m->drafts.size() != m->records.size()) {
+      return Error("STATS: {} draft records for {} stage records", m->drafts.size(),
+                   m->records.size());
+    }
     KV_RETURN_IF_ERROR(CheckPayloadSize(
-        t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats)));
+        t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats) +
+               uint64_t{m->drafts.size()} * sizeof(wire::DraftStatsWire)));
   } else if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, m->payload.size()));
   }

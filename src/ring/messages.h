@@ -77,7 +77,7 @@ struct HiddenMsg {       // HIDDEN
   uint32_t n_tokens = 0;
   uint32_t n_embd = 0;
   wire::Dtype dtype = wire::Dtype::kF32;
-  uint16_t flags = 0;         // wire::kHiddenSample
+  uint16_t flags = 0;         // wire::kHiddenSample, wire::kHiddenVerify
   std::vector<uint8_t> data;  // [n_tokens, n_embd] row-major, raw little-endian values of dtype
 };
 
@@ -96,6 +96,11 @@ struct TokenMsg {           // TOKEN
   // The sampled token's first, then the alternatives (kSamplingLogprobs sessions), at most
   // 1 + wire::kMaxTopLogprobs.
   std::vector<TokenLogprob> logprobs;
+  // Last stage -> head, speculation (docs/PROTOCOL.md, "Speculation"): the tokens drafted to
+  // follow this one (wire::kTokenDrafts, at most wire::kMaxDraftTokens), and whether more tokens
+  // of the same verify chunk follow (wire::kTokenMore; then there are no drafts).
+  std::vector<int32_t> drafts{};
+  bool more = false;
 };
 
 struct CloseMsg {        // CLOSE_SESSION
@@ -113,6 +118,8 @@ struct PingMsg {  // PING, or PONG when `pong`
 
 struct StatsMsg {  // STATS
   std::vector<wire::StageStats> records;
+  // Speculation (wire::kStatsDrafts): empty, or one per record.
+  std::vector<wire::DraftStatsWire> drafts{};
 };
 
 struct HandshakeMsg {  // HANDSHAKE (before encryption starts; see ring/handshake.h)

@@ -60,6 +60,10 @@ void BuildForwardInput(std::span<const Work> items, ForwardInput* in, std::vecto
   for (const Work& w : items) {
     SeqChunk ch{static_cast<int>(w.session), w.pos0, w.n_tokens};
     ch.want_logits = w.sample;
+    if (w.verify) {
+      ch.every_logits = true;
+      ch.n_checkpoints = w.n_tokens;
+    }
     in->chunks.push_back(ch);
     tokens->insert(tokens->end(), w.tokens.begin(), w.tokens.end());
     hidden->insert(hidden->end(), w.hidden.begin(), w.hidden.end());

@@ -19,6 +19,9 @@ struct Work {
   int pos0 = 0;
   int n_tokens = 0;
   bool sample = false;
+  // A verify chunk (wire::kHiddenVerify): a token and its drafts; every row is checkpointed, and
+  // on the last stage every row gives logits.
+  bool verify = false;
   std::vector<int32_t> tokens;  // head: [n_tokens] ids
   std::vector<float> hidden;    // other stages: [n_tokens, n_embd] f32
 };

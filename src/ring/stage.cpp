@@ -112,8 +112,16 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   KV_ASSIGN_OR_RETURN(net::Listener listener, adopted.has_value()
                                                   ? Result<net::Listener>(std::move(*adopted))
                                                   : net::Listener::Bind(host, port));
+  std::unique_ptr<SpecTail> drafting;
+  if (spec.has_head) {
+    auto draft = opt.draft;
+    draft.n_threads = opt.n_threads;
+    draft.backend = opt.backend;
+    KV_ASSIGN_OR_RETURN(drafting, SpecTail::Create(draft, *window));
+  }
   auto stage = std::make_unique<StageImpl>(opt, std::move(shared), std::move(window),
                                            std::move(tokenizer), id, std::move(listener));
+  stage->AttachDrafting(std::move(drafting));
   return std::unique_ptr<Stage>(std::move(stage));
 }
 
@@ -273,6 +281,19 @@ wire::StageStats StageImpl::StatsRecord() const {
   return s;
 }
 
+void StageImpl::AddStatsRecord(StatsMsg& m) const {
+  m.records.push_back(StatsRecord());
+  const DraftTotals d = draft_totals();
+  if (d.drafter.empty() && m.drafts.empty()) return;
+  m.drafts.resize(m.records.size() - 1);  // zeros for the stages before that do not draft
+  wire::DraftStatsWire w{};
+  std::strncpy(w.drafter, d.drafter.c_str(), sizeof(w.drafter) - 1);
+  w.steps = d.steps;
+  w.drafted = d.drafted;
+  w.accepted = d.accepted;
+  m.drafts.push_back(w);
+}
+
 void StageImpl::LogStats() {
   const wire::StageStats s = StatsRecord();
   KV_LOG_INFO(
@@ -281,6 +302,10 @@ void StageImpl::LogStats() {
       options_.name, s.window_first, s.window_last, s.weight_bytes / 1048576.0,
       s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6,
       s.links_refused);
+  if (const DraftTotals d = draft_totals(); !d.drafter.empty()) {
+    KV_LOG_INFO("{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %)",
+                options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance());
+  }
 }
 
 Status StageImpl::Run() {
@@ -298,7 +323,7 @@ Status StageImpl::Run() {
     {
       std::unique_lock<std::mutex> lock(events_mu_);
       const bool idle = scheduler_.size() == 0;
-      if (events_.empty() && idle) {
+      if (events_.empty() && idle && !LookAheadDue()) {
         // Wake up periodically to probe the ring while it is not known to be closed.
         const bool closed = head_ != nullptr && head_->ring_closed();
         events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
@@ -307,7 +332,8 @@ Status StageImpl::Run() {
     }
     for (Event& e : batch) HandleEvent(e);
     if (head_) head_->MaybeProbe();
-    RunBatch();
+    // Idle time (a session's tokens are travelling) drafts ahead; events are checked between.
+    if (!RunBatch() && batch.empty()) LookAhead();
   }
   return Status::Ok();
 }

@@ -16,8 +16,18 @@
 #include "ring/node_key.h"
 #include "ring/row_store.h"
 #include "ring/wire.h"
+#include "spec/drafter.h"
 
 namespace kvasir::ring {
+
+// Drafted and accepted tokens of a stage's drafter, over all its sessions.
+struct DraftTotals {
+  std::string drafter;  // "ngram", "model"; empty: this stage does not draft
+  uint64_t steps = 0;   // verify chunks
+  uint64_t drafted = 0;
+  uint64_t accepted = 0;
+  double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
+};
 
 // Opens a link some other way than direct TCP (the relay: src/relay). `cancelled` turns true when
 // the stage stops; a dial in progress should give up soon after. Called from one thread at a time.
@@ -54,6 +64,10 @@ struct StageOptions {
   uint64_t cache_bytes = uint64_t{256} << 20;
   int cache_ttl_ms = 300000;
   int max_batch_rows = 256;  // rows per Forward when batching sessions
+  // Speculation (docs/PROTOCOL.md, "Speculation"), on the last stage only (others ignore it): it
+  // drafts up to draft.max_tokens tokens after each token (prompt lookup, or the draft model
+  // draft.model_path loaded by that stage), which the ring verifies in one traversal.
+  spec::DraftOptions draft;
 
   // Trust (docs/PROTOCOL.md, "Handshake"). Every link runs the handshake and is encrypted.
   std::shared_ptr<const NodeKey> key;   // this node's identity; required
@@ -118,6 +132,9 @@ class Stage {
   virtual void LogStats() = 0;
   // Whether the links to both neighbours are up now (handshake and HELLO done). Thread-safe.
   virtual bool linked() const = 0;
+  // Speculation on a last stage that drafts: its drafter and the drafts verified so far (zeros
+  // and no drafter name elsewhere). Thread-safe.
+  virtual DraftTotals draft_totals() const = 0;
 };
 
 }  // namespace kvasir::ring

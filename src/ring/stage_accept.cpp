@@ -51,7 +51,8 @@ size_t HeldBytes(const Message& m) {
     n += g->prompt.size();
     for (const std::string& stop : g->stops) n += stop.size() + sizeof(std::string);
   } else if (const auto* st = std::get_if<StatsMsg>(&m)) {
-    n += st->records.size() * sizeof(wire::StageStats);
+    n += st->records.size() * sizeof(wire::StageStats) +
+         st->drafts.size() * sizeof(wire::DraftStatsWire);
   }
   return n;
 }

@@ -35,6 +35,7 @@ bool StageImpl::ForkSequence(uint32_t from, uint32_t to, int n_keep) {
 
 void StageImpl::KeepOrClose(Session& s, wire::FinishReason reason) {
   const int seq = static_cast<int>(s.id);
+  if (s.keep && reason != wire::FinishReason::kError) DropUnverifiedRows(s);
   const int length = window_->SequenceLength(seq);
   if (!s.keep || reason == wire::FinishReason::kError || length <= 0) {
     window_->CloseSequence(seq);

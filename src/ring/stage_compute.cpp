@@ -74,7 +74,7 @@ void StageImpl::HandleMessage(Event& e) {
       KV_LOG_WARN("{}: STATS with {} records dropped (a ring has at most {} stages)", options_.name,
                   st->records.size(), wire::kMaxStatsRecords);
     } else {
-      st->records.push_back(StatsRecord());
+      AddStatsRecord(*st);
       SendNext(*st);
     }
   }
@@ -120,6 +120,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.n_cached = o.n_cached;
   s.commit = NewCommit();
   s.tail = std::move(tail);
+  if (spec_) s.draft = spec_->NewSession(o.session, s.tail->has_grammar());
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   SendNext(o);
 }
@@ -146,12 +147,18 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
     FailSession(h.session, wire::ErrorCode::kTooLarge, why);
     return;
   }
-  const Session& s = sessions_[h.session];
+  Session& s = sessions_[h.session];
+  if (Status st = RollBackBefore(s, static_cast<int>(h.pos0)); !st.ok()) {
+    KV_LOG_WARN("{}: session {} refused: HIDDEN: {}", options_.name, h.session, st.message());
+    FailSession(h.session, wire::ErrorCode::kBadRequest, "HIDDEN: " + st.message());
+    return;
+  }
   Work w;
   w.session = h.session;
   w.pos0 = static_cast<int>(h.pos0);
   w.n_tokens = static_cast<int>(h.n_tokens);
   w.sample = (h.flags & wire::kHiddenSample) != 0;
+  w.verify = (h.flags & wire::kHiddenVerify) != 0;
   HiddenToF32(h, &w.hidden);
   // Prompt chunks keep their order in the prefill queue; only steps past the prompt are decode.
   if (w.pos0 >= s.n_prompt) {
@@ -275,6 +282,7 @@ void StageImpl::RunWork(std::span<const Work> batch) {
       if (auto it = sessions_.find(w.session); it != sessions_.end()) {
         it->second.rows += static_cast<uint64_t>(w.n_tokens);
       }
+      NoteRan(w);
     }
     EmitOutputs(items, out);
   };
@@ -318,10 +326,12 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
   }
   size_t row = 0;
   for (const Work& w : batch) {
-    HiddenMsg h = MakeHidden(
-        w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
-        static_cast<uint32_t>(n_embd), options_.boundary, w.sample ? wire::kHiddenSample : 0,
-        hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
+    HiddenMsg h =
+        MakeHidden(w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
+                   static_cast<uint32_t>(n_embd), options_.boundary,
+                   static_cast<uint16_t>((w.sample ? wire::kHiddenSample : 0) |
+                                         (w.verify ? wire::kHiddenVerify : 0)),
+                   hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
     CommitRows(w, &h, std::nullopt);
     SendNext(h);
     row += w.n_tokens;

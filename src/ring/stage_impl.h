@@ -34,10 +34,12 @@
 #include "ring/receipt_book.h"
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
+#include "ring/spec_tail.h"
 #include "ring/stage.h"
 #include "ring/successor_link.h"
 #include "ring/tail_role.h"
 #include "ring/tail_sampler.h"
+#include "ring/verify_rows.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir::ring {
@@ -91,6 +93,10 @@ struct Session {
   // Those rows, in and out, for the receipt line's commitment (stage_rows.cpp).
   SessionRows commit;
   std::unique_ptr<TailSampler> tail;  // on the last stage
+  // Speculation (stage_spec.cpp): the last verify chunk this stage ran for the session, and on a
+  // last stage that drafts, the session's drafting.
+  VerifySpan verify;
+  std::unique_ptr<SessionDraft> draft;
   // Head only:
   bool originated = false;  // opened by this stage (it is the head)
   bool closing = false;     // CLOSE sent around, waiting for it to come back
@@ -119,6 +125,9 @@ class StageImpl final : public Stage {
   Status Run() override;
   void Stop() override;
   void LogStats() override;
+  DraftTotals draft_totals() const override { return spec_ ? spec_->counts() : DraftTotals{}; }
+  // Drafting on the last stage (--draft), set once before Run().
+  void AttachDrafting(std::unique_ptr<SpecTail> spec) { spec_ = std::move(spec); }
   bool linked() const override {
     std::lock_guard<std::mutex> lock(links_mu_);
     return pred_ != nullptr && succ_link_->up();
@@ -133,6 +142,8 @@ class StageImpl final : public Stage {
   Status CheckStageHello(const wire::Hello& h, bool peer_is_pred) const;
   void Push(Event e);
   wire::StageStats StatsRecord() const;
+  // Appends this stage's record to `m`, and its drafts' counts when it drafts or `m` has some.
+  void AddStatsRecord(StatsMsg& m) const;
 
   // stage_accept.cpp: the accept thread, handshake slots, accepted links and clients.
   void AcceptLoop();
@@ -192,6 +203,20 @@ class StageImpl final : public Stage {
   // Keeps an ending session's state for later ones (when it asked and ended normally), or frees it.
   void KeepOrClose(Session& s, wire::FinishReason reason);
   void ExpireCache();
+  // stage_spec.cpp: speculation.
+  // Before queueing a chunk of session `s` that starts at `pos0`: drops the rejected rows of its
+  // last verify chunk (KeepBeforeChunk). An error names why the chunk cannot run.
+  Status RollBackBefore(Session& s, int pos0);
+  // Drafting ahead while idle (SpecTail::LookAhead): whether a session waits for it, and doing
+  // it for one session (false when none waits).
+  bool LookAheadDue() const;
+  bool LookAhead();
+  // After `w` ran: remembers whether it was a verify chunk.
+  void NoteRan(const Work& w);
+  // A session that ends right after a verify chunk keeps only that chunk's first row, which every
+  // stage knows was decided (the others may have been rejected), before the prompt cache keeps it.
+  void DropUnverifiedRows(Session& s);
+
   // stage_rows.cpp: row commitments.
   // A new session's commitment, keeping its rows when the store keeps rows.
   SessionRows NewCommit() const { return SessionRows(row_store_); }
@@ -274,6 +299,7 @@ class StageImpl final : public Stage {
   bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
   std::unique_ptr<HeadRole> head_;       // on the head only
   std::unique_ptr<TailRole> tail_;       // on the last stage only
+  std::unique_ptr<SpecTail> spec_;       // on a last stage that drafts
   std::shared_ptr<RowStore> row_store_;  // never null
   ReceiptBook receipts_;                 // after row_store_, which it shares
 

@@ -18,35 +18,64 @@ Result<std::unique_ptr<TailSampler>> TailRole::NewSampler(const wire::SamplingWi
 
 void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out) {
   const int n_vocab = st_.window_->config().n_vocab;
+  const int n_ctx = st_.window_->n_ctx();
+  auto is_eog = [&](int32_t id) { return st_.tokenizer_->IsEog(id); };
   size_t logit_row = 0;
   for (const Work& w : batch) {
     if (!w.sample) {
       st_.CommitRows(w, nullptr, std::nullopt);
       continue;
     }
+    // A verify chunk has logits for every row, others for their last.
+    const size_t n_rows = w.verify ? static_cast<size_t>(w.n_tokens) : 1;
+    std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_rows * n_vocab);
+    logit_row += n_rows;
     auto it = st_.sessions_.find(w.session);
-    if (it == st_.sessions_.end()) {
-      ++logit_row;
-      continue;
-    }
+    if (it == st_.sessions_.end()) continue;
     Session& s = it->second;
-    std::span<const float> logits(out.logits.data() + logit_row * n_vocab, n_vocab);
-    ++logit_row;
-    auto sampled = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, st_.window_->n_ctx(),
-                                  [&](int32_t id) { return st_.tokenizer_->IsEog(id); });
-    if (!sampled.ok()) {
-      KV_LOG_WARN("{}: session {}: {}", st_.options_.name, w.session, sampled.status().message());
-      st_.FailSession(w.session, wire::ErrorCode::kBadRequest, sampled.status().message());
+    Result<std::vector<TokenMsg>> decided = std::vector<TokenMsg>();
+    if (w.verify) {
+      if (s.draft == nullptr || st_.spec_ == nullptr) {
+        decided = Error("a verify chunk for a session this stage drafted nothing for");
+      } else {
+        decided = st_.spec_->Verify(w.session, *s.tail, *s.draft, w.pos0, w.n_tokens, logits,
+                                    n_vocab, n_ctx, is_eog);
+      }
+    } else {
+      auto sampled = s.tail->Sample(w.session, logits, w.pos0 + w.n_tokens, n_ctx, is_eog);
+      if (sampled.ok()) {
+        decided->push_back(std::move(sampled).value());
+      } else {
+        decided = sampled.status();
+      }
+    }
+    if (!decided.ok()) {
+      KV_LOG_WARN("{}: session {}: {}", st_.options_.name, w.session, decided.status().message());
+      st_.FailSession(w.session, wire::ErrorCode::kBadRequest, decided.status().message());
       continue;
     }
-    TokenMsg& t = *sampled;
-    st_.CommitRows(w, nullptr, t.token.id);
-    if (st_.head_) {
-      st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
-    } else {
-      st_.SendNext(t);
+    decided_.push_back({&w, std::move(decided).value()});
+  }
+  // Drafts after the batch's last tokens, all at once (a draft model runs them batched).
+  std::vector<SpecTail::DraftJob> jobs;
+  for (auto& [w, tokens] : decided_) {
+    Session& s = st_.sessions_.at(w->session);
+    if (s.draft != nullptr && tokens.back().token.finished == 0) {
+      jobs.push_back({s.tail.get(), s.draft.get(), &s.sampling, &tokens.back()});
     }
   }
+  if (!jobs.empty()) st_.spec_->DraftAll(jobs, n_ctx);
+  for (auto& [w, tokens] : decided_) {
+    st_.CommitRows(*w, nullptr, tokens.back().token.id);
+    for (const TokenMsg& t : tokens) {
+      if (st_.head_) {
+        st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
+      } else {
+        st_.SendNext(t);
+      }
+    }
+  }
+  decided_.clear();
 }
 
 }  // namespace kvasir::ring

@@ -38,6 +38,8 @@ class TailRole {
  private:
   StageImpl& st_;
   VocabTrie vocab_trie_;  // for grammars: built by the first session that needs it
+  // EmitTokens: the tokens each item of the batch decided, before they are drafted after and sent.
+  std::vector<std::pair<const Work*, std::vector<TokenMsg>>> decided_;
 };
 
 }  // namespace kvasir::ring

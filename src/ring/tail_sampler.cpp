@@ -178,6 +178,25 @@ Result<TokenMsg> TailSampler::Sample(uint32_t session, std::span<const float> lo
   } else {
     id = sampler_.Sample(adjusted, history_);
   }
+  return Decided(session, logits, adjusted, id, grammar_done, pos, n_ctx, is_eog);
+}
+
+Result<TokenMsg> TailSampler::Verify(uint32_t session, std::span<const float> logits,
+                                     int32_t draft, int pos, int n_ctx,
+                                     const std::function<bool(int32_t)>& is_eog, bool* accepted) {
+  if (recognizer_ != nullptr) return Error("a session with a grammar does not verify drafts");
+  if (draft < 0 || static_cast<size_t>(draft) >= logits.size()) {
+    return Error("draft {} is outside the vocabulary of {}", draft, logits.size());
+  }
+  const std::span<const float> adjusted = adjust_ ? Adjust(logits) : logits;
+  const Sampler::Verdict v = sampler_.Verify(adjusted, history_, draft);
+  *accepted = v.accepted;
+  return Decided(session, logits, adjusted, v.token, false, pos, n_ctx, is_eog);
+}
+
+TokenMsg TailSampler::Decided(uint32_t session, std::span<const float> logits,
+                              std::span<const float> adjusted, int32_t id, bool grammar_done,
+                              int pos, int n_ctx, const std::function<bool(int32_t)>& is_eog) {
   TokenMsg t;
   if ((sampling_.flags & wire::kSamplingLogprobs) != 0) FillLogprobs(adjusted, id, &t.logprobs);
   history_.push_back(id);

@@ -57,6 +57,15 @@ class TailSampler {
   // its recognizer ran out of its limits.
   Result<TokenMsg> Sample(uint32_t session, std::span<const float> logits, int pos, int n_ctx,
                           const std::function<bool(int32_t)>& is_eog);
+  // Speculation: decides the token that takes position `pos` when the last stage drafted `draft`
+  // for it, by Sampler::Verify on the logits as Sample adjusts them (greedy: the draft exactly when
+  // it is the argmax; with temperature, speculative rejection sampling, so the tokens follow the
+  // sampler's own distribution). *accepted tells whether the token is the draft. The TOKEN is what
+  // Sample returns. Not for a session with a grammar (it never drafts).
+  Result<TokenMsg> Verify(uint32_t session, std::span<const float> logits, int32_t draft, int pos,
+                          int n_ctx, const std::function<bool(int32_t)>& is_eog, bool* accepted);
+  // The prompt, then every token decided so far (what a drafter continues).
+  const std::vector<int32_t>& history() const { return history_; }
   int n_generated() const { return n_generated_; }
   bool has_grammar() const { return recognizer_ != nullptr; }
 
@@ -67,6 +76,10 @@ class TailSampler {
   std::span<const float> Adjust(std::span<const float> logits);
   // The grammar's choice from `logits` (adjusted), as Create explains.
   Result<int32_t> SampleAllowed(std::span<const float> logits);
+  // The TOKEN for `id`, decided from `logits` (`adjusted`: as Adjust left them) to take `pos`.
+  TokenMsg Decided(uint32_t session, std::span<const float> logits,
+                   std::span<const float> adjusted, int32_t id, bool grammar_done, int pos,
+                   int n_ctx, const std::function<bool(int32_t)>& is_eog);
   // The log-probabilities of `id` and of the top alternatives under `logits`.
   void FillLogprobs(std::span<const float> logits, int32_t id, std::vector<TokenLogprob>* out);
 

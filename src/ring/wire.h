@@ -190,6 +190,12 @@ static_assert(sizeof(OpenSessionBody) == 64);
 inline constexpr uint32_t kOpenKeep = 1;
 
 inline constexpr uint16_t kHiddenSample = 1;
+// A verify chunk (with kHiddenSample): the rows are a token and the drafts that follow it. Every
+// stage keeps a rollback checkpoint before each row, and the last stage takes the logits of every
+// row and verifies the drafts. At most 1 + kMaxDraftTokens rows.
+inline constexpr uint16_t kHiddenVerify = 2;
+// Drafted tokens one verify chunk may carry (the tail drafts at most this many after a token).
+inline constexpr uint32_t kMaxDraftTokens = 16;
 
 struct HiddenBody {
   uint32_t session;
@@ -197,7 +203,7 @@ struct HiddenBody {
   uint32_t n_tokens;
   uint32_t n_embd;
   uint16_t dtype;          // Dtype
-  uint16_t flags;          // kHiddenSample
+  uint16_t flags;          // kHiddenSample, kHiddenVerify
   uint8_t pad[12];
 };
 static_assert(sizeof(HiddenBody) == 32);
@@ -209,7 +215,7 @@ struct TokenBody {
   uint8_t finished;      // 1 on the last token of the session
   uint8_t reason;        // FinishReason
   uint8_t n_logprobs;    // LogprobWire entries after the piece (kSamplingLogprobs sessions)
-  uint8_t flags;         // kTokenCached
+  uint8_t flags;         // kTokenCached, kTokenDrafts, kTokenMore
   uint32_t piece_bytes;  // tail: the token's text (head -> client only)
   uint32_t n_prompt;     // prompt tokens (head -> client; 0 elsewhere)
   float logit;           // the token's raw logit where it was sampled (f32 bits unchanged)
@@ -219,6 +225,13 @@ static_assert(sizeof(TokenBody) == 28);
 // Head -> client, the session's first TOKEN when GENERATE asked (kGenerateReportCached): a u32
 // count of prompt tokens served from the prompt cache follows the piece.
 inline constexpr uint8_t kTokenCached = 1;
+// Last stage -> head, speculation: a u32 n_drafts (1..kMaxDraftTokens) and n_drafts i32 ids (each
+// >= 0) follow the logprobs: the tokens the last stage drafted to follow this one. The head feeds
+// this token and them as one verify chunk (kHiddenVerify).
+inline constexpr uint8_t kTokenDrafts = 2;
+// Last stage -> head, speculation: another token decided by the same verify chunk follows this
+// one; the head streams this one and feeds only the last (the one without kTokenMore).
+inline constexpr uint8_t kTokenMore = 4;
 
 // A TOKEN's log-probabilities: the sampled token's first, then its top alternatives, most likely
 // first; each followed by its text (head -> client only, else piece_bytes is 0).
@@ -243,9 +256,20 @@ static_assert(sizeof(PingBody) == 16);
 
 struct StatsBody {
   uint32_t n_records;      // tail: n_records × StageStats
-  uint32_t reserved;
+  uint32_t flags;          // kStatsDrafts (was reserved, zero)
 };
 static_assert(sizeof(StatsBody) == 8);
+// After the records, one DraftStatsWire per record, in the same order (speculation: set by the
+// first stage that drafts, which gives the records before its own zeros).
+inline constexpr uint32_t kStatsDrafts = 1;
+
+struct DraftStatsWire {
+  char drafter[8];         // "ngram", "model", NUL-padded; zero: the stage does not draft
+  uint64_t steps;          // verify chunks
+  uint64_t drafted;        // tokens drafted
+  uint64_t accepted;       // of them, accepted
+};
+static_assert(sizeof(DraftStatsWire) == 32);
 
 struct StageStats {
   char name[32];

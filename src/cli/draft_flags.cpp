@@ -1,0 +1,53 @@
+#include "cli/draft_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "ring/wire.h"
+
+namespace kvasir::cli {
+
+void AddDraftFlags(CLI::App& app, DraftFlags* flags) {
+  app.add_option("--draft", flags->kind,
+                 "speculation on the ring's last stage: ngram (prompt lookup), model "
+                 "(--draft-model), auto (model when --draft-model is given, else ngram) or none")
+      ->capture_default_str();
+  app.add_option("--draft-model", flags->model,
+                 "a small GGUF sharing the model's vocabulary, loaded by the last stage to draft");
+  app.add_option("--draft-max", flags->max_tokens,
+                 "tokens drafted after each token (K; each verify chunk runs K + 1 rows); lowered "
+                 "per session while drafts are rejected")
+      ->capture_default_str();
+}
+
+Result<spec::DraftOptions> CheckDraftFlags(const DraftFlags& f) {
+  spec::DraftOptions o;
+  KV_ASSIGN_OR_RETURN(o.kind, spec::ParseDraftKind(f.kind));
+  if (f.max_tokens < 0 || f.max_tokens > static_cast<int>(wire::kMaxDraftTokens)) {
+    return Error("--draft-max {}: must be from 0 to {}", f.max_tokens, wire::kMaxDraftTokens);
+  }
+  if (o.kind == spec::DraftKind::kModel && f.model.empty()) {
+    return Error("--draft model needs --draft-model FILE (a GGUF sharing the model's vocabulary)");
+  }
+  if (!f.model.empty()) {
+    if (o.kind != spec::DraftKind::kModel && o.kind != spec::DraftKind::kAuto) {
+      return Error("--draft-model goes with --draft model or auto");
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f.model, ec)) {
+      return Error("--draft-model {}: no such file", f.model);
+    }
+  }
+  o.model_path = f.model;
+  o.max_tokens = f.max_tokens;
+  return o;
+}
+
+std::vector<std::string> DraftStageArgs(const DraftFlags& f) {
+  if (f.kind == "none") return {};
+  std::vector<std::string> args = {"--draft", f.kind, "--draft-max", std::to_string(f.max_tokens)};
+  if (!f.model.empty()) args.insert(args.end(), {"--draft-model", f.model});
+  return args;
+}
+
+}  // namespace kvasir::cli

@@ -1,0 +1,115 @@
+// Speculation at the last stage (docs/PROTOCOL.md, "Speculation"): the stage that samples also
+// drafts. After a session's token is decided it guesses up to K more (prompt lookup, or a draft
+// model loaded by this stage only), which travel to the head with the token; the head feeds the
+// token and the drafts as one verify chunk, every stage runs it with rollback checkpoints, and
+// here the chunk's K + 1 logits rows decide the tokens: the longest prefix of the drafts the
+// session's sampler agrees with, then the sampler's own next token. K follows the acceptance
+// measured in each session (spec::DraftBudget). Compute thread only, except the statistics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/layer_window.h"
+#include "ring/batch_drafter.h"
+#include "ring/messages.h"
+#include "ring/stage.h"
+#include "ring/tail_sampler.h"
+#include "spec/draft_budget.h"
+#include "spec/drafter.h"
+
+namespace kvasir::ring {
+
+// A session's drafting at the last stage.
+struct SessionDraft {
+  SessionDraft() = default;
+  SessionDraft(const SessionDraft&) = delete;
+  SessionDraft& operator=(const SessionDraft&) = delete;
+  ~SessionDraft() {
+    if (model) model->Close(seq);
+  }
+  std::unique_ptr<spec::Drafter> drafter;  // prompt lookup
+  std::shared_ptr<BatchDrafter> model;     // or the stage's draft model, on sequence `seq`
+  int seq = 0;
+  spec::DraftBudget budget{0};
+  std::vector<int32_t> pending;  // the drafts sent with the last token
+  int pending_pos = -1;          // the position of that token (the verify chunk's pos0)
+  // Drafted ahead while the verify chunk travels (a draft model only): the history the session
+  // will have if every pending draft and the drafter's own next token are accepted, and the
+  // drafts that follow it.
+  bool looked_ahead = false;
+  bool warmed = false;  // the draft model has run the prompt (in idle time, before the first token)
+  std::vector<int32_t> expect;
+  std::vector<int32_t> ahead;
+};
+
+class SpecTail {
+ public:
+  // The drafting `options` ask for next to `target` (the last stage's window); null when they
+  // ask for none. A draft model is loaded here, with target's context, one sequence per session.
+  // K is at most options.max_tokens, the window's rollback span less one, and
+  // wire::kMaxDraftTokens. Errors: the draft model does not load or has another vocabulary.
+  static Result<std::unique_ptr<SpecTail>> Create(const spec::DraftOptions& options,
+                                                  const LayerWindow& target);
+
+  // A new session's drafting state; null when it cannot draft (a grammar constrains it).
+  std::unique_ptr<SessionDraft> NewSession(uint32_t session, bool has_grammar);
+
+  // The tokens one verify chunk decides: `logits` [pos0 rows n_tokens, n_vocab] of the rows
+  // [token at pos0, the pending drafts], in order. Each accepted draft, then the sampler's own
+  // token (a replacement for the first rejected draft, or the one after all of them), unless a
+  // decided token ends the session first. All but the last carry `more`. Errors: the chunk is not
+  // the one drafted (its position or length), or the sampler fails.
+  Result<std::vector<TokenMsg>> Verify(uint32_t session, TailSampler& sampler, SessionDraft& d,
+                                       int pos0, int n_tokens, std::span<const float> logits,
+                                       int n_vocab, int n_ctx,
+                                       const std::function<bool(int32_t)>& is_eog);
+
+  // Drafts after `last`, a decided token that does not end its session, into last->drafts (none
+  // when the budget pauses, the context or max_tokens leaves no room, or the drafter has no
+  // guess). A drafter that fails is logged and drafts nothing.
+  void Draft(TailSampler& sampler, SessionDraft& d, const wire::SamplingWire& sampling, int n_ctx,
+             TokenMsg* last);
+  // The same for several sessions at once (the tokens of one forward batch): their draft model
+  // passes run batched (BatchDrafter).
+  struct DraftJob {
+    TailSampler* sampler;
+    SessionDraft* d;
+    const wire::SamplingWire* sampling;
+    TokenMsg* last;
+  };
+  void DraftAll(std::span<const DraftJob> jobs, int n_ctx);
+
+  // Drafting ahead (a draft model's drafts cost a forward pass each, which would otherwise wait
+  // on the verify chunk's way back): while a session's drafts travel, guess that all of them and
+  // the drafter's own next token will be accepted and draft what follows. Draft() then takes those
+  // drafts when the guess came true: the drafts are exactly those it would make, only earlier.
+  // The draft model's prefill of the prompt runs the same way, while the prompt's chunks are on
+  // their way to this stage.
+  bool LookAheadDue(const SessionDraft& d) const {
+    return d.model != nullptr && (!d.warmed || (!d.pending.empty() && !d.looked_ahead));
+  }
+  void LookAhead(TailSampler& sampler, SessionDraft& d);
+
+  DraftTotals counts() const;
+  int max_tokens() const { return max_tokens_; }
+
+ private:
+  SpecTail(const spec::DraftOptions& options, int max_tokens, std::shared_ptr<BatchDrafter> model);
+  // Up to k drafts after `history` from d's drafter alone.
+  Result<std::vector<int32_t>> ProposeOne(SessionDraft& d, std::span<const int32_t> history, int k);
+
+  spec::DraftOptions options_;
+  int max_tokens_;
+  std::shared_ptr<BatchDrafter> model_;  // kModel only
+  std::string name_;
+  std::atomic<uint64_t> steps_{0}, drafted_{0}, accepted_{0};
+};
+
+}  // namespace kvasir::ring

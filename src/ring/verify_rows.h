@@ -1,0 +1,27 @@
+// Rollback after a verify chunk (docs/PROTOCOL.md, "Speculation"). A stage runs a verify chunk's
+// K + 1 rows (a token and its drafts) with a checkpoint before each; the next chunk of that
+// session starts right after the last accepted row, so its position says what to undo: every
+// stage keeps the positions before it and drops the rejected rows, whatever stage it is, without
+// another message. Pure, so the rule is tested alone (tests/ring/verify_rows_test.cpp).
+#pragma once
+
+#include "base/status.h"
+
+namespace kvasir::ring {
+
+// The last verify chunk a session ran on a stage: positions [pos0, pos0 + n_rows); n_rows 0 when
+// its last chunk was not one.
+struct VerifySpan {
+  int pos0 = 0;
+  int n_rows = 0;
+};
+
+// The length a session of `length` positions keeps before running a chunk that starts at
+// `pos0`, `last` being its last verify chunk: `length` when pos0 is not before it (nothing to
+// undo; whether the rows follow on is Forward's check, as chunks may wait in a queue); pos0 when
+// `last` ended at `length` and pos0 lies after its first row (its first row, the token fed, is
+// always kept). Anything else is refused, naming the positions: a peer may not make a stage undo
+// rows that were not drafts.
+Result<int> KeepBeforeChunk(const VerifySpan& last, int length, int pos0);
+
+}  // namespace kvasir::ring

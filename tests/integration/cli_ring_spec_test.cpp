@@ -1,0 +1,114 @@
+// `--draft` on the ring commands, end to end: `kvasir run` prints the same text with and without
+// speculation and reports the last stage's drafts in --stats; `bench --stages` reports them in
+// its JSON; impossible drafter choices are refused before any stage starts.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvasir_process.h"
+#include "test_assets.h"
+
+namespace kvasir {
+namespace {
+
+using testing::AssetPath;
+using testing::Describe;
+using ::testing::HasSubstr;
+using testing::ReadFileToString;
+using testing::RunKvasir;
+using testing::RunResult;
+using testing::TempDir;
+
+constexpr const char* kStories = "models/stories260K.gguf";
+const char* const kPrompt = "The cat sat on the mat. The cat sat on the mat. The cat";
+
+std::vector<std::string> RunArgs(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      "run",    "-m", AssetPath(kStories), "--stages", "3", "-t", "1", "-p", kPrompt, "-n", "40",
+      "--temp", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(CliRingSpecTest, RunDraftsOnTheLastStageAndPrintsTheSameText) {
+  KV_REQUIRE_ASSET(kStories);
+  const RunResult plain = RunKvasir(RunArgs({}));
+  ASSERT_EQ(plain.code, 0) << Describe(plain);
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"--draft", "ngram"},
+           {"--draft", "model", "--draft-model", AssetPath(kStories), "--draft-max", "3"}}) {
+    TempDir dir;
+    std::vector<std::string> extra = flags;
+    extra.insert(extra.end(), {"--stats", dir.File("stats.json")});
+    const RunResult r = RunKvasir(RunArgs(extra));
+    ASSERT_EQ(r.code, 0) << Describe(r);
+    EXPECT_EQ(r.out, plain.out) << "greedy text is the text without speculation";
+    EXPECT_THAT(r.err, HasSubstr("drafts:    " + flags[1] + " on the last stage"));
+    const nlohmann::json j = nlohmann::json::parse(ReadFileToString(dir.File("stats.json")),
+                                                   nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded());
+    ASSERT_EQ(j["stages"].size(), 3u);
+    EXPECT_FALSE(j["stages"][0].contains("draft"));
+    const nlohmann::json& d = j["stages"][2]["draft"];
+    EXPECT_EQ(d["drafter"], flags[1]);
+    EXPECT_GT(d["accepted"].get<int>(), 0);
+    EXPECT_LE(d["accepted"].get<int>(), d["drafted"].get<int>());
+  }
+}
+
+TEST(CliRingSpecTest, BenchReportsTheDrafts) {
+  KV_REQUIRE_ASSET(kStories);
+  const RunResult r = RunKvasir({"bench",
+                                 "-m",
+                                 AssetPath(kStories),
+                                 "--stages",
+                                 "2",
+                                 "-t",
+                                 "1",
+                                 "--streams",
+                                 "1",
+                                 "-p",
+                                 "16",
+                                 "-n",
+                                 "16",
+                                 "-r",
+                                 "1",
+                                 "--draft",
+                                 "model",
+                                 "--draft-model",
+                                 AssetPath(kStories),
+                                 "--json"});
+  ASSERT_EQ(r.code, 0) << Describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  ASSERT_EQ(j["drafts"].size(), 1u);
+  EXPECT_EQ(j["drafts"][0]["drafter"], "model");
+  EXPECT_EQ(j["drafts"][0]["stage"], 1);
+  EXPECT_GT(j["drafts"][0]["drafted"].get<int>(), 0);
+  EXPECT_EQ(j["drafts"][0]["acceptance"].get<double>(), 1.0) << "the model drafting for itself";
+}
+
+TEST(CliRingSpecTest, ImpossibleDrafterChoicesAreRefusedFirst) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft", "bogus"}, "not a drafter"},
+      {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft", "model"}, "needs --draft-model"},
+      {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft-max", "17"}, "--draft-max 17"},
+      {{"serve", "-m", "/nonexistent.gguf", "--draft", "ngram", "--draft-model", "/x.gguf"},
+       "goes with --draft model or auto"},
+      {{"bench", "-m", "/nonexistent.gguf", "--draft", "ngram"}, "--draft needs --stages"},
+      {{"stage", "-m", "/nonexistent.gguf", "--layers", "0:1", "--listen", "127.0.0.1:0", "--next",
+        "127.0.0.1:1", "--draft", "model", "--draft-model", "/nonexistent.gguf"},
+       "--draft-model /nonexistent.gguf: no such file"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult r = RunKvasir(args);
+    EXPECT_EQ(r.code, 2) << Describe(r);
+    EXPECT_THAT(r.err, HasSubstr(message)) << Describe(r);
+  }
+}
+
+}  // namespace
+}  // namespace kvasir
