@@ -61,6 +61,7 @@ void HeadRole::OnReturned(Message& m) {
     if (!p->pong && p->body.nonce == probe_nonce_) {
       if (!ring_closed_) KV_LOG_INFO("{}: ring closed", st_.options_.name);
       ring_closed_ = true;
+      st_.ReplayHeld();  // sessions held while the ring was broken go first
       std::deque<WaitingGenerate> waiting;
       waiting.swap(waiting_generates_);
       for (WaitingGenerate& w : waiting) StartSession(w.client, w.request);
@@ -199,7 +200,8 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   s.report_cached = g.report_cached;
   s.keep = cache.budget() > 0;
   s.n_cached = static_cast<uint32_t>(n_cached);
-  if (s.keep) s.history = ids;
+  s.history = ids;  // for the prompt cache, and for a replay
+  s.extra = g.extra;
   // A stage may not have kept what this one takes over: then it opens afresh, from the request.
   if (fork_from != 0) s.retry = std::make_unique<GenerateMsg>(g);
   s.stops = StopMatcher(std::move(g.stops));
@@ -229,6 +231,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   auto it = st_.sessions_.find(t.token.session);
   if (it == st_.sessions_.end() || it->second.closing) return;
   Session& s = it->second;
+  if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)
   s.n_generated++;
   s.retry.reset();  // every stage has the session: no fallback from here on
   TokenMsg out = PresentToken(t, *st_.tokenizer_, s.n_prompt, &s.stops);
@@ -245,13 +248,13 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   w.n_tokens = 1;
   w.sample = true;
   w.tokens = {t.token.id};
-  if (s.keep) s.history.push_back(t.token.id);
+  s.history.push_back(t.token.id);
   st_.scheduler_.AddDecode(std::move(w));
 }
 
 void HeadRole::HandleError(const ErrorMsg& e) {
   if (e.session == 0) {
-    if (e.code == wire::ErrorCode::kLinkDown) st_.FailAll(e.message, true);
+    if (e.code == wire::ErrorCode::kLinkDown) st_.RingBroken(e.message, true);
     return;
   }
   if (e.code == wire::ErrorCode::kCacheMiss && RetryWithoutCache(e.session)) return;
