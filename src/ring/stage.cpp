@@ -323,7 +323,10 @@ Status StageImpl::Run() {
     dial_thread_ = std::thread([this] { succ_link_->Run(); });
   }
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
+  Clock::time_point last_turn = Clock::now();
   while (running_.load()) {
+    CheckStalled(last_turn);
+    last_turn = Clock::now();
     std::deque<Event> batch;
     {
       std::unique_lock<std::mutex> lock(events_mu_);

@@ -336,9 +336,9 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
   if (replaced != nullptr) {
     KV_LOG_WARN("{}: predecessor {} replaced by {}", options_.name, replaced->what(),
                 link->what());
-  if (!is_client && options_.standby && !adopted_.exchange(true)) Push(Event{});
     replaced->Close();
   }
+  if (!is_client && options_.standby && !adopted_.exchange(true)) Push(Event{});
   const std::string peer_name(h.name, strnlen(h.name, sizeof(h.name)));
   if (!is_client) {
     KV_LOG_INFO("{}: link up: predecessor {} ({}, layers {}:{})", options_.name, peer_name,

@@ -212,6 +212,9 @@ class StageImpl final : public Stage {
   bool AcceptsToken(Session& s, const TokenMsg& t);
   // A standby that a predecessor adopted starts dialing its successor (compute thread).
   void MaybeStartDialing();
+  // The compute loop's previous turn began at `last_turn`: a process stopped for longer than the
+  // link timeout stops dialing the standby peers (compute thread).
+  void CheckStalled(Clock::time_point last_turn);
 
   // stage_rows.cpp: row commitments.
   // A new session's commitment, keeping its rows when the store keeps rows.
@@ -279,6 +282,7 @@ class StageImpl final : public Stage {
   // turn from succ_next_ (its own).
   std::vector<std::pair<std::string, uint16_t>> succ_addrs_;
   size_t succ_next_ = 0;
+  std::atomic<bool> succ_linked_once_{false};
   // Repair: this process's place in the ring (HELLO's generation) and the newest neighbours.
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> adopted_{false};  // a standby: a predecessor linked to it

@@ -50,10 +50,14 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
     // The successor's addresses in turn (the standby peers after `next`): the first that takes
     // the connection; the next dial starts after it, so one that took it and then answered no
     // handshake (a frozen process) is not the first one tried again.
+    // Until a successor has linked once, only `next`: at start the stages come up in any order,
+    // and a standby is for a stage that died.
     o.dial = [this](const std::function<bool()>&) -> Result<std::unique_ptr<net::Stream>> {
       Status last;
-      for (size_t k = 0; k < succ_addrs_.size(); ++k) {
-        const size_t i = (succ_next_ + k) % succ_addrs_.size();
+      const bool any = succ_linked_once_.load();
+      const size_t n = any ? succ_addrs_.size() : 1;
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = ((any ? succ_next_ : 0) + k) % succ_addrs_.size();
         auto stream = net::DialTcp(succ_addrs_[i].first, succ_addrs_[i].second, 2000);
         if (stream.ok()) {
           succ_next_ = (i + 1) % succ_addrs_.size();
@@ -78,6 +82,7 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
   };
   o.track = [this](const std::shared_ptr<Link>& link) { return TrackLink(link); };
   o.on_change = [this](bool up, const std::string& reason) {
+    if (up) succ_linked_once_.store(true);
     Event e;
     e.kind = up ? Event::Kind::kSuccUp : Event::Kind::kSuccDown;
     e.reason = reason;

@@ -172,8 +172,24 @@ void StageImpl::MaybeStartDialing() {
     std::lock_guard<std::mutex> lock(links_mu_);
     succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
   }
+  // It takes the place of a stage that died: its successor may have died too, so every address.
+  succ_linked_once_.store(true);
   KV_LOG_INFO("{}: adopted by a predecessor: dialing the successor", options_.name);
   dial_thread_ = std::thread([this] { succ_link_->Run(); });
+}
+
+void StageImpl::CheckStalled(Clock::time_point last_turn) {
+  const auto gap = Clock::now() - last_turn;
+  if (gap < std::chrono::milliseconds(options_.link_timeout_ms)) return;
+  // Frozen (SIGSTOP, a suspended machine) for longer than a link may be silent: a standby has
+  // probably taken this place. Its standbys are not this stage's to adopt; only `next` is
+  // dialed until a successor links again, and a neighbour that moved on refuses this process.
+  if (succ_linked_once_.exchange(false)) {
+    KV_LOG_WARN(
+        "{}: this process did not run for {:.1f} s: dialing only {} until a successor "
+        "links again",
+        options_.name, std::chrono::duration<double>(gap).count(), succ_desc_);
+  }
 }
 
 }  // namespace kvasir::ring

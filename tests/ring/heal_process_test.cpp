@@ -143,6 +143,7 @@ std::vector<ClientRun> StreamWhile(const std::string& head, int n, int before,
       ring::ClientOptions opt;
       opt.ring_secret = testing::kTestRingSecret;
       opt.token_timeout_ms = 60000;
+      opt.link_timeout_ms = 2000;  // as the stages': its keepalives keep the head's link up
       auto client = ring::RingClient::Connect(head, opt);
       if (!client.ok()) {
         r.error = client.status().message();
