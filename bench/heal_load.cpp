@@ -118,6 +118,7 @@ std::vector<double> Measure(const Options& o, int n, int length) {
     }
   }
   std::vector<double> pauses(static_cast<size_t>(n), 0);
+  std::atomic<int> complete{0};  // sessions that got every token
   std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
@@ -144,6 +145,7 @@ std::vector<double> Measure(const Options& o, int n, int length) {
         last = now;
         seen[static_cast<size_t>(i)] = ++got;
       });
+      if (got == length + 24) complete.fetch_add(1);
       seen[static_cast<size_t>(i)] = length + 1000;
     });
   }
@@ -155,6 +157,11 @@ std::vector<double> Measure(const Options& o, int n, int length) {
   kill(pids[2], o.freeze ? SIGSTOP : SIGKILL);
   for (auto& t : threads) t.join();
   for (pid_t p : pids) Stop(p);
+  if (complete.load() != n) {
+    std::fprintf(stderr, "%d of %d sessions did not get every token (logs in %s)\n",
+                 n - complete.load(), n, o.dir.c_str());
+    return {};
+  }
   return pauses;
 }
 
