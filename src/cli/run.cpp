@@ -310,7 +310,8 @@ int RunRing(RunOptions o) {
     c.pid = *pid;
     children.push_back(c);
   }
-  KV_LOG_INFO("ring of {} stages started ({} threads each{}); waiting for it to close", n_stages,
+  KV_LOG_INFO("ring of {} stages{} started ({} threads each{}); waiting for it to close",
+              n_stages, n_spares > 0 ? fmt::format(" and {} standbys", n_spares) : "",
               o.threads_per_stage,
               o.relay  ? fmt::format(", every link through the relay on port {}", relay.port)
               : o.hops ? ", " + HopText(o.hops)

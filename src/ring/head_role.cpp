@@ -102,7 +102,9 @@ void HeadRole::OnRingDown(const std::string& why) {
 void HeadRole::MaybeProbe() {
   if (ring_closed_) return;
   const auto now = Clock::now();
-  if (now - last_probe_ < std::chrono::milliseconds(300)) return;
+  // Sessions held for a repair resume as soon as a probe comes around: probe more often then.
+  const auto every = std::chrono::milliseconds(st_.holds_.empty() ? 300 : 50);
+  if (now - last_probe_ < every) return;
   last_probe_ = now;
   PingMsg probe{false, {probe_nonce_, 0}};
   st_.SendNext(probe);
