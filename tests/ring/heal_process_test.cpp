@@ -383,5 +383,31 @@ TEST(HealProcessTest, TwentyRepairsInARowLeaveEveryStageIdle) {
   DumpLogsOnFailure(stages);
 }
 
+// The repair flags are checked before anything runs, each refusal naming the flag.
+TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
+  KV_REQUIRE_ASSET(kModel);
+  auto stage = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"stage",       "-m",        AssetPath(kModel), "--layers",
+                                     "0:2",         "--listen",  "127.0.0.1:0",     "--next",
+                                     "127.0.0.1:1", "--insecure"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::RunKvasir(args);
+  };
+  auto r = stage({"--standby"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("the head's window (layer 0) has no standby"), std::string::npos) << r.err;
+  r = stage({"--repair-timeout", "-1"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--repair-timeout -1 must be from 0 to 3600 seconds"), std::string::npos)
+      << r.err;
+  r = stage({"--standby-peers", "127.0.0.1:2,nowhere"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--standby-peers"), std::string::npos) << r.err;
+  r = testing::RunKvasir(
+      {"run", "-m", AssetPath(kModel), "--stages", "3", "--standby", "1", "--relay", "-p", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--standby works on direct links"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace kvasir
