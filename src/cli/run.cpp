@@ -60,6 +60,7 @@ struct RunOptions {
   std::optional<net::LinkShape> hops;  // a delaying proxy on every link (--hop-*)
   GrammarFlags grammar;                // --grammar-file, --json-schema-file
   DraftFlags draft;                    // speculation on the last stage
+  int standby = 0;                     // hot standbys per window after the head's (--standby)
 };
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
@@ -223,7 +224,11 @@ int RunRing(RunOptions o) {
   SetLogLevel(LogLevel::kInfo);
   o.request.sampling.seed = o.seed ? *o.seed : std::random_device{}();
 
-  auto listeners = BindLoopback(n_stages);
+  // Window i (i >= 1) has o.standby spares, listening after the stages: spare k of window i on
+  // listener n_stages + (i - 1) * o.standby + k.
+  const int n_spares = n_stages > 1 ? (n_stages - 1) * o.standby : 0;
+  auto spare_index = [&](int window, int k) { return n_stages + (window - 1) * o.standby + k; };
+  auto listeners = BindLoopback(n_stages + n_spares);
   if (!listeners.ok()) return Fail(kCmd, listeners.status());
   std::vector<uint16_t> ports;
   for (const net::Listener& l : *listeners) ports.push_back(l.port());
@@ -254,9 +259,13 @@ int RunRing(RunOptions o) {
   const auto edge = [&](int from, int to) {
     return fmt::format("ws://127.0.0.1:{}/edge/run-{}-{}-{}", relay.port, getpid(), from, to);
   };
-  for (int i = 0; i < n_stages; ++i) {
+  for (int slot = 0; slot < n_stages + n_spares; ++slot) {
+    // A stage (slot < n_stages), or spare k of window i.
+    const bool spare = slot >= n_stages;
+    const int i = spare ? 1 + (slot - n_stages) / o.standby : slot;
     Child c;
-    c.name = plan[i].name;
+    c.name = spare ? fmt::format("{}-standby{}", plan[i].name, (slot - n_stages) % o.standby)
+                   : plan[i].name;
     std::vector<std::string> args = {"kvasir", "stage"};
     if (!remote) {
       args.insert(args.end(), {"-m", o.model_path});
@@ -276,15 +285,24 @@ int RunRing(RunOptions o) {
       args.insert(args.end(), {"--next", proxies.empty() ? fmt::format("127.0.0.1:{}",
                                                                        ports[(i + 1) % n_stages])
                                                          : proxies[i]->address()});
+      // The successor's spares, for when it dies (docs/PROTOCOL.md, "Repair").
+      if (const int next = (i + 1) % n_stages; next != 0 && o.standby > 0) {
+        std::string peers;
+        for (int k = 0; k < o.standby; ++k) {
+          peers += fmt::format("{}127.0.0.1:{}", k == 0 ? "" : ",", ports[spare_index(next, k)]);
+        }
+        args.insert(args.end(), {"--standby-peers", peers});
+      }
+      if (spare) args.push_back("--standby");
     }
     // The listener goes to the stage; this process keeps no copy.
-    net::Listener listener = std::move((*listeners)[i]);
+    net::Listener listener = std::move((*listeners)[slot]);
     const int listen_fd = listener.Release();
     args.insert(args.end(),
                 {"--listen-fd", std::to_string(listen_fd), "--name", c.name, "-t",
                  std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
                  o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
-                 "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(i)});
+                 "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(slot)});
     if (i == n_stages - 1) {
       for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
     }
@@ -297,13 +315,15 @@ int RunRing(RunOptions o) {
     c.pid = *pid;
     children.push_back(c);
   }
-  KV_LOG_INFO("ring of {} stages started ({} threads each{}); waiting for it to close", n_stages,
+  KV_LOG_INFO("ring of {} stages{} started ({} threads each{}); waiting for it to close",
+              n_stages, n_spares > 0 ? fmt::format(" and {} standbys", n_spares) : "",
               o.threads_per_stage,
               o.relay  ? fmt::format(", every link through the relay on port {}", relay.port)
               : o.hops ? ", " + HopText(o.hops)
                        : "");
 
   // A stage that dies ends the run: the watcher stops the others, which ends the client's wait.
+  // With standbys only the head's death does: a spare takes any other stage's place.
   std::atomic<bool> done{false};
   std::string died;
   std::thread watcher([&] {
@@ -312,9 +332,13 @@ int RunRing(RunOptions o) {
         int status = 0;
         if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
           c.pid = -1;
-          died = fmt::format("{} exited ({})", c.name,
-                             WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
-                                               : fmt::format("signal {}", WTERMSIG(status)));
+          const std::string how = WIFEXITED(status) ? fmt::format("status {}", WEXITSTATUS(status))
+                                                    : fmt::format("signal {}", WTERMSIG(status));
+          if (o.standby > 0 && c.name != plan[0].name) {
+            KV_LOG_WARN("{} exited ({}): a standby takes its place", c.name, how);
+            continue;
+          }
+          died = fmt::format("{} exited ({})", c.name, how);
           done.store(true);
           StopAll(children);
           return;
@@ -384,6 +408,11 @@ int RunMain(int argc, char** argv) {
     app.add_flag("--relay", o.relay,
                  "carry every link through a local `kvasir relay` (ws:// on loopback), as stages "
                  "behind NAT would through a public one");
+    app.add_option("--standby", o.standby,
+                   "hot standbys per window after the head's: each loads its window and takes "
+                   "the place of a stage that dies, and the head replays the sessions")
+        ->check(CLI::Range(0, 8))
+        ->capture_default_str();
     HopFlags hop_flags;
     AddHopFlags(app, &hop_flags);
     AddDraftFlags(app, &o.draft);
@@ -392,6 +421,9 @@ int RunMain(int argc, char** argv) {
     auto hops = HopShape(hop_flags);
     if (!hops.ok()) return UsageError(kCmd, hops.status().message());
     if (*hops && o.relay) return UsageError(kCmd, "use either --relay or the --hop-* flags");
+    if (o.standby > 0 && (o.relay || *hops)) {
+      return UsageError(kCmd, "--standby works on direct links (not with --relay or --hop-*)");
+    }
     o.hops = *hops;
     if (std::string e = CheckChatFlags(o.chat); !e.empty()) return UsageError(kCmd, e);
     if (auto grammar = LoadGrammar(o.grammar); grammar.ok()) {

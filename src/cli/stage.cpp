@@ -128,13 +128,28 @@ int StageMain(int argc, char** argv) {
     app.add_option("--pred-via", pred_via,
                    "ws[s]://RELAY/edge/ID: take the predecessor link through a relay (the "
                    "listener still accepts clients)");
-    app.add_option("--next-via", next_via,
-                   "ws[s]://RELAY/edge/ID: reach the successor through a relay instead of --next")
-        ->excludes(next_opt);
+    auto* next_via_opt =
+        app.add_option("--next-via", next_via,
+                       "ws[s]://RELAY/edge/ID: reach the successor through a relay instead of "
+                       "--next")
+            ->excludes(next_opt);
     app.add_option("--relay-secret-file", relay_secret_file,
                    "ring secret shared with the relay (edge tokens are made with it)")
         ->check(CLI::ExistingFile);
     app.add_option("--name", opt.name, "name in logs and stats (default stage-A-B)");
+    app.add_option("--standby-peers", opt.standby_peers,
+                   "HOST:PORT,...: standbys for the successor's window, dialed in turn after "
+                   "--next when the successor is gone")
+        ->delimiter(',')
+        ->excludes(next_via_opt);
+    app.add_flag("--standby", opt.standby,
+                 "a hot standby: load the window and listen, and dial the successor only once a "
+                 "predecessor links to it in place of a stage that died (not for layer 0)");
+    double repair_timeout_s = opt.repair_timeout_ms / 1000.0;
+    app.add_option("--repair-timeout", repair_timeout_s,
+                   "seconds to hold the sessions crossing a link that went down, for the ring "
+                   "to be repaired and the sessions replayed (0: end them at once)")
+        ->capture_default_str();
     app.add_option("-t,--threads", opt.n_threads, "compute threads")->capture_default_str();
     CLI::Option* backend_opt = AddBackendFlag(app, &opt.backend);
     backend_opt->description(backend_opt->get_description() +
@@ -190,6 +205,11 @@ int StageMain(int argc, char** argv) {
       return UsageError(kCmd, d.status().message());
     }
     if (opt.max_clients < 1) return UsageError(kCmd, "--max-clients must be >= 1");
+    if (!(repair_timeout_s >= 0 && repair_timeout_s <= 3600)) {
+      return UsageError(kCmd, fmt::format("--repair-timeout {} must be from 0 to 3600 seconds",
+                                          repair_timeout_s));
+    }
+    opt.repair_timeout_ms = static_cast<int>(repair_timeout_s * 1000);
     if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
     if (cache_mb < 0 || cache_mb > (int64_t{1} << 24)) {
       return UsageError(kCmd, fmt::format("--cache-mb {} must be from 0 to {}", cache_mb,

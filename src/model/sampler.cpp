@@ -106,6 +106,13 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   return candidates_[keep - 1].second;
 }
 
+void Sampler::SkipDraw() {
+  if (greedy()) return;
+  // The distribution's range does not change how much of the engine a draw takes.
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  (void)uni(rng_);
+}
+
 void Sampler::Weigh(std::span<const float> logits, std::span<const int32_t> history,
                     std::vector<Weighted>* out) {
   out->clear();

@@ -51,6 +51,10 @@ class Sampler {
              std::vector<Weighted>* out);
   int32_t Draw(std::span<const Weighted> weights);
 
+  // Advances the RNG as one Sample of a token does (one draw; greedy: none), for a sampler that
+  // resumes a sequence whose tokens were drawn elsewhere with the same seed.
+  void SkipDraw();
+
   const SamplingParams& params() const { return params_; }
   bool greedy() const { return params_.temperature <= 0.0f; }
 

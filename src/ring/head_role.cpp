@@ -62,6 +62,7 @@ void HeadRole::OnReturned(Message& m) {
     if (!p->pong && p->body.nonce == probe_nonce_) {
       if (!ring_closed_) KV_LOG_INFO("{}: ring closed", st_.options_.name);
       ring_closed_ = true;
+      st_.ReplayHeld();  // sessions held while the ring was broken go first
       std::deque<WaitingGenerate> waiting;
       waiting.swap(waiting_generates_);
       for (WaitingGenerate& w : waiting) StartSession(w.client, w.request);
@@ -103,7 +104,9 @@ void HeadRole::MaybeProbe() {
   st_.SendReceiptsOverdue();
   if (ring_closed_) return;
   const auto now = Clock::now();
-  if (now - last_probe_ < std::chrono::milliseconds(300)) return;
+  // Sessions held for a repair resume as soon as a probe comes around: probe more often then.
+  const auto every = std::chrono::milliseconds(st_.holds_.empty() ? 300 : 50);
+  if (now - last_probe_ < every) return;
   last_probe_ = now;
   PingMsg probe{false, {probe_nonce_, 0}};
   st_.SendNext(probe);
@@ -202,7 +205,8 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   s.client_receipt = g.receipt_id;
   s.keep = cache.budget() > 0;
   s.n_cached = static_cast<uint32_t>(n_cached);
-  if (s.keep) s.history = ids;
+  s.history = ids;  // for the prompt cache, and for a replay
+  s.extra = g.extra;
   // A stage may not have kept what this one takes over: then it opens afresh, from the request.
   if (fork_from != 0) s.retry = std::make_unique<GenerateMsg>(g);
   s.stops = StopMatcher(std::move(g.stops));
@@ -233,6 +237,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   auto it = st_.sessions_.find(t.token.session);
   if (it == st_.sessions_.end() || it->second.closing) return;
   Session& s = it->second;
+  if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)
   s.n_generated++;
   s.retry.reset();  // every stage has the session: no fallback from here on
   TokenMsg out = PresentToken(t, *st_.tokenizer_, s.n_prompt, &s.stops);
@@ -245,7 +250,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
     st_.EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
     return;
   }
-  if (s.keep) s.history.push_back(t.token.id);
+  s.history.push_back(t.token.id);  // for the prompt cache, and for a replay
   // Speculation: a token decided by a verify chunk with more to follow is in the window already.
   if (t.more) return;
   Work w;
@@ -265,7 +270,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
 
 void HeadRole::HandleError(const ErrorMsg& e) {
   if (e.session == 0) {
-    if (e.code == wire::ErrorCode::kLinkDown) st_.FailAll(e.message, true);
+    if (e.code == wire::ErrorCode::kLinkDown) st_.RingBroken(e.message, true);
     return;
   }
   if (e.code == wire::ErrorCode::kCacheMiss && RetryWithoutCache(e.session)) return;

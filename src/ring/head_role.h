@@ -40,7 +40,8 @@ class HeadRole {
   void OnSuccUp();
   // Every session was dropped for `why`: clients waiting for statistics are told.
   void OnRingDown(const std::string& why);
-  // Sends the probe around (at most every 300 ms) while the ring is not known to be closed.
+  // Sends the probe around (at most every 300 ms, 50 ms while sessions are held for a repair)
+  // while the ring is not known to be closed.
   void MaybeProbe();
   bool ring_closed() const { return ring_closed_; }
 

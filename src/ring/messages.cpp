@@ -193,8 +193,13 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   } else {
     KV_RETURN_IF_ERROR(CheckTail(f, sizeof(b), ids, fmt::format("n_prompt {} x i32", b.n_prompt)));
   }
-  if ((b.open_flags & ~wire::kOpenKeep) != 0) {
+  if ((b.open_flags & ~(wire::kOpenKeep | wire::kOpenReplay)) != 0) {
     return Error("OPEN_SESSION: open_flags 0x{:x} has unknown bits", b.open_flags);
+  }
+  const bool replay = (b.open_flags & wire::kOpenReplay) != 0;
+  if (replay ? (b.fork_from != 0 || b.n_generated >= b.n_prompt) : b.n_generated != 0) {
+    return Error("OPEN_SESSION: n_generated {} with fork_from {}, {} ids and replay {}",
+                 b.n_generated, b.fork_from, b.n_prompt, replay ? "on" : "off");
   }
   if (b.fork_from == 0 ? b.n_cached != 0 : b.n_cached >= b.n_prompt) {
     return Error("OPEN_SESSION: n_cached {} {}", b.n_cached,
@@ -207,6 +212,8 @@ Result<Message> DecodeOpenSession(const Frame& f) {
   m.n_cached = b.n_cached;
   m.keep = (b.open_flags & wire::kOpenKeep) != 0;
   m.prompt.resize(b.n_prompt);
+  m.replay = replay;
+  m.n_generated = b.n_generated;
   if (b.n_prompt > 0) {
     std::memcpy(m.prompt.data(), Tail(f, sizeof(b)), size_t{b.n_prompt} * sizeof(int32_t));
   }
@@ -467,7 +474,8 @@ std::vector<uint8_t> Encode(const OpenSessionMsg& m) {
   b.sampling = m.sampling;
   b.fork_from = m.fork_from;
   b.n_cached = m.n_cached;
-  b.open_flags = m.keep ? wire::kOpenKeep : 0;
+  b.open_flags = (m.keep ? wire::kOpenKeep : 0) | (m.replay ? wire::kOpenReplay : 0);
+  b.n_generated = m.n_generated;
   const size_t tail = m.prompt.size() * sizeof(int32_t);
   FrameBuilder fb(MsgType::kOpenSession, sizeof(b) + tail + SamplingTailBytes(m.sampling, m.extra));
   fb.Put(b);
@@ -637,6 +645,11 @@ Status CheckEncodable(const Message& msg) {
     if (m->fork_from == 0 ? m->n_cached != 0 : m->n_cached >= m->prompt.size()) {
       return Error("OPEN_SESSION: n_cached {} with fork_from {} and {} prompt tokens", m->n_cached,
                    m->fork_from, m->prompt.size());
+    }
+    if (m->replay ? (m->fork_from != 0 || m->n_generated >= m->prompt.size())
+                  : m->n_generated != 0) {
+      return Error("OPEN_SESSION: n_generated {} with fork_from {}, {} ids and replay {}",
+                   m->n_generated, m->fork_from, m->prompt.size(), m->replay ? "on" : "off");
     }
     for (size_t i = 0; i < m->prompt.size(); ++i) {
       if (m->prompt[i] < 0) return Error("OPEN_SESSION: prompt token {} is {}", i, m->prompt[i]);

@@ -69,6 +69,10 @@ struct OpenSessionMsg {  // OPEN_SESSION
   uint32_t fork_from = 0;
   uint32_t n_cached = 0;
   bool keep = false;
+  // A repair's replay (wire::kOpenReplay, never with fork_from): `prompt` holds the request's
+  // prompt then the `n_generated` tokens sampled so far (n_generated < prompt.size()).
+  bool replay = false;
+  uint32_t n_generated = 0;
 };
 
 struct HiddenMsg {       // HIDDEN

@@ -78,8 +78,23 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   uint16_t succ_port = 0;
   if (opt.dial_next) {
     if (opt.next_via.empty()) opt.next_via = "successor (dial hook)";
+    if (!opt.standby_peers.empty()) {
+      return Error("--standby-peers needs --next: a relayed successor has one address");
+    }
   } else {
     KV_RETURN_IF_ERROR(net::ParseHostPort(opt.next, &succ_host, &succ_port).WithContext("--next"));
+  }
+  for (const std::string& peer : opt.standby_peers) {
+    KV_RETURN_IF_ERROR(
+        net::ParseHostPort(peer, &succ_host, &succ_port).WithContext("--standby-peers"));
+  }
+  if (opt.repair_timeout_ms < 0 || opt.repair_timeout_ms > 3600000) {
+    return Error("--repair-timeout {} ms must be from 0 to 3600 s", opt.repair_timeout_ms);
+  }
+  if (opt.standby && opt.first == 0) {
+    return Error(
+        "--standby: the head's window (layer 0) has no standby: clients hold the head's address "
+        "and the head holds the sessions' tokens");
   }
   if (opt.dial_pred && opt.pred_via.empty()) opt.pred_via = "predecessor (dial hook)";
   std::string host;
@@ -146,12 +161,23 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       receipts_(ReceiptBookOptions{options_.name, options_.key, model_id_,
                                    static_cast<uint32_t>(options_.first),
                                    static_cast<uint32_t>(options_.last),
-                                   static_cast<uint32_t>(window_->config().n_layer), row_store_}) {
+                                   static_cast<uint32_t>(window_->config().n_layer), row_store_}),
+      holds_(std::chrono::milliseconds(options_.repair_timeout_ms)) {
+  generation_.store(NewGeneration());
   for (LayerKind k : window_->config().layer_kinds) recurrent_ |= k != LayerKind::kAttention;
   client_max_payload_ = is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
                                   : MaxClientPayload(0);
   stage_max_payload_ = MaxStagePayload(window_->n_ctx(), window_->config().n_embd);
-  if (!options_.dial_next) (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
+  if (!options_.dial_next) {
+    (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
+    succ_addrs_.emplace_back(succ_host_, succ_port_);
+    for (const std::string& peer : options_.standby_peers) {
+      std::string host;
+      uint16_t port = 0;
+      (void)net::ParseHostPort(peer, &host, &port);
+      succ_addrs_.emplace_back(host, port);
+    }
+  }
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
   if (is_head()) head_ = std::make_unique<HeadRole>(*this);
   if (is_last()) tail_ = std::make_unique<TailRole>(*this);
@@ -235,6 +261,7 @@ wire::Hello StageImpl::MyHello() const {
   h.window_last = options_.last;
   h.flags = (is_head() ? wire::kHelloHasEmbed : 0) | (is_last() ? wire::kHelloHasHead : 0);
   std::strncpy(h.name, options_.name.c_str(), sizeof(h.name) - 1);
+  h.generation = generation_.load();
   return h;
 }
 
@@ -298,10 +325,10 @@ void StageImpl::LogStats() {
   const wire::StageStats s = StatsRecord();
   KV_LOG_INFO(
       "{}: stats: layers {}:{}, weights {:.1f} MiB, rss {:.1f} MiB, in {} B, out {} B, rows {} "
-      "({} decode), busy {:.1f} ms, links refused {}",
+      "({} decode), busy {:.1f} ms, links refused {}, repairs {} ({} positions replayed)",
       options_.name, s.window_first, s.window_last, s.weight_bytes / 1048576.0,
       s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6,
-      s.links_refused);
+      s.links_refused, repairs_.load(), replayed_tokens_.load());
   if (const DraftTotals d = draft_totals(); !d.drafter.empty()) {
     KV_LOG_INFO("{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %)",
                 options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance());
@@ -316,21 +343,32 @@ Status StageImpl::Run() {
   }
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   trim_thread_ = std::thread([this] { TrimLoop(); });
-  dial_thread_ = std::thread([this] { succ_link_->Run(); });
+  // A standby dials its successor once a predecessor adopts it (MaybeStartDialing).
+  if (options_.standby) {
+    KV_LOG_INFO("{}: standby: waiting for a predecessor to adopt it", options_.name);
+  } else {
+    dial_thread_ = std::thread([this] { succ_link_->Run(); });
+  }
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
+  Clock::time_point last_turn = Clock::now();
   while (running_.load()) {
+    CheckStalled(last_turn);
+    last_turn = Clock::now();
     std::deque<Event> batch;
     {
       std::unique_lock<std::mutex> lock(events_mu_);
       const bool idle = scheduler_.size() == 0;
       if (events_.empty() && idle && !LookAheadDue()) {
-        // Wake up periodically to probe the ring while it is not known to be closed.
-        const bool closed = head_ != nullptr && head_->ring_closed();
+        // Wake up periodically to probe the ring while it is not known to be closed, and to end
+        // held sessions in time.
+        const bool closed = head_ != nullptr && head_->ring_closed() && holds_.empty();
         events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
       }
       batch.swap(events_);
     }
     for (Event& e : batch) HandleEvent(e);
+    MaybeStartDialing();
+    ExpireHolds();
     if (head_) head_->MaybeProbe();
     // Idle time (a session's tokens are travelling) drafts ahead; events are checked between.
     if (!RunBatch() && batch.empty()) LookAhead();

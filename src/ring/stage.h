@@ -42,7 +42,19 @@ struct StageOptions {
   // Instead of binding `listen`: an inherited socket already bound and listening. Create() takes
   // it over (and closes it when it fails).
   int listen_fd = -1;
-  std::string next;          // HOST:PORT of the successor (unused with dial_next)
+  std::string next;  // HOST:PORT of the successor (unused with dial_next)
+  // Repair (docs/PROTOCOL.md, "Repair"): more HOST:PORTs for the successor's window (hot
+  // standbys), tried in turn after `next` when the successor cannot be reached or answers no
+  // handshake, and again whenever the link drops.
+  std::vector<std::string> standby_peers;
+  // A hot standby: loads its window, listens and authenticates, but dials its successor only
+  // once a predecessor has linked to it (it has been adopted in place of a stage that died). Not
+  // for the head's window: clients hold the head's address.
+  bool standby = false;
+  // How long a stage holds the sessions crossing a link that went down, waiting for the ring to
+  // be repaired (a standby linked, the same stage back) and the head to replay them, before they
+  // end with an error. 0: they end at once.
+  int repair_timeout_ms = 30000;
   // Dial hooks, set by the CLI for relayed links; ring itself knows nothing of WebSockets.
   // dial_next replaces dialing `next` over TCP (same retries and backoff). dial_pred adds a
   // thread that keeps exactly one predecessor link open through it: dial, serve the link as an

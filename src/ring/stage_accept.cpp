@@ -259,6 +259,14 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream>
                             : wire::ErrorCode::kNotAdjacent;
       return refuse(code, s.message());
     }
+    // A process older than the predecessor that took its place (it froze, and woke up) is
+    // refused; a standby's first predecessor adopts it, which makes it the newest of its window.
+    if (Status s = pred_gate_.Admit(h.generation, "predecessor"); !s.ok()) {
+      return refuse(wire::ErrorCode::kBusy, s.message());
+    }
+    if (options_.standby && !adopted_.load()) {
+      generation_.store(NewGeneration(generation_.load()));
+    }
   }
   if (*is_client) {
     std::lock_guard<std::mutex> lock(links_mu_);
@@ -331,6 +339,7 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
                 link->what());
     replaced->Close();
   }
+  if (!is_client && options_.standby && !adopted_.exchange(true)) Push(Event{});
   const std::string peer_name(h.name, strnlen(h.name, sizeof(h.name)));
   if (!is_client) {
     KV_LOG_INFO("{}: link up: predecessor {} ({}, layers {}:{})", options_.name, peer_name,

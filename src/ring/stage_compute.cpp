@@ -30,7 +30,7 @@ void StageImpl::HandleEvent(Event& e) {
       break;
     case Event::Kind::kPredDown:
     case Event::Kind::kSuccDown:
-      FailAll(e.reason, e.kind == Event::Kind::kPredDown);
+      RingBroken(e.reason, e.kind == Event::Kind::kPredDown);
       break;
     case Event::Kind::kSuccUp:
       if (head_) head_->OnSuccUp();
@@ -83,10 +83,11 @@ void StageImpl::HandleMessage(Event& e) {
 void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // Every stage checks what it is sent before it opens anything, not only the head; the last
   // stage's sampler is only ever made from checked values.
+  if (o.replay) ResetForReplay(o.session);  // stage_repair.cpp
   std::unique_ptr<TailSampler> tail;
   Status checked;
   if (tail_) {
-    auto t = tail_->NewSampler(o.sampling, o.prompt, o.extra);
+    auto t = o.replay ? ReplaySampler(o) : tail_->NewSampler(o.sampling, o.prompt, o.extra);
     if (t.ok()) tail = std::move(t).value();
     checked = t.status();
   } else {
@@ -224,7 +225,7 @@ void StageImpl::HandleClose(const CloseMsg& c) {
 
 void StageImpl::HandleError(const ErrorMsg& e) {
   if (e.session == 0) {
-    if (e.code == wire::ErrorCode::kLinkDown) FailAll(e.message, true);
+    if (e.code == wire::ErrorCode::kLinkDown) RingBroken(e.message, true);
     return;
   }
   auto it = sessions_.find(e.session);

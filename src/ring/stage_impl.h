@@ -32,6 +32,7 @@
 #include "ring/pending_table.h"
 #include "ring/prompt_cache.h"
 #include "ring/receipt_book.h"
+#include "ring/repair.h"
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/spec_tail.h"
@@ -109,6 +110,10 @@ struct Session {
   uint32_t n_cached = 0;               // prompt positions taken over from a kept session
   std::vector<int32_t> history;        // head: the ids of its positions (prompt, then tokens fed)
   std::unique_ptr<GenerateMsg> retry;  // head, forked: the request, to open afresh on a miss
+  // Repair (stage_repair.cpp), head only: the request's extra sampling, sent again by a replay;
+  // and when the session was replayed, since when its client has waited for a token.
+  SamplingExtra extra;
+  std::optional<Clock::time_point> paused_since;
 };
 
 // The options of a link to a neighbour (stage_links.cpp), accepting frames up to `max_payload`.
@@ -216,6 +221,25 @@ class StageImpl final : public Stage {
   // A session that ends right after a verify chunk keeps only that chunk's first row, which every
   // stage knows was decided (the others may have been rejected), before the prompt cache keeps it.
   void DropUnverifiedRows(Session& s);
+  // stage_repair.cpp: holding sessions while the ring is broken, and replaying them.
+  // A link of the ring went down (`forward`: tell the stages downstream, toward the head):
+  // holds every session for the repair timeout, or without one fails them all (FailAll).
+  void RingBroken(const std::string& why, bool forward);
+  // Ends the held sessions whose repair timeout passed (the head tells their clients).
+  void ExpireHolds();
+  // Head, once its probe came around the repaired ring: replays every held session.
+  void ReplayHeld();
+  // Not the head: a replay's OPEN_SESSION starts the session again from position 0.
+  void ResetForReplay(uint32_t session);
+  // The last stage: a replayed session's sampler, resumed after the tokens sampled before.
+  Result<std::unique_ptr<TailSampler>> ReplaySampler(const OpenSessionMsg& o);
+  // Head: whether a TOKEN for `s` is the one it waits for (not held, not from before a replay).
+  bool AcceptsToken(Session& s, const TokenMsg& t);
+  // A standby that a predecessor adopted starts dialing its successor (compute thread).
+  void MaybeStartDialing();
+  // The compute loop's previous turn began at `last_turn`: a process stopped for longer than the
+  // link timeout stops dialing the standby peers (compute thread).
+  void CheckStalled(Clock::time_point last_turn);
 
   // stage_rows.cpp: row commitments.
   // A new session's commitment, keeping its rows when the store keeps rows.
@@ -283,6 +307,15 @@ class StageImpl final : public Stage {
   std::map<uint64_t, std::shared_ptr<Link>> clients_;
   uint64_t next_client_ = 1;
   std::unique_ptr<SuccessorLink> succ_link_;  // made at creation, never null after
+  // The successor's addresses: `next`, then the standby peers; the dial thread tries them in
+  // turn from succ_next_ (its own).
+  std::vector<std::pair<std::string, uint16_t>> succ_addrs_;
+  size_t succ_next_ = 0;
+  std::atomic<bool> succ_linked_once_{false};
+  // Repair: this process's place in the ring (HELLO's generation) and the newest neighbours.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> adopted_{false};  // a standby: a predecessor linked to it
+  GenerationGate pred_gate_, succ_gate_;
   // Wakes the relayed predecessor's dialer from its backoff when the stage stops.
   std::mutex pred_cv_mu_;
   std::condition_variable pred_cv_;
@@ -302,10 +335,13 @@ class StageImpl final : public Stage {
   std::unique_ptr<SpecTail> spec_;       // on a last stage that drafts
   std::shared_ptr<RowStore> row_store_;  // never null
   ReceiptBook receipts_;                 // after row_store_, which it shares
+  HoldBook holds_;                       // sessions held while the ring is broken
+  std::string hold_reason_;              // the link that went down, for clients' errors
 
   // Statistics.
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+  std::atomic<uint64_t> repairs_{0}, replayed_tokens_{0};  // head: sessions replayed, their ids
 };
 
 }  // namespace kvasir::ring

@@ -47,20 +47,42 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
   if (options_.dial_next) {
     o.dial = options_.dial_next;
   } else {
-    o.dial = [this](const std::function<bool()>&) {
-      return net::DialTcp(succ_host_, succ_port_, 2000);
+    // The successor's addresses in turn (the standby peers after `next`): the first that takes
+    // the connection; the next dial starts after it, so one that took it and then answered no
+    // handshake (a frozen process) is not the first one tried again.
+    // Until a successor has linked once, only `next`: at start the stages come up in any order,
+    // and a standby is for a stage that died.
+    o.dial = [this](const std::function<bool()>&) -> Result<std::unique_ptr<net::Stream>> {
+      Status last;
+      const bool any = succ_linked_once_.load();
+      const size_t n = any ? succ_addrs_.size() : 1;
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = ((any ? succ_next_ : 0) + k) % succ_addrs_.size();
+        auto stream = net::DialTcp(succ_addrs_[i].first, succ_addrs_[i].second, 2000);
+        if (stream.ok()) {
+          succ_next_ = (i + 1) % succ_addrs_.size();
+          return stream;
+        }
+        last = stream.status();
+      }
+      return last;
     };
     o.log_dial_error = false;
   }
   o.auth = stage_auth_;
   o.auth.peer_key = options_.succ_key;
-  o.handshake_timeout_ms = options_.handshake_timeout_ms;
+  // A successor that does not finish its handshake within the link timeout is as good as down.
+  o.handshake_timeout_ms = std::min(options_.handshake_timeout_ms, options_.link_timeout_ms);
   o.max_payload = stage_max_payload_;
   o.link = StageLinkOptions(options_, stage_max_payload_);
   o.hello = MyHello();
-  o.check_hello = [this](const wire::Hello& h) { return CheckStageHello(h, false); };
+  o.check_hello = [this](const wire::Hello& h) {
+    KV_RETURN_IF_ERROR(CheckStageHello(h, false));
+    return succ_gate_.Admit(h.generation, "successor");
+  };
   o.track = [this](const std::shared_ptr<Link>& link) { return TrackLink(link); };
   o.on_change = [this](bool up, const std::string& reason) {
+    if (up) succ_linked_once_.store(true);
     Event e;
     e.kind = up ? Event::Kind::kSuccUp : Event::Kind::kSuccDown;
     e.reason = reason;

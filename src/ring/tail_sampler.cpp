@@ -164,6 +164,27 @@ void TailSampler::FillLogprobs(std::span<const float> logits, int32_t id,
   for (int32_t i : best) out->push_back({i, logprob(i), {}});
 }
 
+Status TailSampler::Resume(std::span<const int32_t> generated, int n_vocab) {
+  if (recognizer_ != nullptr && !sampler_.greedy()) {
+    return Error(
+        "replay: a session with a grammar and a temperature above 0 cannot be resumed exactly "
+        "(its draws depend on the logits)");
+  }
+  for (int32_t id : generated) {
+    if (id < 0 || id >= n_vocab) {
+      return Error("replay: token {} is outside the vocabulary of {}", id, n_vocab);
+    }
+    if (recognizer_ != nullptr && trie_->kind(id) == grammar::TokenKind::kText &&
+        !trie_->Accept(&matcher_, id)) {
+      return Error("replay: the grammar does not allow token {} here", id);
+    }
+    sampler_.SkipDraw();
+    history_.push_back(id);
+    ++n_generated_;
+  }
+  return Status::Ok();
+}
+
 Result<TokenMsg> TailSampler::Sample(uint32_t session, std::span<const float> logits, int pos,
                                      int n_ctx, const std::function<bool(int32_t)>& is_eog) {
   const std::span<const float> adjusted = adjust_ ? Adjust(logits) : logits;

@@ -66,6 +66,12 @@ class TailSampler {
                           int n_ctx, const std::function<bool(int32_t)>& is_eog, bool* accepted);
   // The prompt, then every token decided so far (what a drafter continues).
   const std::vector<int32_t>& history() const { return history_; }
+  // Resumes a session whose `generated` tokens were sampled before (a repair's replay): the
+  // penalty window, the grammar's position, the count of tokens and the random state become what
+  // they were after sampling them with the same request, so the next Sample draws exactly what an
+  // undisturbed run would. Refuses ids outside `n_vocab`, a token the grammar does not allow, and
+  // a grammar with a temperature above 0 (its draws depend on the logits, which are not here).
+  Status Resume(std::span<const int32_t> generated, int n_vocab);
   int n_generated() const { return n_generated_; }
   bool has_grammar() const { return recognizer_ != nullptr; }
 

@@ -94,7 +94,11 @@ struct Hello {
   uint32_t flags;         // kHelloHasEmbed | kHelloHasHead
   uint32_t reserved;
   char name[32];          // NUL-padded
-  uint8_t pad[16];
+  // Stages: which process holds this place in the ring, newest highest (microseconds since the
+  // Unix epoch when it started, or when a standby was adopted). A neighbour refuses a peer older
+  // than one it already linked with on that side (docs/PROTOCOL.md, "Repair"); 0: unknown.
+  uint64_t generation;
+  uint8_t pad[8];
 };
 static_assert(sizeof(Hello) == 96);
 
@@ -180,14 +184,17 @@ struct OpenSessionBody {
   uint32_t session;
   uint32_t n_prompt;       // tail: n_prompt × i32 ids
   SamplingWire sampling;
-  uint32_t fork_from;      // 0, or a kept session whose state this one takes over
-  uint32_t n_cached;       // with fork_from: its first positions kept (< n_prompt); else 0
-  uint32_t open_flags;     // kOpenKeep
-  uint8_t pad[4];
+  uint32_t fork_from;    // 0, or a kept session whose state this one takes over
+  uint32_t n_cached;     // with fork_from: its first positions kept (< n_prompt); else 0
+  uint32_t open_flags;   // kOpenKeep | kOpenReplay
+  uint32_t n_generated;  // with kOpenReplay: the last n_generated ids were sampled (< n_prompt)
 };
 static_assert(sizeof(OpenSessionBody) == 64);
 // Keep the session's state when it ends, for a later session to take over (prompt cache).
 inline constexpr uint32_t kOpenKeep = 1;
+// A repair's replay (docs/PROTOCOL.md, "Repair"): the session may exist already; every stage
+// starts it again from position 0, and the ids are the prompt then the tokens sampled so far.
+inline constexpr uint32_t kOpenReplay = 2;
 
 inline constexpr uint16_t kHiddenSample = 1;
 // A verify chunk (with kHiddenSample): the rows are a token and the drafts that follow it. Every

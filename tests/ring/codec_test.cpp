@@ -119,6 +119,10 @@ std::vector<Message> SampleMessages() {
   out.push_back(GenerateMsg{Sampling(), "Once upon a time", {"\n\n", "", "The end"}, true, {}});
   out.push_back(OpenSessionMsg{3, Sampling(), {}, {}});
   out.push_back(OpenSessionMsg{4, Sampling(), {1, 15043, 0, 31999}, {}});
+  OpenSessionMsg replay{5, Sampling(), {1, 15043, 0, 31999}, {}};
+  replay.replay = true;
+  replay.n_generated = 2;
+  out.push_back(replay);
   const std::vector<float> rows = TestRows(3 * 5);
   out.push_back(MakeHidden(3, 0, 3, 5, Dtype::kF32, wire::kHiddenSample, rows));
   out.push_back(MakeHidden(3, 9, 3, 5, Dtype::kF16, 0, rows));
@@ -160,6 +164,8 @@ void ExpectSameMessage(const Message& a, const Message& b) {
     EXPECT_EQ(x->session, y.session);
     EXPECT_TRUE(SameBytes(x->sampling, y.sampling));
     EXPECT_EQ(x->prompt, y.prompt);
+    EXPECT_EQ(x->replay, y.replay);
+    EXPECT_EQ(x->n_generated, y.n_generated);
   } else if (auto* x = std::get_if<HiddenMsg>(&a)) {
     const auto& y = std::get<HiddenMsg>(b);
     EXPECT_EQ(x->session, y.session);
@@ -554,6 +560,33 @@ TEST(RingCodecTest, OpenSessionChecks) {
   b.session = 0;
   EXPECT_EQ(DecodeError(RawFrame(MsgType::kOpenSession, b, 4)),
             "OPEN_SESSION: session is 0 (session ids are nonzero)");
+}
+
+// A replay names how many of its ids were sampled: fewer than all, and only in a replay.
+TEST(RingCodecTest, OpenSessionReplayChecks) {
+  wire::OpenSessionBody b{};
+  b.session = 2;
+  b.n_prompt = 1;
+  b.n_generated = 1;
+  auto frame = [&] {
+    Frame f{static_cast<uint16_t>(MsgType::kOpenSession), {}};
+    Append(&f.payload, b);
+    f.payload.resize(f.payload.size() + sizeof(int32_t), 0);  // one id: 0
+    return f;
+  };
+  EXPECT_EQ(DecodeError(frame()),
+            "OPEN_SESSION: n_generated 1 with fork_from 0, 1 ids and replay off");
+  b.open_flags = wire::kOpenReplay;
+  EXPECT_EQ(DecodeError(frame()),
+            "OPEN_SESSION: n_generated 1 with fork_from 0, 1 ids and replay on");
+  b.n_generated = 0;
+  auto ok = DecodeMessage(frame());
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_TRUE(std::get<OpenSessionMsg>(*ok).replay);
+  OpenSessionMsg bad{3, {}, {1, 2}, {}};
+  bad.replay = true;
+  bad.n_generated = 2;
+  EXPECT_FALSE(CheckEncodable(bad).ok());
 }
 
 TEST(RingCodecTest, TokenAndCloseChecks) {

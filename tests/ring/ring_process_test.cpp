@@ -19,12 +19,15 @@ using testing::AssetPath;
 
 using testing::ChildProcess;
 
-// A stage process that is asked to stop (SIGTERM) when the test ends.
+// A stage process that is asked to stop (SIGTERM) when the test ends. Sessions crossing a link
+// that goes down end at once (--repair-timeout 0; heal_process_test holds and replays them).
 std::unique_ptr<ChildProcess> StartStage(const std::string& model, const std::string& layers,
                                          int listen_fd, uint16_t next, const std::string& name) {
-  return std::make_unique<ChildProcess>(
-      testing::StageProcessArgs({"-m", model}, layers, listen_fd, next, name), "", SIGTERM,
-      std::vector<int>{listen_fd});
+  std::vector<std::string> args =
+      testing::StageProcessArgs({"-m", model}, layers, listen_fd, next, name);
+  args.push_back("--repair-timeout");
+  args.push_back("0");
+  return std::make_unique<ChildProcess>(args, "", SIGTERM, std::vector<int>{listen_fd});
 }
 
 using testing::Greedy;

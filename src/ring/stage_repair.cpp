@@ -1,0 +1,202 @@
+// Stage runtime, repair (docs/PROTOCOL.md, "Repair"). When a link of the ring goes down, the
+// stages on both sides, and every stage the news reaches, hold their sessions instead of failing
+// them, for up to the repair timeout (HoldBook). The successor link redials, through the standby
+// peers when the successor is gone; once the head's probe comes back around, the head replays
+// every held session: OPEN_SESSION with kOpenReplay and the session's ids (prompt, then the tokens
+// sampled so far), then those ids as prompt chunks. Every stage starts the session again from
+// position 0, so a replacement that holds nothing and a stage that holds everything compute the
+// same rows, and the last stage resumes the sampler after the tokens it had drawn: the client
+// gets exactly the tokens an undisturbed run gives. Sessions not replayed in time end with an
+// error, on every stage.
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "ring/stage_impl.h"
+
+namespace kvasir::ring {
+namespace {
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+void StageImpl::RingBroken(const std::string& why, bool forward) {
+  if (!holds_.enabled()) {
+    FailAll(why, forward);
+    return;
+  }
+  std::vector<uint32_t> ids;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    Session& s = it->second;
+    if (s.originated && s.closing && !holds_.held(s.id)) {
+      // Its CLOSE may be lost at the break; every other stage holds it and lets it expire.
+      it = sessions_.erase(it);
+      continue;
+    }
+    ids.push_back(s.id);
+    // The head runs nothing for a held session: its rows would die at the break.
+    if (head_) scheduler_.TakeSession(s.id);
+    ++it;
+  }
+  holds_.Hold(ids, Clock::now());
+  hold_reason_ = why;
+  if (!ids.empty()) {
+    KV_LOG_WARN("{}: holding {} session(s) for up to {:.1f} s: {}", options_.name, ids.size(),
+                holds_.timeout().count() / 1000.0, why);
+  }
+  if (head_) {
+    head_->OnRingDown(why);
+  } else if (forward) {
+    // Toward the head, which replays once the ring is whole again.
+    SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
+  }
+}
+
+void StageImpl::ExpireHolds() {
+  if (holds_.empty()) return;
+  for (uint32_t id : holds_.Expired(Clock::now())) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) continue;
+    Session& s = it->second;
+    const std::string why =
+        fmt::format("session ended: the ring was not repaired within {:.1f} s ({})",
+                    holds_.timeout().count() / 1000.0, hold_reason_);
+    KV_LOG_WARN("{}: session {}: {}", options_.name, id, why);
+    window_->CloseSequence(static_cast<int>(id));
+    scheduler_.TakeSession(id);
+    if (s.originated) {
+      if (!s.closing) SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, why});
+      // The stages before the break free it now; the others hold it and expire it too.
+      SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kError)});
+    }
+    sessions_.erase(it);
+  }
+}
+
+void StageImpl::ReplayHeld() {
+  for (uint32_t id : holds_.ids()) {
+    const auto since = holds_.since(id);
+    holds_.Release(id);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) continue;
+    Session& s = it->second;
+    if (s.closing) {
+      // Ended while held: its CLOSE may have died at the break; send it around the whole ring.
+      if (!SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kClientClosed)})) {
+        continue;
+      }
+      sessions_.erase(it);
+      continue;
+    }
+    // Everything again from position 0: this window's state too, so that every stage runs the
+    // same rows (their receipts agree) and the replacement gets its input.
+    window_->CloseSequence(static_cast<int>(id));
+    scheduler_.TakeSession(id);
+    if (Status st = OpenSequence(id); !st.ok()) {
+      KV_LOG_WARN("{}: session {}: replay: {}", options_.name, id, st.message());
+      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBusy, id, "replay: " + st.message()});
+      sessions_.erase(it);
+      continue;
+    }
+    s.rows = 0;
+    s.commit = NewCommit();
+    s.retry.reset();
+    s.paused_since = since;
+    const int n = static_cast<int>(s.history.size());
+    OpenSessionMsg open{id, s.sampling, s.history, s.extra};
+    open.keep = s.keep;
+    open.replay = true;
+    open.n_generated = static_cast<uint32_t>(s.n_generated);
+    if (!SendNext(open)) {
+      // The link dropped again: held again by the event that tells it.
+      holds_.Hold(std::span<const uint32_t>(&id, 1), since.value_or(Clock::now()));
+      continue;
+    }
+    for (int pos = 0; pos < n; pos += options_.chunk) {
+      Work w;
+      w.session = id;
+      w.pos0 = pos;
+      w.n_tokens = std::min(options_.chunk, n - pos);
+      w.sample = pos + w.n_tokens == n;
+      w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + w.n_tokens);
+      scheduler_.AddPrefill(std::move(w));
+    }
+    repairs_.fetch_add(1);
+    replayed_tokens_.fetch_add(static_cast<uint64_t>(n));
+    KV_LOG_INFO("{}: session {} replayed: {} positions ({} generated)", options_.name, id, n,
+                s.n_generated);
+  }
+}
+
+void StageImpl::ResetForReplay(uint32_t session) {
+  holds_.Release(session);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;  // a replacement: it never had the session
+  window_->CloseSequence(static_cast<int>(session));
+  scheduler_.TakeSession(session);
+  sessions_.erase(it);
+}
+
+Result<std::unique_ptr<TailSampler>> StageImpl::ReplaySampler(const OpenSessionMsg& o) {
+  // Speculative rejection sampling spends a varying number of draws per token, which the replay
+  // does not know; greedy verification spends none.
+  if (spec_ && o.sampling.temperature > 0.0f && (o.sampling.flags & wire::kSamplingGrammar) == 0) {
+    return Error(
+        "replay: a session sampled at a temperature above 0 with drafts cannot be resumed exactly "
+        "(its random draws depend on which drafts were accepted)");
+  }
+  const size_t n_prompt = o.prompt.size() - o.n_generated;
+  KV_ASSIGN_OR_RETURN(
+      std::unique_ptr<TailSampler> t,
+      tail_->NewSampler(o.sampling,
+                        std::vector<int32_t>(o.prompt.begin(), o.prompt.begin() + n_prompt),
+                        o.extra));
+  KV_RETURN_IF_ERROR(
+      t->Resume(std::span<const int32_t>(o.prompt).subspan(n_prompt), window_->config().n_vocab));
+  return t;
+}
+
+bool StageImpl::AcceptsToken(Session& s, const TokenMsg& t) {
+  // Held: the replay will sample it again. Another position: drawn before the replay, which
+  // draws the same token again at the same position.
+  if (holds_.held(s.id) || t.token.pos != s.history.size()) return false;
+  if (s.paused_since) {
+    KV_LOG_INFO("{}: session {} resumed after a pause of {:.0f} ms", options_.name, s.id,
+                MsSince(*s.paused_since));
+    s.paused_since.reset();
+  }
+  return true;
+}
+
+void StageImpl::MaybeStartDialing() {
+  if (!options_.standby || !adopted_.load()) return;
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  if (!running_.load() || dial_thread_.joinable()) return;
+  {
+    // Made again so that its HELLO carries the generation of the adoption.
+    std::lock_guard<std::mutex> lock(links_mu_);
+    succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
+  }
+  // It takes the place of a stage that died: its successor may have died too, so every address.
+  succ_linked_once_.store(true);
+  KV_LOG_INFO("{}: adopted by a predecessor: dialing the successor", options_.name);
+  dial_thread_ = std::thread([this] { succ_link_->Run(); });
+}
+
+void StageImpl::CheckStalled(Clock::time_point last_turn) {
+  const auto gap = Clock::now() - last_turn;
+  if (gap < std::chrono::milliseconds(options_.link_timeout_ms)) return;
+  // Frozen (SIGSTOP, a suspended machine) for longer than a link may be silent: a standby has
+  // probably taken this place. Its standbys are not this stage's to adopt; only `next` is
+  // dialed until a successor links again, and a neighbour that moved on refuses this process.
+  if (succ_linked_once_.exchange(false)) {
+    KV_LOG_WARN(
+        "{}: this process did not run for {:.1f} s: dialing only {} until a successor "
+        "links again",
+        options_.name, std::chrono::duration<double>(gap).count(), succ_desc_);
+  }
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,413 @@
+// A ring that heals (docs/PROTOCOL.md, "Repair"), with real `kvasir stage` processes: a stage
+// killed or frozen mid-generation is replaced by a hot standby, the head replays every session,
+// and every client gets exactly what one process gives for the same seed; without a standby the
+// sessions end with a clear error after --repair-timeout; and nothing is left open afterwards.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "kvasir_process.h"
+#include "model/arch/registry.h"
+#include "model/layer_window.h"
+#include "ring/client.h"
+#include "ring/sampling_wire.h"
+#include "ring_test_util.h"
+#include "test_assets.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::AssetPath;
+using testing::ChildProcess;
+
+constexpr const char* kModel = "models/stories260K.gguf";
+constexpr int kTokens = 160;  // per session: long enough to be mid-stream when a stage dies
+
+// Free loopback ports, chosen now and given up, so that each stage binds its own and a killed
+// stage's port refuses connections at once (its predecessor moves on to a standby).
+std::vector<uint16_t> FreePorts(int n) {
+  testing::BoundPorts held(n);
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; ++i) ports.push_back(held[static_cast<size_t>(i)]);
+  return ports;
+}
+
+std::string Addr(uint16_t port) { return fmt::format("127.0.0.1:{}", port); }
+
+// One stage process of a healing ring: --link-timeout 2, and the given repair flags.
+struct StageSpec {
+  std::string name, layers;
+  uint16_t port = 0;
+  std::vector<uint16_t> next;  // the successor's address, then its standbys
+  bool standby = false;
+  double repair_timeout_s = 20;
+};
+
+std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::TempDir& logs) {
+  std::vector<std::string> args = {KVASIR_BINARY,
+                                   "stage",
+                                   "-m",
+                                   AssetPath(kModel),
+                                   "--layers",
+                                   s.layers,
+                                   "--listen",
+                                   Addr(s.port),
+                                   "--next",
+                                   Addr(s.next[0]),
+                                   "--name",
+                                   s.name,
+                                   "-t",
+                                   "1",
+                                   "--link-timeout",
+                                   "2",
+                                   "--repair-timeout",
+                                   fmt::format("{}", s.repair_timeout_s)};
+  std::string peers;
+  for (size_t i = 1; i < s.next.size(); ++i) peers += (peers.empty() ? "" : ",") + Addr(s.next[i]);
+  if (!peers.empty()) {
+    args.push_back("--standby-peers");
+    args.push_back(peers);
+  }
+  if (s.standby) args.push_back("--standby");
+  for (std::string& a : testing::StageTrustArgs(s.name)) args.push_back(std::move(a));
+  return std::make_unique<ChildProcess>(args, logs.File(s.name + ".log"), SIGTERM);
+}
+
+// The reference: the whole model in one process, `n` tokens (end-of-generation ignored).
+std::vector<int32_t> Reference(const std::string& prompt, const SamplingParams& params, int n) {
+  auto file = GgufFile::Open(AssetPath(kModel));
+  EXPECT_TRUE(file.ok());
+  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+  auto cfg = LoadModelConfig(*shared);
+  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, WindowOptions{});
+  EXPECT_TRUE(w.ok()) << w.status().message();
+  auto tok = Tokenizer::FromGguf(shared->header(), AssetPath(kModel));
+  std::vector<int32_t> history = (*tok)->Encode(prompt, true, true);
+  EXPECT_TRUE((*w)->OpenSequence(0).ok());
+  ForwardInput in;
+  in.chunks = {{0, 0, static_cast<int>(history.size())}};
+  in.tokens = history;
+  ForwardOutput out;
+  Sampler sampler(params);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE((*w)->Forward(in, &out).ok());
+    ids.push_back(sampler.Sample(out.logits, history));
+    history.push_back(ids.back());
+    in.chunks = {{0, (*w)->SequenceLength(0), 1}};
+    in.tokens = std::span<const int32_t>(&history.back(), 1);
+  }
+  return ids;
+}
+
+// Client i's request: greedy for even i, seeded sampling at temperature 0.9 for odd i.
+SamplingParams ClientSampling(int i) {
+  SamplingParams p = testing::Greedy();
+  if (i % 2 == 1) {
+    p.temperature = 0.9f;
+    p.top_k = 20;
+    p.seed = 1000 + static_cast<uint64_t>(i);
+  }
+  return p;
+}
+
+std::string ClientPrompt(int i) {
+  const char* prompts[] = {"Once upon a time", "The little dog", "Lily went to the park",
+                           "One day, a bird"};
+  return prompts[i % 4];
+}
+
+// `n` clients stream at once; once each has `before` tokens, `disturb` runs (a stage is killed
+// or frozen). Each client's ids, error and longest wait between two tokens come back.
+struct ClientRun {
+  std::vector<int32_t> ids;
+  std::string error;
+  double pause_ms = 0;
+  int seen_at_disturb = -1;
+};
+
+std::vector<ClientRun> StreamWhile(const std::string& head, int n, int before,
+                                   const std::function<void()>& disturb) {
+  std::vector<ClientRun> runs(static_cast<size_t>(n));
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      ClientRun& r = runs[static_cast<size_t>(i)];
+      ring::ClientOptions opt;
+      opt.ring_secret = testing::kTestRingSecret;
+      opt.token_timeout_ms = 60000;
+      opt.link_timeout_ms = 2000;  // as the stages': its keepalives keep the head's link up
+      auto client = ring::RingClient::Connect(head, opt);
+      if (!client.ok()) {
+        r.error = client.status().message();
+        seen[static_cast<size_t>(i)] = kTokens;
+        return;
+      }
+      ring::GenerateMsg req;
+      req.prompt = ClientPrompt(i);
+      req.sampling = ring::SamplingToWire(ClientSampling(i), kTokens, /*ignore_eog=*/true);
+      Clock::time_point last = Clock::now();
+      auto res = (*client)->Generate(req, [&](const ring::TokenMsg& t) {
+        const auto now = Clock::now();
+        if (!r.ids.empty()) {
+          r.pause_ms =
+              std::max(r.pause_ms, std::chrono::duration<double, std::milli>(now - last).count());
+        }
+        last = now;
+        r.ids.push_back(t.token.id);
+        seen[static_cast<size_t>(i)] = static_cast<int>(r.ids.size());
+      });
+      if (!res.ok()) r.error = res.status().message();
+      seen[static_cast<size_t>(i)] = kTokens;  // done either way
+    });
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  auto all_seen = [&] {
+    for (auto& s : seen) {
+      if (s.load() < before) return false;
+    }
+    return true;
+  };
+  while (!all_seen() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 0; i < n; ++i) runs[static_cast<size_t>(i)].seen_at_disturb = seen[i].load();
+  disturb();
+  for (auto& t : threads) t.join();
+  return runs;
+}
+
+// Every client got its reference output, and was mid-stream when the ring was disturbed.
+void ExpectUndisturbed(const std::vector<ClientRun>& runs, const std::string& what) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ClientRun& r = runs[i];
+    EXPECT_EQ(r.error, "") << what << ", client " << i;
+    EXPECT_LT(r.seen_at_disturb, kTokens) << what << ", client " << i << " had finished";
+    EXPECT_EQ(r.ids, Reference(ClientPrompt(static_cast<int>(i)),
+                               ClientSampling(static_cast<int>(i)), kTokens))
+        << what << ", client " << i;
+    std::printf("%s: client %zu paused %.0f ms (%d tokens before)\n", what.c_str(), i, r.pause_ms,
+                r.seen_at_disturb);
+  }
+}
+
+// Waits until every stage of the ring reports no session open; returns their records then.
+std::vector<wire::StageStats> ExpectIdle(const std::string& head, size_t n_stages) {
+  auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
+  EXPECT_TRUE(client.ok()) << client.status().message();
+  if (!client.ok()) return {};
+  EXPECT_TRUE((*client)->WaitReady(30000).ok());
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (true) {
+    auto stats = (*client)->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status().message();
+    if (!stats.ok()) return {};
+    EXPECT_EQ(stats->size(), n_stages);
+    uint32_t open = 0;
+    for (const auto& s : *stats) open += s.sessions_open;
+    if (open == 0) return *stats;
+    if (Clock::now() > deadline) {
+      ADD_FAILURE() << open << " session(s) still open";
+      return *stats;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+uint64_t RssOf(const std::vector<wire::StageStats>& stats, const std::string& name) {
+  for (const auto& s : stats) {
+    if (std::string(s.name) == name) return s.rss_bytes;
+  }
+  ADD_FAILURE() << "no stage " << name;
+  return 0;
+}
+
+void DumpLogsOnFailure(const std::vector<std::unique_ptr<ChildProcess>>& stages) {
+  if (!::testing::Test::HasFailure()) return;
+  for (const auto& s : stages) {
+    const std::string log = s->log();
+    std::fprintf(stderr, "---- stage log ----\n%s\n",
+                 log.substr(log.size() > 6000 ? log.size() - 6000 : 0).c_str());
+  }
+}
+
+// The ring of these tests: H 0:1 -> A 1:2 -> B 2:4 -> T 4:5 -> H, each window after the head with
+// a hot standby (A2, B2, T2); the predecessors list the standby after the stage.
+struct HealingRing {
+  testing::TempDir logs;
+  std::vector<uint16_t> ports = FreePorts(7);  // H, A, B, T, A2, B2, T2
+  std::vector<std::unique_ptr<ChildProcess>> stages;
+  explicit HealingRing(double repair_timeout_s = 20, bool standbys = true) {
+    const uint16_t h = ports[0], a = ports[1], b = ports[2], t = ports[3];
+    const uint16_t a2 = ports[4], b2 = ports[5], t2 = ports[6];
+    auto with = [&](uint16_t p, uint16_t standby) {
+      return standbys ? std::vector<uint16_t>{p, standby} : std::vector<uint16_t>{p};
+    };
+    std::vector<StageSpec> specs = {
+        {"H", "0:1", h, with(a, a2), false, repair_timeout_s},
+        {"A", "1:2", a, with(b, b2), false, repair_timeout_s},
+        {"B", "2:4", b, with(t, t2), false, repair_timeout_s},
+        {"T", "4:5", t, {h}, false, repair_timeout_s},
+    };
+    if (standbys) {
+      specs.push_back({"A2", "1:2", a2, with(b, b2), true, repair_timeout_s});
+      specs.push_back({"B2", "2:4", b2, with(t, t2), true, repair_timeout_s});
+      specs.push_back({"T2", "4:5", t2, {h}, true, repair_timeout_s});
+    }
+    for (const StageSpec& s : specs) stages.push_back(StartStage(s, logs));
+  }
+  ~HealingRing() { DumpLogsOnFailure(stages); }
+  std::string head() const { return Addr(ports[0]); }
+  ChildProcess& stage(size_t i) { return *stages[i]; }
+};
+
+TEST(HealProcessTest, KilledStagesAreReplacedByStandbysAndClientsLoseNothing) {
+  KV_REQUIRE_ASSET(kModel);
+  HealingRing ring;
+  {
+    auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ASSERT_TRUE((*client)->WaitReady(30000).ok());
+  }
+  // A middle stage, then the last stage, then the head's successor.
+  const std::pair<size_t, const char*> victims[] = {
+      {2, "B (middle)"}, {3, "T (last)"}, {1, "A (head's successor)"}};
+  for (const auto& [index, name] : victims) {
+    auto runs = StreamWhile(ring.head(), 8, 4, [&] { ring.stage(index).Kill(SIGKILL); });
+    ExpectUndisturbed(runs, fmt::format("kill -9 {}", name));
+  }
+  ExpectIdle(ring.head(), 4);
+}
+
+TEST(HealProcessTest, FrozenStageIsReplacedAndRefusedWhenItWakes) {
+  KV_REQUIRE_ASSET(kModel);
+  HealingRing ring;
+  {
+    auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ASSERT_TRUE((*client)->WaitReady(30000).ok());
+  }
+  auto runs = StreamWhile(ring.head(), 8, 4, [&] { ring.stage(2).Signal(SIGSTOP); });
+  ExpectUndisturbed(runs, "SIGSTOP B");
+  // B wakes up: it dials T again, and T refuses it (B2 took its place).
+  ring.stage(2).Signal(SIGCONT);
+  auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  uint32_t refused = 0;
+  while (refused == 0 && Clock::now() < deadline) {
+    auto stats = (*client)->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status().message();
+    for (const auto& s : *stats) {
+      if (std::string(s.name) == "T") refused = s.links_refused;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(refused, 0u) << "T never refused the woken stage";
+  // The ring still answers exactly, through B2.
+  auto after = StreamWhile(ring.head(), 2, 0, [] {});
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].error, "");
+    EXPECT_EQ(after[i].ids, Reference(ClientPrompt(static_cast<int>(i)),
+                                      ClientSampling(static_cast<int>(i)), kTokens));
+  }
+  ExpectIdle(ring.head(), 4);
+  EXPECT_NE(ring.stage(2).log().find("older than"), std::string::npos)
+      << "the woken stage was not told why it was refused";
+}
+
+TEST(HealProcessTest, WithoutAStandbySessionsEndAfterTheRepairTimeout) {
+  KV_REQUIRE_ASSET(kModel);
+  HealingRing ring(/*repair_timeout_s=*/2, /*standbys=*/false);
+  {
+    auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ASSERT_TRUE((*client)->WaitReady(30000).ok());
+  }
+  const auto t0 = Clock::now();
+  auto runs = StreamWhile(ring.head(), 4, 4, [&] { ring.stage(2).Kill(SIGKILL); });
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const ClientRun& r : runs) {
+    EXPECT_NE(r.error.find("not repaired within 2.0 s"), std::string::npos) << r.error;
+    EXPECT_LT(r.ids.size(), static_cast<size_t>(kTokens));
+  }
+  EXPECT_GE(waited, 2.0);
+  // The same stage back: the ring closes again, and no stage kept any of the ended sessions.
+  ring.stage(2).Start();
+  ExpectIdle(ring.head(), 4);
+}
+
+// Twenty repairs in a row under load: the middle window has two processes, both standbys, which
+// take turns (the killed one comes back as the standby); afterwards every stage is idle.
+TEST(HealProcessTest, TwentyRepairsInARowLeaveEveryStageIdle) {
+  KV_REQUIRE_ASSET(kModel);
+  testing::TempDir logs;
+  const std::vector<uint16_t> p = FreePorts(5);  // H, A, X, Y, T
+  std::vector<std::unique_ptr<ChildProcess>> stages;
+  for (const StageSpec& s : std::vector<StageSpec>{
+           {"H", "0:1", p[0], {p[1]}},
+           {"A", "1:2", p[1], {p[2], p[3]}},
+           {"X", "2:4", p[2], {p[4]}, true},
+           {"Y", "2:4", p[3], {p[4]}, true},
+           {"T", "4:5", p[4], {p[0]}},
+       }) {
+    stages.push_back(StartStage(s, logs));
+  }
+  const std::string head = Addr(p[0]);
+  // Idle after one round of sessions: the memory of the stages that stay, to compare with.
+  (void)StreamWhile(head, 2, 0, [] {});
+  const std::vector<wire::StageStats> before = ExpectIdle(head, 4);
+  // X was adopted first (A lists it first).
+  for (int repair = 0; repair < 20 && !::testing::Test::HasFailure(); ++repair) {
+    ChildProcess& victim = *stages[repair % 2 == 0 ? 2 : 3];
+    auto runs = StreamWhile(head, 2, 2, [&] { victim.Kill(SIGKILL); });
+    for (size_t i = 0; i < runs.size(); ++i) {
+      EXPECT_EQ(runs[i].error, "") << "repair " << repair << ", client " << i;
+      EXPECT_EQ(runs[i].ids.size(), static_cast<size_t>(kTokens)) << "repair " << repair;
+    }
+    victim.Start();  // back as the standby of the next repair
+  }
+  const std::vector<wire::StageStats> after = ExpectIdle(head, 4);
+  // The stages that held and replayed every session keep no more memory than a little slack
+  // (allocator caches) over what they held idle before.
+  for (const char* name : {"H", "A", "T"}) {
+    EXPECT_LE(RssOf(after, name), RssOf(before, name) + (uint64_t{16} << 20)) << name;
+  }
+  DumpLogsOnFailure(stages);
+}
+
+// The repair flags are checked before anything runs, each refusal naming the flag.
+TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
+  KV_REQUIRE_ASSET(kModel);
+  auto stage = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"stage",       "-m",        AssetPath(kModel), "--layers",
+                                     "0:2",         "--listen",  "127.0.0.1:0",     "--next",
+                                     "127.0.0.1:1", "--insecure"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::RunKvasir(args);
+  };
+  auto r = stage({"--standby"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("the head's window (layer 0) has no standby"), std::string::npos) << r.err;
+  r = stage({"--repair-timeout", "-1"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--repair-timeout -1 must be from 0 to 3600 seconds"), std::string::npos)
+      << r.err;
+  r = stage({"--standby-peers", "127.0.0.1:2,nowhere"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--standby-peers"), std::string::npos) << r.err;
+  r = testing::RunKvasir(
+      {"run", "-m", AssetPath(kModel), "--stages", "3", "--standby", "1", "--relay", "-p", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--standby works on direct links"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvasir
