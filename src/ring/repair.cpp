@@ -36,9 +36,21 @@ std::vector<uint32_t> HoldBook::ids() const {
   return out;
 }
 
-Status GenerationGate::Admit(uint64_t generation, std::string_view side) {
+std::optional<uint32_t> HoldBook::Oldest() const {
+  std::optional<uint32_t> oldest;
+  Clock::time_point at{};
+  for (const auto& [id, since] : held_) {
+    if (!oldest || since < at) {
+      oldest = id;
+      at = since;
+    }
+  }
+  return oldest;
+}
+
+Status GenerationGate::Admit(uint64_t generation, std::string_view side, bool newest_linked) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (generation < newest_) {
+  if (generation < newest_ && newest_linked) {
     return Error(StatusCode::kConflict,
                  "{} of generation {} is older than {}, which took its place: a newer process "
                  "holds this window now",

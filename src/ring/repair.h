@@ -38,6 +38,8 @@ class HoldBook {
   std::vector<uint32_t> Expired(Clock::time_point now);
   // The held sessions, in id order.
   std::vector<uint32_t> ids() const;
+  // The session held longest; nullopt when none is held.
+  std::optional<uint32_t> Oldest() const;
   bool empty() const { return held_.empty(); }
 
  private:
@@ -51,8 +53,9 @@ class HoldBook {
 class GenerationGate {
  public:
   // Admits a peer of `generation` on `side` ("predecessor", "successor"), remembering it when it
-  // is the newest; refuses (kConflict) one older than the newest admitted.
-  Status Admit(uint64_t generation, std::string_view side);
+  // is the newest; refuses (kConflict) one older than the newest admitted while `newest_linked`
+  // (the newer process still holds the place: once it is gone, an older one may take it back).
+  Status Admit(uint64_t generation, std::string_view side, bool newest_linked = true);
   uint64_t newest() const;
 
  private:

@@ -260,8 +260,14 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream>
       return refuse(code, s.message());
     }
     // A process older than the predecessor that took its place (it froze, and woke up) is
-    // refused; a standby's first predecessor adopts it, which makes it the newest of its window.
-    if (Status s = pred_gate_.Admit(h.generation, "predecessor"); !s.ok()) {
+    // refused while that one is linked; a standby's first predecessor adopts it, which makes it
+    // the newest of its window.
+    bool pred_linked;
+    {
+      std::lock_guard<std::mutex> lock(links_mu_);
+      pred_linked = pred_ != nullptr;
+    }
+    if (Status s = pred_gate_.Admit(h.generation, "predecessor", pred_linked); !s.ok()) {
       return refuse(wire::ErrorCode::kBusy, s.message());
     }
     if (options_.standby && !adopted_.load()) {

@@ -12,6 +12,9 @@ Status StageImpl::OpenSequence(uint32_t session) {
     window_->CloseSequence(static_cast<int>(*cache_.EvictOldest()));
     s = window_->OpenSequence(static_cast<int>(session));
   }
+  // Then sessions held for a repair: a ring member that replaces its predecessor again and again
+  // would otherwise fill the window with held sessions until their timeout.
+  while (!s.ok() && EndOldestHeld()) s = window_->OpenSequence(static_cast<int>(session));
   return s;
 }
 

@@ -227,6 +227,10 @@ class StageImpl final : public Stage {
   void RingBroken(const std::string& why, bool forward);
   // Ends the held sessions whose repair timeout passed (the head tells their clients).
   void ExpireHolds();
+  // Ends the session held longest, to give its sequence to a new session; false when none is.
+  bool EndOldestHeld();
+  // Ends held session `id` (already released from the hold book) with `why`.
+  void EndHeld(uint32_t id, const std::string& why);
   // Head, once its probe came around the repaired ring: replays every held session.
   void ReplayHeld();
   // Not the head: a replay's OPEN_SESSION starts the session again from position 0.

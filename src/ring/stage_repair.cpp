@@ -57,22 +57,34 @@ void StageImpl::RingBroken(const std::string& why, bool forward) {
 void StageImpl::ExpireHolds() {
   if (holds_.empty()) return;
   for (uint32_t id : holds_.Expired(Clock::now())) {
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) continue;
-    Session& s = it->second;
-    const std::string why =
-        fmt::format("session ended: the ring was not repaired within {:.1f} s ({})",
-                    holds_.timeout().count() / 1000.0, hold_reason_);
-    KV_LOG_WARN("{}: session {}: {}", options_.name, id, why);
-    window_->CloseSequence(static_cast<int>(id));
-    scheduler_.TakeSession(id);
-    if (s.originated) {
-      if (!s.closing) SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, why});
-      // The stages before the break free it now; the others hold it and expire it too.
-      SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kError)});
-    }
-    sessions_.erase(it);
+    EndHeld(id, fmt::format("session ended: the ring was not repaired within {:.1f} s ({})",
+                            holds_.timeout().count() / 1000.0, hold_reason_));
   }
+}
+
+bool StageImpl::EndOldestHeld() {
+  const std::optional<uint32_t> id = holds_.Oldest();
+  if (!id) return false;
+  holds_.Release(*id);
+  EndHeld(*id, fmt::format("session ended: a new session needed its place while the ring was "
+                           "being repaired ({})",
+                           hold_reason_));
+  return true;
+}
+
+void StageImpl::EndHeld(uint32_t id, const std::string& why) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  Session& s = it->second;
+  KV_LOG_WARN("{}: session {}: {}", options_.name, id, why);
+  window_->CloseSequence(static_cast<int>(id));
+  scheduler_.TakeSession(id);
+  if (s.originated) {
+    if (!s.closing) SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, why});
+    // The stages before the break free it now; the others hold it and expire it too.
+    SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kError)});
+  }
+  sessions_.erase(it);
 }
 
 void StageImpl::ReplayHeld() {

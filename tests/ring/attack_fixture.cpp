@@ -129,8 +129,14 @@ AttackRing::AttackRing(const std::string& model, const std::vector<std::string>&
   for (size_t i = 0; i < 3; ++i) ports_.push_back((*bound_)[i]);
   const char* layers[] = {"0:2", "2:4", "4:5"};
   for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> source = {"-m", model_, "-c", "512", "--link-timeout",
-                                       std::to_string(kLinkTimeoutS)};
+    std::vector<std::string> source = {"-m",
+                                       model_,
+                                       "-c",
+                                       "512",
+                                       "--link-timeout",
+                                       std::to_string(kLinkTimeoutS),
+                                       "--repair-timeout",
+                                       std::to_string(kRepairTimeoutS)};
     source.insert(source.end(), extra.begin(), extra.end());
     const std::vector<std::string> args = StageProcessArgs(
         source, layers[i], bound_->fd(i), ports_[(i + 1) % 3], fmt::format("a{}", i), "info");

@@ -65,6 +65,7 @@ class Flood {
 class AttackRing {
  public:
   static constexpr int kLinkTimeoutS = 3;
+  static constexpr int kRepairTimeoutS = 2;  // no standby comes: held sessions end after it
   static constexpr const char* kPrompt = "Once upon a time";
   static constexpr uint64_t kMaxGrowth = 64u << 20;  // what an attack may add to a stage's peak
 

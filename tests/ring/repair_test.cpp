@@ -49,6 +49,19 @@ TEST(HoldBookTest, WithoutATimeoutNothingIsHeld) {
   EXPECT_TRUE(book.empty());
 }
 
+TEST(HoldBookTest, OldestIsTheSessionHeldLongest) {
+  HoldBook book(std::chrono::seconds(30));
+  EXPECT_FALSE(book.Oldest().has_value());
+  const auto t0 = HoldBook::Clock::now();
+  const uint32_t late[] = {9};
+  const uint32_t early[] = {12};
+  book.Hold(late, t0 + std::chrono::seconds(2));
+  book.Hold(early, t0);
+  EXPECT_EQ(book.Oldest(), std::optional<uint32_t>(12));
+  book.Release(12);
+  EXPECT_EQ(book.Oldest(), std::optional<uint32_t>(9));
+}
+
 TEST(GenerationGateTest, AnOlderProcessIsRefusedOnceANewerOneLinked) {
   GenerationGate gate;
   EXPECT_TRUE(gate.Admit(100, "predecessor").ok());
@@ -60,6 +73,9 @@ TEST(GenerationGateTest, AnOlderProcessIsRefusedOnceANewerOneLinked) {
             "predecessor of generation 100 is older than 250, which took its place: a newer "
             "process holds this window now");
   EXPECT_EQ(gate.newest(), 250u);
+  // Once the newer process is gone, the older one may take the place back.
+  EXPECT_TRUE(gate.Admit(100, "predecessor", /*newest_linked=*/false).ok());
+  EXPECT_EQ(gate.newest(), 100u);
 }
 
 TEST(GenerationGateTest, NewGenerationsOnlyGrow) {

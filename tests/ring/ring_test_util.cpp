@@ -22,6 +22,7 @@
 #include "model/model_id.h"
 #include "net/stream.h"
 #include "ring/handshake.h"
+#include "ring/repair.h"
 #include "ring/sampling_wire.h"
 #include "ring/secure_stream.h"
 #include "test_assets.h"
@@ -163,6 +164,7 @@ wire::Hello FakeStageHello(const std::string& model, int first, int last) {
   if (!cfg.ok() || !id.ok()) return me;
   me.protocol_version = wire::kProtocolVersion;
   me.role = static_cast<uint32_t>(wire::Role::kStage);
+  me.generation = ring::NewGeneration();  // started now: newer than the neighbours it replaces
   std::memcpy(me.model_id, id->data(), 16);
   me.n_layer = static_cast<uint32_t>(cfg->n_layer);
   me.n_embd = static_cast<uint32_t>(cfg->n_embd);
