@@ -81,29 +81,9 @@ std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::Temp
 
 // The reference: the whole model in one process, `n` tokens (end-of-generation ignored).
 std::vector<int32_t> Reference(const std::string& prompt, const SamplingParams& params, int n) {
-  auto file = GgufFile::Open(AssetPath(kModel));
-  EXPECT_TRUE(file.ok());
-  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-  auto cfg = LoadModelConfig(*shared);
-  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, WindowOptions{});
-  EXPECT_TRUE(w.ok()) << w.status().message();
-  auto tok = Tokenizer::FromGguf(shared->header(), AssetPath(kModel));
-  std::vector<int32_t> history = (*tok)->Encode(prompt, true, true);
-  EXPECT_TRUE((*w)->OpenSequence(0).ok());
-  ForwardInput in;
-  in.chunks = {{0, 0, static_cast<int>(history.size())}};
-  in.tokens = history;
-  ForwardOutput out;
-  Sampler sampler(params);
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) {
-    EXPECT_TRUE((*w)->Forward(in, &out).ok());
-    ids.push_back(sampler.Sample(out.logits, history));
-    history.push_back(ids.back());
-    in.chunks = {{0, (*w)->SequenceLength(0), 1}};
-    in.tokens = std::span<const int32_t>(&history.back(), 1);
-  }
-  return ids;
+  return testing::GenerateLocally(AssetPath(kModel), prompt, params, n, /*n_ctx=*/0,
+                                  /*ignore_eog=*/true)
+      .ids;
 }
 
 // Client i's request: greedy for even i, seeded sampling at temperature 0.9 for odd i.

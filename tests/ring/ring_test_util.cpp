@@ -258,7 +258,8 @@ FakeNeighbours::~FakeNeighbours() {
 }
 
 Generation GenerateLocally(const std::string& model, const std::string& prompt,
-                           const SamplingParams& params, int n_predict, int n_ctx) {
+                           const SamplingParams& params, int n_predict, int n_ctx,
+                           bool ignore_eog) {
   Generation g;
   auto file = GgufFile::Open(model);
   EXPECT_TRUE(file.ok());
@@ -280,7 +281,7 @@ Generation GenerateLocally(const std::string& model, const std::string& prompt,
   for (int i = 0; i < n_predict; ++i) {
     EXPECT_TRUE((*w)->Forward(in, &out).ok());
     const int32_t id = sampler.Sample(out.logits, history);
-    if ((*tok)->IsEog(id)) break;
+    if (!ignore_eog && (*tok)->IsEog(id)) break;
     history.push_back(id);
     g.ids.push_back(id);
     g.logits.push_back(out.logits[static_cast<size_t>(id)]);

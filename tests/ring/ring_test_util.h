@@ -195,9 +195,11 @@ struct Generation {
   std::string text;
 };
 
-// Greedy or sampled generation in one process with the whole model, as `kvasir generate` does.
+// Greedy or sampled generation in one process with the whole model, as `kvasir generate` does
+// (with `ignore_eog`, as `--ignore-eos`: an end-of-generation token is kept and generation goes on).
 Generation GenerateLocally(const std::string& model, const std::string& prompt,
-                           const SamplingParams& params, int n_predict, int n_ctx = 256);
+                           const SamplingParams& params, int n_predict, int n_ctx = 256,
+                           bool ignore_eog = false);
 
 // The same request through a ring's head (authenticated with kTestRingSecret).
 Generation GenerateOnRing(const std::string& head, const std::string& prompt,
