@@ -8,9 +8,12 @@
 namespace kvasir::cli {
 
 void AddDraftFlags(CLI::App& app, DraftFlags* flags) {
-  app.add_option("--draft", flags->kind,
-                 "speculation on the ring's last stage: ngram (prompt lookup), model "
-                 "(--draft-model), auto (model when --draft-model is given, else ngram) or none")
+  app.add_option(
+         "--draft", flags->kind,
+         "speculation on the ring's last stage: mtp (the model's own multi-token-prediction "
+         "block, in the last stage's window), ngram (prompt lookup), model "
+         "(--draft-model), auto (model when --draft-model is given, else mtp when the "
+         "model has a nextn block, else ngram) or none")
       ->capture_default_str();
   app.add_option("--draft-model", flags->model,
                  "a small GGUF sharing the model's vocabulary, loaded by the last stage to draft");

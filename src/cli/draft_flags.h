@@ -16,7 +16,7 @@ class App;
 namespace kvasir::cli {
 
 struct DraftFlags {
-  std::string kind = "none";  // auto, ngram, model, none
+  std::string kind = "none";  // auto, mtp, ngram, model, none
   std::string model;          // --draft-model
   int max_tokens = 4;         // --draft-max
 };

@@ -7,19 +7,28 @@
 #include "gguf/gguf_file.h"
 #include "model/arch/registry.h"
 #include "ring/wire.h"
+#include "spec/mtp_drafter.h"
 #include "spec/ngram_drafter.h"
 
 namespace kvasir::ring {
 
 Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
-                                                   const LayerWindow& target) {
+                                                   LayerWindow& target) {
   if (o.max_tokens < 0 || o.max_tokens > static_cast<int>(wire::kMaxDraftTokens)) {
     return Error("--draft-max {}: drafts of 0..{} tokens are supported", o.max_tokens,
                  wire::kMaxDraftTokens);
   }
   spec::DraftKind kind = o.kind;
   if (kind == spec::DraftKind::kAuto) {
-    kind = o.model_path.empty() ? spec::DraftKind::kNgram : spec::DraftKind::kModel;
+    kind = !o.model_path.empty() ? spec::DraftKind::kModel
+           : target.has_nextn()  ? spec::DraftKind::kMtp
+                                 : spec::DraftKind::kNgram;
+  }
+  if (kind == spec::DraftKind::kMtp && !target.has_nextn()) {
+    return Error(
+        "--draft mtp needs the model's own multi-token-prediction block (nextn_predict_layers) "
+        "in the last stage's window, which {} ({}) does not have",
+        target.config().name.empty() ? "the model" : target.config().name, target.config().arch);
   }
   if (kind == spec::DraftKind::kModel && o.model_path.empty()) {
     return Error("--draft model needs --draft-model FILE (a GGUF sharing the model's vocabulary)");
@@ -55,15 +64,18 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
   options.kind = kind;
   return std::unique_ptr<SpecTail>(new SpecTail(
       options, max_tokens,
-      draft_window ? std::make_shared<BatchDrafter>(std::move(draft_window)) : nullptr));
+      draft_window ? std::make_shared<BatchDrafter>(std::move(draft_window)) : nullptr, &target));
 }
 
 SpecTail::SpecTail(const spec::DraftOptions& options, int max_tokens,
-                   std::shared_ptr<BatchDrafter> model)
+                   std::shared_ptr<BatchDrafter> model, LayerWindow* target)
     : options_(options),
       max_tokens_(max_tokens),
       model_(std::move(model)),
-      name_(options.kind == spec::DraftKind::kModel ? "model" : "ngram") {}
+      target_(target),
+      name_(options.kind == spec::DraftKind::kModel ? "model"
+            : options.kind == spec::DraftKind::kMtp ? "mtp"
+                                                    : "ngram") {}
 
 std::unique_ptr<SessionDraft> SpecTail::NewSession(uint32_t session, bool has_grammar) {
   if (has_grammar) return nullptr;
@@ -72,6 +84,9 @@ std::unique_ptr<SessionDraft> SpecTail::NewSession(uint32_t session, bool has_gr
     d->model = model_;
     // Session ids are below 2^31 (the head draws them from 30 bits and counts up).
     d->seq = static_cast<int>(session);
+  } else if (options_.kind == spec::DraftKind::kMtp) {
+    // The stage's sequence of the session, whose nextn cache opens and closes with it.
+    d->drafter = std::make_unique<spec::MtpDrafter>(*target_, static_cast<int>(session));
   } else {
     d->drafter = std::make_unique<spec::NgramDrafter>();
   }
@@ -110,6 +125,7 @@ Result<std::vector<TokenMsg>> SpecTail::Verify(uint32_t session, TailSampler& sa
     decided.push_back(std::move(t));
   }
   for (size_t i = 0; i + 1 < decided.size(); ++i) decided[i].more = true;
+  d.kept_rows = accepted + 1;
   d.budget.Record(k, accepted);
   d.pending.clear();
   d.pending_pos = -1;
@@ -212,6 +228,10 @@ void SpecTail::DraftAll(std::span<const DraftJob> jobs, int n_ctx) {
     jobs[i].d->pending_pos = static_cast<int>(jobs[i].last->token.pos);
     jobs[i].last->drafts = std::move(out);
   }
+}
+
+void SpecTail::ObserveHidden(SessionDraft& d, int pos0, std::span<const float> rows) {
+  if (d.drafter != nullptr && d.drafter->wants_hidden()) d.drafter->ObserveHidden(pos0, rows);
 }
 
 DraftTotals SpecTail::counts() const {

@@ -1,10 +1,11 @@
 // Speculation at the last stage (docs/PROTOCOL.md, "Speculation"): the stage that samples also
-// drafts. After a session's token is decided it guesses up to K more (prompt lookup, or a draft
-// model loaded by this stage only), which travel to the head with the token; the head feeds the
-// token and the drafts as one verify chunk, every stage runs it with rollback checkpoints, and
-// here the chunk's K + 1 logits rows decide the tokens: the longest prefix of the drafts the
-// session's sampler agrees with, then the sampler's own next token. K follows the acceptance
-// measured in each session (spec::DraftBudget). Compute thread only, except the statistics.
+// drafts. After a session's token is decided it guesses up to K more (prompt lookup, a draft
+// model loaded by this stage only, or the model's own nextn block in this stage's window), which
+// travel to the head with the token; the head feeds the token and the drafts as one verify chunk,
+// every stage runs it with rollback checkpoints, and here the chunk's K + 1 logits rows decide the
+// tokens: the longest prefix of the drafts the session's sampler agrees with, then the sampler's
+// own next token. K follows the acceptance measured in each session (spec::DraftBudget). Compute
+// thread only, except the statistics.
 #pragma once
 
 #include <atomic>
@@ -34,12 +35,13 @@ struct SessionDraft {
   ~SessionDraft() {
     if (model) model->Close(seq);
   }
-  std::unique_ptr<spec::Drafter> drafter;  // prompt lookup
+  std::unique_ptr<spec::Drafter> drafter;  // prompt lookup, or mtp on the stage's window
   std::shared_ptr<BatchDrafter> model;     // or the stage's draft model, on sequence `seq`
   int seq = 0;
   spec::DraftBudget budget{0};
   std::vector<int32_t> pending;  // the drafts sent with the last token
   int pending_pos = -1;          // the position of that token (the verify chunk's pos0)
+  int kept_rows = 0;  // rows of the last verify chunk that stay: its token and accepted drafts
   // Drafted ahead while the verify chunk travels (a draft model only): the history the session
   // will have if every pending draft and the drafter's own next token are accepted, and the
   // drafts that follow it.
@@ -53,10 +55,12 @@ class SpecTail {
  public:
   // The drafting `options` ask for next to `target` (the last stage's window); null when they
   // ask for none. A draft model is loaded here, with target's context, one sequence per session.
-  // K is at most options.max_tokens, the window's rollback span less one, and
-  // wire::kMaxDraftTokens. Errors: the draft model does not load or has another vocabulary.
+  // mtp (and auto without a draft model, when target has a nextn block) drafts on target's own
+  // nextn block, on each session's sequence; target must outlive this. K is at most
+  // options.max_tokens, the window's rollback span less one, and wire::kMaxDraftTokens. Errors:
+  // the draft model does not load or has another vocabulary; mtp on a window without the block.
   static Result<std::unique_ptr<SpecTail>> Create(const spec::DraftOptions& options,
-                                                  const LayerWindow& target);
+                                                  LayerWindow& target);
 
   // A new session's drafting state; null when it cannot draft (a grammar constrains it).
   std::unique_ptr<SessionDraft> NewSession(uint32_t session, bool has_grammar);
@@ -97,17 +101,27 @@ class SpecTail {
   }
   void LookAhead(TailSampler& sampler, SessionDraft& d);
 
+  // The drafters read the stage's hidden rows (mtp): the stage asks Forward for them
+  // (ForwardInput::want_hidden) and hands over the rows it keeps with ObserveHidden.
+  bool wants_hidden() const { return options_.kind == spec::DraftKind::kMtp; }
+  // Rows [n, n_embd] of the session's positions pos0 .. pos0 + n - 1, once decided: every row of
+  // a prompt chunk or a plain decode row, and the first d.kept_rows of a verify chunk (after
+  // Verify). Rejected rows are never given, so none reach the drafter.
+  void ObserveHidden(SessionDraft& d, int pos0, std::span<const float> rows);
+
   DraftTotals counts() const;
   int max_tokens() const { return max_tokens_; }
 
  private:
-  SpecTail(const spec::DraftOptions& options, int max_tokens, std::shared_ptr<BatchDrafter> model);
+  SpecTail(const spec::DraftOptions& options, int max_tokens, std::shared_ptr<BatchDrafter> model,
+           LayerWindow* target);
   // Up to k drafts after `history` from d's drafter alone.
   Result<std::vector<int32_t>> ProposeOne(SessionDraft& d, std::span<const int32_t> history, int k);
 
   spec::DraftOptions options_;
   int max_tokens_;
   std::shared_ptr<BatchDrafter> model_;  // kModel only
+  LayerWindow* target_;                  // kMtp: the window whose nextn block drafts
   std::string name_;
   std::atomic<uint64_t> steps_{0}, drafted_{0}, accepted_{0};
 };

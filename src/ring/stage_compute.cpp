@@ -273,6 +273,7 @@ void StageImpl::RunWork(std::span<const Work> batch) {
   uint64_t ns = 0;
   auto forward = [&](std::span<const Work> items, ForwardOutput* out) {
     BuildForwardInput(items, &in, &tokens, &hidden);
+    in.want_hidden = tail_ != nullptr && spec_ != nullptr && spec_->wants_hidden();  // mtp
     const auto t0 = Clock::now();
     Status s = window_->Forward(in, out);
     ns += NsSince(t0);

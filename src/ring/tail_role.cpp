@@ -21,8 +21,12 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
   const int n_ctx = st_.window_->n_ctx();
   auto is_eog = [&](int32_t id) { return st_.tokenizer_->IsEog(id); };
   size_t logit_row = 0;
+  size_t hidden_row = 0;
   for (const Work& w : batch) {
+    const size_t first = hidden_row;
+    hidden_row += static_cast<size_t>(w.n_tokens);
     if (!w.sample) {
+      ObserveHidden(w, out, first, w.n_tokens);
       st_.CommitRows(w, nullptr, std::nullopt);
       continue;
     }
@@ -54,6 +58,7 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       st_.FailSession(w.session, wire::ErrorCode::kBadRequest, decided.status().message());
       continue;
     }
+    ObserveHidden(w, out, first, w.verify && s.draft ? s.draft->kept_rows : w.n_tokens);
     decided_.push_back({&w, std::move(decided).value()});
   }
   // Drafts after the batch's last tokens, all at once (a draft model runs them batched).
@@ -76,6 +81,16 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
     }
   }
   decided_.clear();
+}
+
+void TailRole::ObserveHidden(const Work& w, const ForwardOutput& out, size_t first, int n_rows) {
+  if (st_.spec_ == nullptr || !st_.spec_->wants_hidden()) return;
+  auto it = st_.sessions_.find(w.session);
+  if (it == st_.sessions_.end() || it->second.draft == nullptr) return;
+  const size_t e = static_cast<size_t>(st_.window_->config().n_embd);
+  if (out.hidden.size() < (first + static_cast<size_t>(n_rows)) * e) return;
+  st_.spec_->ObserveHidden(*it->second.draft, w.pos0,
+                           std::span<const float>(out.hidden).subspan(first * e, n_rows * e));
 }
 
 }  // namespace kvasir::ring

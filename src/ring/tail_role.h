@@ -33,9 +33,15 @@ class TailRole {
 
   // The outputs of `batch`, which ran: a token for each item that samples, from its row of
   // `out.logits` ([items that sample, n_vocab], in batch order); the other rows are committed.
+  // When the drafting reads hidden rows (mtp), out.hidden holds every row and the kept ones go
+  // to the session's drafter.
   void EmitTokens(std::span<const Work> batch, const ForwardOutput& out);
 
  private:
+  // Hands `w`'s first n_rows rows of out.hidden (w's rows start at row `first`) to its session's
+  // drafter, when it reads them.
+  void ObserveHidden(const Work& w, const ForwardOutput& out, size_t first, int n_rows);
+
   StageImpl& st_;
   VocabTrie vocab_trie_;  // for grammars: built by the first session that needs it
   // EmitTokens: the tokens each item of the batch decided, before they are drafted after and sent.

@@ -1,0 +1,135 @@
+// The model's own multi-token-prediction (nextn) block drafting on the ring's last stage: the
+// stage's Forward returns the hidden rows, the rows it keeps reach each session's MtpDrafter, and
+// greedy output equals the output without speculation token for token, on a synthetic qwen35moe
+// with one nextn block (`kvasir synth --nextn 1`), rings of 1 and 3 stages, 8 sessions at once.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+#include "kvasir_process.h"
+#include "model/arch/registry.h"
+#include "model/layer_window.h"
+#include "ring/spec_tail.h"
+#include "ring_test_util.h"
+#include "test_assets.h"
+
+namespace kvasir {
+namespace {
+
+using testing::AssetPath;
+using testing::GenerateLocally;
+using testing::GenerateOnRing;
+using testing::Greedy;
+using testing::LocalRing;
+using testing::TempDir;
+
+constexpr char kStories[] = "models/stories260K.gguf";
+
+// A 4-layer qwen35moe with one nextn block and stories260K's vocabulary, f32 weights.
+std::string SynthWithNextn(const TempDir& dir) {
+  const std::string out = dir.File("qwen35moe-nextn.gguf");
+  std::vector<std::string> args;
+  std::istringstream words(
+      "synth --arch qwen35moe --layers 4 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 "
+      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 11 --nextn 1 "
+      "--experts 4 --experts-used 2 --expert-ff 64");
+  for (std::string w; words >> w;) args.push_back(w);
+  args.insert(args.end(), {"--vocab-from", AssetPath(kStories), "-o", out});
+  const testing::RunResult r = testing::RunKvasir(args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return out;
+}
+
+std::unique_ptr<LocalRing> StartMtpRing(const std::string& model, int n_stages,
+                                        spec::DraftKind kind) {
+  return LocalRing::Start(model, n_stages, wire::Dtype::kF32, 256, 64, 256,
+                          [&](int i, ring::StageOptions& o) {
+                            if (i != n_stages - 1) return;
+                            o.draft.kind = kind;
+                            o.draft.max_tokens = 4;
+                          });
+}
+
+const std::vector<std::string>& Prompts() {
+  static const std::vector<std::string> prompts = {
+      "Once upon a time",
+      "The cat sat on the mat. The cat sat on the mat. The cat sat",
+      "Tom had a red ball",
+      "One day, a bird flew. One day, a bird flew. One day,",
+      "Lily and Ben went to the park",
+      "The sun was hot",
+      "A little dog ran and ran and ran and ran and",
+      "Mom said"};
+  return prompts;
+}
+
+// Eight sessions at once on rings of 1 and 3 stages, with --draft mtp and with auto (which picks
+// mtp on a model with a nextn block): the greedy tokens and their logits are exactly those of
+// one process without speculation, and the last stage drafted with its nextn block.
+TEST(SpecRingMtp, GreedyOutputEqualsNonSpeculative) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string model = SynthWithNextn(dir);
+  const int n_predict = 40;
+  std::vector<testing::Generation> local;
+  for (const std::string& prompt : Prompts()) {
+    local.push_back(GenerateLocally(model, prompt, Greedy(), n_predict));
+  }
+  for (int n_stages : {1, 3}) {
+    for (spec::DraftKind kind : {spec::DraftKind::kMtp, spec::DraftKind::kAuto}) {
+      auto ring = StartMtpRing(model, n_stages, kind);
+      ASSERT_NE(ring, nullptr);
+      std::vector<std::future<testing::Generation>> futures;
+      for (const std::string& prompt : Prompts()) {
+        futures.push_back(std::async(std::launch::async, [&, prompt] {
+          return GenerateOnRing(ring->head(), prompt, Greedy(), n_predict);
+        }));
+      }
+      for (size_t i = 0; i < Prompts().size(); ++i) {
+        const auto got = futures[i].get();
+        EXPECT_EQ(got.ids, local[i].ids) << n_stages << " stages: " << Prompts()[i];
+        EXPECT_EQ(got.logits, local[i].logits) << "verify rows give the logits of single rows";
+        EXPECT_EQ(got.text, local[i].text);
+      }
+      const ring::DraftTotals totals = ring->stage(n_stages - 1).draft_totals();
+      EXPECT_EQ(totals.drafter, "mtp") << n_stages << " stages";
+      EXPECT_GT(totals.steps, 0u) << n_stages << " stages: no verify chunk ran";
+      EXPECT_GT(totals.drafted, 0u);
+      RecordProperty("accepted_" + std::to_string(n_stages), std::to_string(totals.accepted));
+      RecordProperty("drafted_" + std::to_string(n_stages), std::to_string(totals.drafted));
+    }
+  }
+}
+
+// --draft mtp on a last stage whose window has no nextn block is refused, naming the block.
+TEST(SpecRingMtp, RefusedWithoutANextnBlock) {
+  KV_REQUIRE_ASSET(kStories);
+  auto file = GgufFile::Open(AssetPath(kStories));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+  auto cfg = LoadModelConfig(*shared);
+  ASSERT_TRUE(cfg.ok());
+  WindowOptions opt;
+  opt.n_ctx = 64;
+  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, opt);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  spec::DraftOptions o;
+  o.kind = spec::DraftKind::kMtp;
+  auto tail = ring::SpecTail::Create(o, **w);
+  ASSERT_FALSE(tail.ok());
+  EXPECT_NE(tail.status().message().find("multi-token-prediction block"), std::string::npos)
+      << tail.status().message();
+  // auto falls back to prompt lookup there.
+  o.kind = spec::DraftKind::kAuto;
+  auto fallback = ring::SpecTail::Create(o, **w);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().message();
+  ASSERT_NE(*fallback, nullptr);
+  EXPECT_EQ((*fallback)->counts().drafter, "ngram");
+}
+
+}  // namespace
+}  // namespace kvasir
