@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
+#include "model/model_config.h"
 #include "ring/wire.h"
 
 namespace kvasir::cli {
@@ -44,6 +45,14 @@ Result<spec::DraftOptions> CheckDraftFlags(const DraftFlags& f) {
   o.model_path = f.model;
   o.max_tokens = f.max_tokens;
   return o;
+}
+
+Status CheckDraftForModel(const DraftFlags& f, const ModelConfig& cfg) {
+  if (f.kind != "mtp" || cfg.n_layer_nextn > 0) return Status::Ok();
+  return Error(
+      "--draft mtp needs the model's own multi-token-prediction block (nextn_predict_layers), "
+      "which {} ({}) does not have",
+      cfg.name.empty() ? "the model" : cfg.name, cfg.arch);
 }
 
 std::vector<std::string> DraftStageArgs(const DraftFlags& f) {

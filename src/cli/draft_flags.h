@@ -13,6 +13,10 @@ namespace CLI {
 class App;
 }
 
+namespace kvasir {
+struct ModelConfig;
+}
+
 namespace kvasir::cli {
 
 struct DraftFlags {
@@ -27,6 +31,10 @@ void AddDraftFlags(CLI::App& app, DraftFlags* flags);
 // drafter, --draft model without --draft-model or a file that is not there, --draft-max outside
 // 0..wire::kMaxDraftTokens.
 Result<spec::DraftOptions> CheckDraftFlags(const DraftFlags& flags);
+
+// The flags against the model they will draft for, where the command reads its header before any
+// stage starts: --draft mtp on a model without a nextn block (cfg.n_layer_nextn) is refused.
+Status CheckDraftForModel(const DraftFlags& flags, const ModelConfig& cfg);
 
 // The same flags for a `kvasir stage` process (the ring's last stage); none for --draft none.
 std::vector<std::string> DraftStageArgs(const DraftFlags& flags);

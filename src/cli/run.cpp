@@ -194,6 +194,7 @@ int RunRing(RunOptions o) {
     if (!file.ok()) return Fail(kCmd, file.status());
     auto cfg = LoadModelConfig(**file);
     if (!cfg.ok()) return Fail(kCmd, cfg.status());
+    if (Status d = CheckDraftForModel(o.draft, *cfg); !d.ok()) return UsageError(kCmd, d.message());
     const int n_layer = cfg->n_layer;
     if (o.n_stages < 1 || o.n_stages > n_layer) {
       return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",

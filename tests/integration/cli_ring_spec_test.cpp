@@ -1,10 +1,12 @@
 // `--draft` on the ring commands, end to end: `kvasir run` prints the same text with and without
-// speculation and reports the last stage's drafts in --stats; `bench --stages` reports them in
+// speculation (prompt lookup, a draft model, the model's own nextn block) and reports the last
+// stage's drafts in --stats; `bench --stages` reports them in
 // its JSON; impossible drafter choices are refused before any stage starts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,48 @@ TEST(CliRingSpecTest, RunDraftsOnTheLastStageAndPrintsTheSameText) {
     EXPECT_GT(d["accepted"].get<int>(), 0);
     EXPECT_LE(d["accepted"].get<int>(), d["drafted"].get<int>());
   }
+}
+
+// --draft mtp (and auto, on a model with a nextn block) drafts with the model's own block on the
+// last stage, whose slice keeps it: the same greedy text, the drafter named in --stats. On a model
+// without the block the last stage refuses it and the ring does not run.
+TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
+  KV_REQUIRE_ASSET(kStories);
+  TempDir dir;
+  const std::string model = dir.File("nextn.gguf");
+  std::vector<std::string> synth;
+  std::istringstream words(
+      "synth --arch qwen35moe --layers 4 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 "
+      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 11 --nextn 1 "
+      "--experts 4 --experts-used 2 --expert-ff 64");
+  for (std::string w; words >> w;) synth.push_back(w);
+  synth.insert(synth.end(), {"--vocab-from", AssetPath(kStories), "-o", model});
+  ASSERT_EQ(RunKvasir(synth).code, 0);
+  auto run = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run", "-m",    model, "--stages", "3",      "-t", "1",
+                                     "-p",  kPrompt, "-n",  "30",       "--temp", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunKvasir(args);
+  };
+  const RunResult plain = run({});
+  ASSERT_EQ(plain.code, 0) << Describe(plain);
+  for (const std::string kind : {"mtp", "auto"}) {
+    const std::string stats = dir.File(kind + ".json");
+    const RunResult r = run({"--draft", kind, "--stats", stats});
+    ASSERT_EQ(r.code, 0) << Describe(r);
+    EXPECT_EQ(r.out, plain.out) << kind << ": greedy text is the text without speculation";
+    EXPECT_THAT(r.err, HasSubstr("drafts:    mtp on the last stage"));
+    const nlohmann::json j =
+        nlohmann::json::parse(ReadFileToString(stats), nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded());
+    ASSERT_EQ(j["stages"].size(), 3u);
+    EXPECT_EQ(j["stages"][2]["draft"]["drafter"], "mtp");
+    EXPECT_GT(j["stages"][2]["draft"]["drafted"].get<int>(), 0);
+  }
+  const RunResult refused = RunKvasir({"run", "-m", AssetPath(kStories), "--stages", "2", "-t", "1",
+                                       "-p", "hi", "-n", "4", "--draft", "mtp"});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("multi-token-prediction block"));
 }
 
 TEST(CliRingSpecTest, BenchReportsTheDrafts) {
