@@ -26,6 +26,7 @@ using testing::TempDir;
 
 constexpr const char* kStories = "models/stories260K.gguf";
 const char* const kPrompt = "The cat sat on the mat. The cat sat on the mat. The cat";
+const char* const kMtpPrompt = "Once upon a time";
 
 std::vector<std::string> RunArgs(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {
@@ -62,8 +63,9 @@ TEST(CliRingSpecTest, RunDraftsOnTheLastStageAndPrintsTheSameText) {
 }
 
 // --draft mtp (and auto, on a model with a nextn block) drafts with the model's own block on the
-// last stage, whose slice keeps it: the same greedy text, the drafter named in --stats. On a model
-// without the block the last stage refuses it and the ring does not run.
+// last stage, whose slice keeps it: the same greedy text, and the same drafts as `generate --draft
+// mtp` in one process (steps, drafted and accepted in --stats; seed 24 makes one draft accepted,
+// which a wrong hidden row would lose). On a model without the block `run` refuses it first.
 TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
@@ -71,31 +73,46 @@ TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
   std::vector<std::string> synth;
   std::istringstream words(
       "synth --arch qwen35moe --layers 4 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 "
-      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 11 --nextn 1 "
+      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 24 --nextn 1 "
       "--experts 4 --experts-used 2 --expert-ff 64");
   for (std::string w; words >> w;) synth.push_back(w);
   synth.insert(synth.end(), {"--vocab-from", AssetPath(kStories), "-o", model});
   ASSERT_EQ(RunKvasir(synth).code, 0);
   auto run = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"run", "-m",    model, "--stages", "3",      "-t", "1",
-                                     "-p",  kPrompt, "-n",  "30",       "--temp", "0"};
+    std::vector<std::string> args = {"run",      "-m", model, "-t",     "1", "-p",
+                                     kMtpPrompt, "-n", "40",  "--temp", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return RunKvasir(args);
   };
-  const RunResult plain = run({});
+  auto read_json = [](const std::string& path) {
+    return nlohmann::json::parse(ReadFileToString(path), nullptr, /*allow_exceptions=*/false);
+  };
+  const RunResult local =
+      RunKvasir({"generate", "-m", model, "-t", "1", "-p", kMtpPrompt, "-n", "40", "--temp", "0",
+                 "--draft", "mtp", "--stats", dir.File("local.json")});
+  ASSERT_EQ(local.code, 0) << Describe(local);
+  const nlohmann::json want = read_json(dir.File("local.json"))["speculation"];
+  ASSERT_GT(want["accepted"].get<int>(), 0) << want.dump();
+  const RunResult plain = run({"--stages", "3"});
   ASSERT_EQ(plain.code, 0) << Describe(plain);
-  for (const std::string kind : {"mtp", "auto"}) {
-    const std::string stats = dir.File(kind + ".json");
-    const RunResult r = run({"--draft", kind, "--stats", stats});
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--stages", "3", "--draft", "mtp"},
+                                             {"--stages", "1", "--draft", "mtp"},
+                                             {"--stages", "3", "--draft", "auto"}}) {
+    const std::string stats = dir.File(flags[1] + flags[3] + ".json");
+    std::vector<std::string> extra = flags;
+    extra.insert(extra.end(), {"--stats", stats});
+    const RunResult r = run(extra);
     ASSERT_EQ(r.code, 0) << Describe(r);
-    EXPECT_EQ(r.out, plain.out) << kind << ": greedy text is the text without speculation";
+    EXPECT_EQ(r.out, plain.out) << flags[3] << ": greedy text is the text without speculation";
     EXPECT_THAT(r.err, HasSubstr("drafts:    mtp on the last stage"));
-    const nlohmann::json j =
-        nlohmann::json::parse(ReadFileToString(stats), nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = read_json(stats);
     ASSERT_FALSE(j.is_discarded());
-    ASSERT_EQ(j["stages"].size(), 3u);
-    EXPECT_EQ(j["stages"][2]["draft"]["drafter"], "mtp");
-    EXPECT_GT(j["stages"][2]["draft"]["drafted"].get<int>(), 0);
+    const nlohmann::json& d = j["stages"].back()["draft"];
+    EXPECT_EQ(d["drafter"], "mtp");
+    for (const char* key : {"steps", "drafted", "accepted"}) {
+      EXPECT_EQ(d[key], want[key]) << key << ", " << flags[1] << " stages: " << d.dump();
+    }
   }
   const RunResult refused = RunKvasir({"run", "-m", AssetPath(kStories), "--stages", "2", "-t", "1",
                                        "-p", "hi", "-n", "4", "--draft", "mtp"});
