@@ -187,6 +187,7 @@ int RunLocalRingBench(const std::string& model, int n_stages, int threads,
   if (!file.ok()) return Fail(kCmd, file.status());
   auto cfg = LoadModelConfig(**file);
   if (!cfg.ok()) return Fail(kCmd, cfg.status());
+  if (Status d = CheckDraftForModel(draft, *cfg); !d.ok()) return UsageError(kCmd, d.message());
   if (n_stages < 1 || n_stages > cfg->n_layer) {
     return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
                                         n_stages, cfg->n_layer));

@@ -65,7 +65,8 @@ TEST(CliRingSpecTest, RunDraftsOnTheLastStageAndPrintsTheSameText) {
 // --draft mtp (and auto, on a model with a nextn block) drafts with the model's own block on the
 // last stage, whose slice keeps it: the same greedy text, and the same drafts as `generate --draft
 // mtp` in one process (steps, drafted and accepted in --stats; seed 24 makes one draft accepted,
-// which a wrong hidden row would lose). On a model without the block `run` refuses it first.
+// which a wrong hidden row would lose). On a model without the block `run` and `bench` refuse it
+// first.
 TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
@@ -114,10 +115,13 @@ TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
       EXPECT_EQ(d[key], want[key]) << key << ", " << flags[1] << " stages: " << d.dump();
     }
   }
-  const RunResult refused = RunKvasir({"run", "-m", AssetPath(kStories), "--stages", "2", "-t", "1",
-                                       "-p", "hi", "-n", "4", "--draft", "mtp"});
-  EXPECT_NE(refused.code, 0);
-  EXPECT_THAT(refused.err, HasSubstr("multi-token-prediction block"));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"run", "-m", AssetPath(kStories), "--stages", "2", "-p", "hi", "--draft", "mtp"},
+           {"bench", "-m", AssetPath(kStories), "--stages", "2", "--draft", "mtp"}}) {
+    const RunResult refused = RunKvasir(args);
+    EXPECT_EQ(refused.code, 2) << args[0] << ": a usage error, before any stage starts";
+    EXPECT_THAT(refused.err, HasSubstr("multi-token-prediction block")) << args[0];
+  }
 }
 
 TEST(CliRingSpecTest, BenchReportsTheDrafts) {
