@@ -15,6 +15,7 @@
 #include "model/layer_window.h"
 #include "ring/spec_tail.h"
 #include "ring_test_util.h"
+#include "spec_prompts.h"
 #include "test_assets.h"
 
 namespace kvasir {
@@ -56,18 +57,7 @@ std::unique_ptr<LocalRing> StartMtpRing(const std::string& model, int n_stages,
                           });
 }
 
-const std::vector<std::string>& Prompts() {
-  static const std::vector<std::string> prompts = {
-      "Once upon a time",
-      "The cat sat on the mat. The cat sat on the mat. The cat sat",
-      "Tom had a red ball",
-      "One day, a bird flew. One day, a bird flew. One day,",
-      "Lily and Ben went to the park",
-      "The sun was hot",
-      "A little dog ran and ran and ran and ran and",
-      "Mom said"};
-  return prompts;
-}
+const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
 // Eight sessions at once on rings of 1 and 3 stages, with --draft mtp and with auto (which picks
 // mtp on a model with a nextn block): the greedy tokens and their logits are exactly those of

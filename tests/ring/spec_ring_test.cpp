@@ -15,6 +15,7 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "ring_test_util.h"
+#include "spec_prompts.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,19 +41,7 @@ std::unique_ptr<LocalRing> StartDraftingRing(const std::string& model, int n_sta
                           });
 }
 
-// Prompts that repeat themselves (prompt lookup finds them) and some that do not.
-const std::vector<std::string>& Prompts() {
-  static const std::vector<std::string> prompts = {
-      "Once upon a time",
-      "The cat sat on the mat. The cat sat on the mat. The cat sat",
-      "Tom had a red ball",
-      "One day, a bird flew. One day, a bird flew. One day,",
-      "Lily and Ben went to the park",
-      "The sun was hot",
-      "A little dog ran and ran and ran and ran and",
-      "Mom said"};
-  return prompts;
-}
+const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
 struct SpecCase {
   std::string model;
