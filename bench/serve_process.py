@@ -16,12 +16,12 @@ def free_port():
 class Serve:
     """`kvasir serve ARGS --listen 127.0.0.1:PORT` as a context manager; `url` is its base URL."""
 
-    def __init__(self, kvasir, args, deadline_s=180):
+    def __init__(self, kvasir, args, deadline_s=180, stderr=subprocess.DEVNULL):
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([kvasir, "serve", *args, "--listen", f"127.0.0.1:{port}",
                                       "--log-level", "warn"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=stderr)
         end = time.time() + deadline_s
         while time.time() < end:
             if self.proc.poll() is not None:

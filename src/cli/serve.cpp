@@ -11,10 +11,11 @@
 
 #include "base/log.h"
 #include "base/secret_file.h"
-#include "cli/draft_flags.h"
+#include "base/timing_trace.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/ring_options.h"
 #include "cli/serve_ring.h"
 #include "market/market_client.h"
@@ -36,7 +37,7 @@ struct ServeFlags {
   std::string boundary = "f32";
   int n_ctx = 0;
   int64_t cache_mb = 256;  // the local ring's prompt cache, per stage
-  std::string ring;  // HOST:PORT of a running ring's head
+  std::string ring;        // HOST:PORT of a running ring's head
   std::string manifest_path;
   TrustFlags trust;
   std::string market;
@@ -51,6 +52,7 @@ struct ServeFlags {
   double stats_interval_s = 1;
   std::string log_level = "info";
   std::string stage_log_level = "warn";
+  bool trace_timing = false;
   DraftFlags draft;  // the local ring's last stage (-m)
   serve::ServeOptions serve;
 };
@@ -172,6 +174,7 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
 int Serve(ServeFlags f) {
   if (auto e = CheckFlags(f)) return UsageError(kCmd, *e);
   if (Status s = ApplyLogLevel(f.log_level); !s.ok()) return UsageError(kCmd, s.message());
+  EnableTimingTrace(f.trace_timing);
   auto body = ParseByteSize(f.max_body);
   if (!body.ok() || *body < 1024 || *body > (uint64_t{64} << 20)) {
     return UsageError(kCmd,
@@ -242,6 +245,7 @@ int Serve(ServeFlags f) {
     plan.max_sessions = std::max(64, f.serve.max_sessions + 8);
     plan.cache_mb = f.cache_mb;
     plan.stage_log_level = f.stage_log_level;
+    plan.trace_timing = f.trace_timing;
     plan.draft = f.draft;
     auto ring = SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
     if (!ring.ok()) return Fail(kCmd, ring.status());
@@ -372,6 +376,10 @@ int ServeMain(int argc, char** argv) {
     app.add_option("--stage-log-level", f.stage_log_level,
                    "log level of the local ring's stage processes")
         ->capture_default_str();
+    app.add_flag("--trace-timing", f.trace_timing,
+                 "write a timestamped line to stderr for each request's steps here and on the "
+                 "local ring's stages (parsed, templated, sent, first token, first byte), for "
+                 "bench/trace_timing.py");
     AddDraftFlags(app, &f.draft);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     return Serve(std::move(f));

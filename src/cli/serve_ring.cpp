@@ -144,6 +144,7 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           trust_.secret_path,
           "--key",
           trust_.KeyPath(i)};
+  if (plan_.trace_timing) args.push_back("--trace-timing");
   if (i == plan_.n_stages - 1) {
     for (std::string& a : DraftStageArgs(plan_.draft)) args.push_back(std::move(a));
   }

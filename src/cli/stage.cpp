@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/timing_trace.h"
 #include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
@@ -172,6 +173,10 @@ int StageMain(int argc, char** argv) {
     app.add_option("--cache-ttl", cache_ttl_s, "prompt cache: seconds an ended session is kept")
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
+    bool trace_timing = false;
+    app.add_flag("--trace-timing", trace_timing,
+                 "write a timestamped line to stderr for each session's steps (opened, rows "
+                 "received, computed, sent, sampled), for bench/trace_timing.py");
     DraftFlags draft_flags;  // used by the last stage only
     AddDraftFlags(app, &draft_flags);
     TrustFlags trust;
@@ -182,6 +187,7 @@ int StageMain(int argc, char** argv) {
     AddFetchFlags(app, &fetch_flags);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
+    EnableTimingTrace(trace_timing);
     if (opt.listen.empty() && opt.listen_fd < 0) {
       return UsageError(kCmd, "--listen HOST:PORT (or --listen-fd N) is required");
     }

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "base/log.h"
+#include "base/timing_trace.h"
 #include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
@@ -157,6 +158,7 @@ void HeadRole::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge
 void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   const StageOptions& options = st_.options_;
   LayerWindow& window = *st_.window_;
+  TraceTiming(options.name, "generate_in", "client={} prompt_bytes={}", client, g.prompt.size());
   auto encoded = EncodePrompt(*st_.tokenizer_, g, window.n_ctx());
   auto refuse = [&](wire::ErrorCode code, const std::string& why) {
     KV_LOG_WARN("{}: refused a request: {}", options.name, why);
@@ -214,6 +216,8 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   if (st_.spec_ && s.tail) s.draft = st_.spec_->NewSession(id, s.tail->has_grammar());
   KV_LOG_INFO("{}: session {} open: {} prompt tokens ({} from the prompt cache), up to {} new",
               options.name, id, ids.size(), n_cached, g.sampling.max_tokens);
+  TraceTiming(options.name, "open_out", "session={} client={} tokens={} cached={}", id, client,
+              ids.size(), n_cached);
   OpenSessionMsg open{id, g.sampling, ids, g.extra};
   open.fork_from = fork_from;
   open.n_cached = static_cast<uint32_t>(n_cached);
@@ -238,6 +242,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   if (it == st_.sessions_.end() || it->second.closing) return;
   Session& s = it->second;
   if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)
+  TraceTiming(st_.options_.name, "token_in", "session={} pos={}", s.id, t.token.pos);
   s.n_generated++;
   s.retry.reset();  // every stage has the session: no fallback from here on
   TokenMsg out = PresentToken(t, *st_.tokenizer_, s.n_prompt, &s.stops);

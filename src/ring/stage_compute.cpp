@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "base/timing_trace.h"
 #include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
@@ -22,6 +23,16 @@ uint64_t NsSince(Clock::time_point t) {
 }
 
 }  // namespace
+
+void StageImpl::TraceWork(std::span<const Work> items, std::string_view event) const {
+  if (!TimingTraceEnabled()) return;
+  int rows = 0;
+  for (const Work& w : items) rows += w.n_tokens;
+  for (const Work& w : items) {
+    TraceTiming(options_.name, event, "session={} pos0={} rows={} batch_rows={}", w.session, w.pos0,
+                w.n_tokens, rows);
+  }
+}
 
 void StageImpl::HandleEvent(Event& e) {
   switch (e.kind) {
@@ -83,6 +94,7 @@ void StageImpl::HandleMessage(Event& e) {
 void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // Every stage checks what it is sent before it opens anything, not only the head; the last
   // stage's sampler is only ever made from checked values.
+  TraceTiming(options_.name, "open_in", "session={} cached={}", o.session, o.n_cached);
   if (o.replay) ResetForReplay(o.session);  // stage_repair.cpp
   std::unique_ptr<TailSampler> tail;
   Status checked;
@@ -123,6 +135,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.tail = std::move(tail);
   if (spec_) s.draft = spec_->NewSession(o.session, s.tail->has_grammar());
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
+  TraceTiming(options_.name, "open_out", "session={} cached={}", o.session, o.n_cached);
   SendNext(o);
 }
 
@@ -154,6 +167,8 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
     FailSession(h.session, wire::ErrorCode::kBadRequest, "HIDDEN: " + st.message());
     return;
   }
+  TraceTiming(options_.name, "hidden_in", "session={} pos0={} rows={}", h.session, h.pos0,
+              h.n_tokens);
   Work w;
   w.session = h.session;
   w.pos0 = static_cast<int>(h.pos0);
@@ -274,9 +289,11 @@ void StageImpl::RunWork(std::span<const Work> batch) {
   auto forward = [&](std::span<const Work> items, ForwardOutput* out) {
     BuildForwardInput(items, &in, &tokens, &hidden);
     in.want_hidden = tail_ != nullptr && spec_ != nullptr && spec_->wants_hidden();  // mtp
+    TraceWork(items, "compute_start");
     const auto t0 = Clock::now();
     Status s = window_->Forward(in, out);
     ns += NsSince(t0);
+    TraceWork(items, "compute_end");
     return s;
   };
   auto done = [&](std::span<const Work> items, const ForwardOutput& out) {
@@ -336,6 +353,8 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
                    hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
     CommitRows(w, &h, std::nullopt);
     SendNext(h);
+    TraceTiming(options_.name, "hidden_out", "session={} pos0={} rows={}", w.session, w.pos0,
+                w.n_tokens);
     row += w.n_tokens;
   }
 }

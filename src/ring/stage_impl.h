@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -198,6 +199,8 @@ class StageImpl final : public Stage {
   void RunWork(std::span<const Work> batch);
   // Sends `batch`'s outputs on: the last stage's tokens (TailRole), or else hidden rows.
   void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
+  // --trace-timing: one `event` line per item of a batch (base/timing_trace.h).
+  void TraceWork(std::span<const Work> items, std::string_view event) const;
 
   // stage_cache.cpp: the prompt cache.
   // Opens a sequence, first freeing kept sessions when the window has no room for another.

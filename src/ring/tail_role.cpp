@@ -2,6 +2,7 @@
 #include "ring/tail_role.h"
 
 #include "base/log.h"
+#include "base/timing_trace.h"
 #include "ring/stage_impl.h"
 
 namespace kvasir::ring {
@@ -76,6 +77,7 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       if (st_.head_) {
         st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
       } else {
+        TraceTiming(st_.options_.name, "token_out", "session={} pos={}", w->session, t.token.pos);
         st_.SendNext(t);
       }
     }

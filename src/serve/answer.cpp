@@ -1,6 +1,7 @@
 #include "serve/answer.h"
 
 #include "base/log.h"
+#include "base/timing_trace.h"
 #include "serve/stop_filter.h"
 
 namespace kvasir::serve {
@@ -101,6 +102,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   const CompletionRequest& req = job.request;
   const std::string input = req.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
   auto client = ring.Take();
+  TraceTiming("serve", "link", "req={}", job.meta.id);
   if (!client.ok()) {
     job.reply(ErrorResponse(RingError(client.status().WithCode(StatusCode::kUnavailable), input)));
     return;
@@ -111,6 +113,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   std::string whole;
   double ttft_s = 0;
   bool started = false;
+  bool wrote_text = false;
   // Log-probabilities: one entry per token of text, with where its bytes end in the generated
   // text; an entry goes out with the chunk that shows the last of its bytes (stop strings and
   // incomplete characters hold text back), and none of the text a stop string cut.
@@ -118,6 +121,8 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   // Streams `piece` (false: the client has gone) or keeps it for the whole answer.
   auto emit_text = [&](const std::string& piece) {
     if (piece.empty()) return true;
+    if (!wrote_text) TraceTiming("serve", "first_text", "req={}", job.meta.id);
+    wrote_text = true;
     if (!req.stream) {
       whole += piece;
       return true;
@@ -147,6 +152,7 @@ void RunAnswer(AnswerJob& job, RingAccess& ring, Metrics& metrics, const AnswerL
   };
   auto on_token = [&](const ring::TokenMsg& t) {
     if (!started) {
+      TraceTiming("serve", "first_token", "req={} session={}", job.meta.id, t.token.session);
       started = true;
       ttft_s = SecondsSince(job.arrived);
       metrics.ObserveFirstToken(ttft_s);

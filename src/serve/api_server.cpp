@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "base/sha256.h"
+#include "base/timing_trace.h"
 #include "ring/messages.h"
 #include "serve/openai_json.h"
 #include "serve/request.h"
@@ -245,9 +246,11 @@ void ApiServer::Handle(net::HttpServerRequest req, net::HttpResponder reply) {
 
 void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
                          const net::HttpResponder& respond) {
+  const auto t_in = std::chrono::steady_clock::now();
   ApiError e;
   auto req = ParseCompletionRequest(http.body, endpoint, &e);
   if (!req) return respond(ErrorResponse(e));
+  const auto t_parsed = std::chrono::steady_clock::now();
   if (!req->model.empty() && req->model != o_.model_name) {
     e.status = 404;
     e.code = "model_not_found";
@@ -258,6 +261,7 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
   }
   auto text = PromptText(*req, o_.chat_family, &e);
   if (!text) return respond(ErrorResponse(e));
+  const auto t_templated = std::chrono::steady_clock::now();
   std::optional<ToolSyntax> tool_syntax;
   if (req->tools.active()) {  // a chat request: PromptText had a family
     if (!ApplyToolGrammar(*o_.chat_family, &*req, &e)) return respond(ErrorResponse(e));
@@ -289,6 +293,13 @@ void ApiServer::Complete(const net::HttpServerRequest& http, Endpoint endpoint,
     return respond(ErrorResponse(BadRequest("context_length_exceeded", input, s.message())));
   }
   job->meta = {endpoint, NewAnswerId(endpoint), o_.model_name, UnixNow()};
+  auto us = [](auto a, auto b) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(b - a).count();
+  };
+  TraceTiming("serve", "accepted",
+              "req={} body_bytes={} prompt_bytes={} parse_us={} template_us={}", job->meta.id,
+              http.body.size(), job->generate.prompt.size(), us(t_in, t_parsed),
+              us(t_parsed, t_templated));
   job->tool_syntax = std::move(tool_syntax);
   job->reply = respond;
   const AnswerLimits limits{o_.stream_buffer_bytes};
