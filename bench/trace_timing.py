@@ -81,7 +81,7 @@ def steps(evs):
 def phases(evs):
     """One request's time to first text in phases (ms): serve before the head, the head's open
     (tokenizing, the cache lookup, taking the kept state over), each stage's compute of the
-    prompt's rows, the first token's way back to the stream, and the rest (hops, queues)."""
+    prompt's rows, the first token's way back to the stream, and the rest."""
     first = lambda who, event: next(
         (e["t"] for e in evs if e["event"] == event and (who is None or e["who"] == who)), None)
     t_acc, t_text = first("serve", "accepted"), first("serve", "first_text")
@@ -104,7 +104,8 @@ def phases(evs):
             out[name] = out.get(name, 0.0) + (e["t"] - started.pop(key)) * 1e3
     if t_token is not None:
         out["token to text"] = (t_text - t_token) * 1e3
-    out["hops, queues"] = out["total"] - sum(v for k, v in out.items() if k != "total")
+    # Hops, queues and waits for a core; negative where stages computed at once (chunks pipelined).
+    out["rest"] = out["total"] - sum(v for k, v in out.items() if k != "total")
     return out
 
 

@@ -53,6 +53,7 @@ struct ServeFlags {
   std::string log_level = "info";
   std::string stage_log_level = "warn";
   bool trace_timing = false;
+  int chunk = 0;     // the local ring's prompt rows per prefill chunk (0: the stages' default)
   DraftFlags draft;  // the local ring's last stage (-m)
   serve::ServeOptions serve;
 };
@@ -129,9 +130,11 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
            "--model NAME";
   }
   const bool local = f.ring.empty() && f.market.empty();
-  if (!local && (f.n_stages != 1 || !f.backends.empty() || f.n_ctx != 0)) {
-    return "--stages, --backends and -c shape a local ring (-m MODEL); a running ring has its own";
+  if (!local && (f.n_stages != 1 || !f.backends.empty() || f.n_ctx != 0 || f.chunk != 0)) {
+    return "--stages, --backends, -c and --chunk shape a local ring (-m MODEL); a running ring has "
+           "its own";
   }
+  if (f.chunk < 0) return fmt::format("--chunk {} must be at least 1", f.chunk);
   if (local && !f.vocab.empty()) return "--vocab is for --ring and --market (-m has a vocabulary)";
   if (local && (!f.trust.ring_secret_file.empty() || !f.trust.head_key.empty() ||
                 !f.trust.client_key_file.empty() || f.trust.insecure)) {
@@ -246,6 +249,7 @@ int Serve(ServeFlags f) {
     plan.cache_mb = f.cache_mb;
     plan.stage_log_level = f.stage_log_level;
     plan.trace_timing = f.trace_timing;
+    plan.chunk = f.chunk;
     plan.draft = f.draft;
     auto ring = SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
     if (!ring.ok()) return Fail(kCmd, ring.status());
@@ -322,6 +326,11 @@ int ServeMain(int argc, char** argv) {
     app.add_option("--boundary", f.boundary, "hidden-state dtype between stages: f32, f16, bf16")
         ->capture_default_str();
     app.add_option("-c,--ctx-size", f.n_ctx, "context per session; 0 = the model's, at most 4096")
+        ->capture_default_str();
+    app.add_option("--chunk", f.chunk,
+                   "prompt tokens per prefill chunk on the local ring's head (the new tokens are "
+                   "cut into equal chunks of at most this many, which the stages pipeline; 0: "
+                   "kvasir stage's default)")
         ->capture_default_str();
     app.add_option("--ring", f.ring, "serve a running ring: HOST:PORT of its head stage");
     app.add_option("--manifest", f.manifest_path,

@@ -145,6 +145,10 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           "--key",
           trust_.KeyPath(i)};
   if (plan_.trace_timing) args.push_back("--trace-timing");
+  if (plan_.chunk > 0) {
+    args.push_back("--chunk");
+    args.push_back(std::to_string(plan_.chunk));
+  }
   if (i == plan_.n_stages - 1) {
     for (std::string& a : DraftStageArgs(plan_.draft)) args.push_back(std::move(a));
   }

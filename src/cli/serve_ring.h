@@ -34,6 +34,7 @@ struct LocalRingPlan {
   int64_t cache_mb = 256;  // each stage's --cache-mb
   std::string stage_log_level = "warn";
   bool trace_timing = false;  // the stages' --trace-timing
+  int chunk = 0;              // the head's --chunk (0: the stage's default)
   // A delaying proxy on every link (stage i dials it, it forwards to stage i + 1); none: direct.
   std::optional<net::LinkShape> hops;
   // Speculation on the last stage (--draft ...); kind "none": none.

@@ -226,13 +226,18 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
     st_.EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
     return;
   }
-  for (int pos = n_cached; pos < s.n_prompt; pos += options.chunk) {
+  // Chunks of equal size, at most options.chunk rows: a short last chunk (64 + 2) would cross
+  // every stage behind the others instead of sharing their work.
+  const int n_new = s.n_prompt - n_cached;
+  const int n_chunks = (n_new + options.chunk - 1) / options.chunk;
+  for (int c = 0, pos = n_cached; c < n_chunks; ++c) {
     Work w;
     w.session = id;
     w.pos0 = pos;
-    w.n_tokens = std::min(options.chunk, s.n_prompt - pos);
-    w.sample = pos + w.n_tokens == s.n_prompt;
+    w.n_tokens = n_cached + static_cast<int>(int64_t{n_new} * (c + 1) / n_chunks) - pos;
     w.tokens.assign(ids.begin() + pos, ids.begin() + pos + w.n_tokens);
+    pos += w.n_tokens;
+    w.sample = pos == s.n_prompt;
     st_.scheduler_.AddPrefill(std::move(w));
   }
 }

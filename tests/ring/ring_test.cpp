@@ -166,9 +166,9 @@ TEST(RingTest, ConcurrentSessionsOnHybridMoeEachMatchSingleProcess) {
   ExpectConcurrentSessionsMatch("synth-qwen35moe-f32.gguf", 3);
 }
 
-// Tight batches: prompt chunks of 4 rows, at most 6 rows per Forward, and prompts whose last chunk
-// is a single row. A session's chunks must run in order even when a small later chunk would fit a
-// batch that its larger earlier chunk did not.
+// Tight batches: prompt chunks of at most 4 rows (cut equal: 9 tokens are 3 + 3 + 3), at most 6
+// rows per Forward, so two chunks of a session would fit one batch. A session's chunks must run in
+// order, one per batch, even when a later chunk would fit a batch that an earlier one did not.
 TEST(RingTest, ChunksOfASessionNeverOvertakeEachOther) {
   KV_REQUIRE_ASSET("models/stories260K.gguf");
   const std::string model = AssetPath("models/stories260K.gguf");
