@@ -352,9 +352,9 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
                                          (w.verify ? wire::kHiddenVerify : 0)),
                    hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
     CommitRows(w, &h, std::nullopt);
-    SendNext(h);
     TraceTiming(options_.name, "hidden_out", "session={} pos0={} rows={}", w.session, w.pos0,
                 w.n_tokens);
+    SendNext(h);
     row += w.n_tokens;
   }
 }
