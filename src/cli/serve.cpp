@@ -134,7 +134,8 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
     return "--stages, --backends, -c and --chunk shape a local ring (-m MODEL); a running ring has "
            "its own";
   }
-  if (f.chunk < 0) return fmt::format("--chunk {} must be at least 1", f.chunk);
+  if (f.chunk < 0)
+    return fmt::format("--chunk {} must be at least 1 (0: the stages' default)", f.chunk);
   if (local && !f.vocab.empty()) return "--vocab is for --ring and --market (-m has a vocabulary)";
   if (local && (!f.trust.ring_secret_file.empty() || !f.trust.head_key.empty() ||
                 !f.trust.client_key_file.empty() || f.trust.insecure)) {
@@ -387,7 +388,8 @@ int ServeMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--trace-timing", f.trace_timing,
                  "write a timestamped line to stderr for each request's steps here and on the "
-                 "local ring's stages (parsed, templated, sent, first token, first byte), for "
+                 "local ring's stages (accepted, with the parse and template times; a link to the "
+                 "head taken; the first token; the first text written), for "
                  "bench/trace_timing.py");
     AddDraftFlags(app, &f.draft);
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
