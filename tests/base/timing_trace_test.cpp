@@ -9,7 +9,7 @@
 namespace kvasir {
 namespace {
 
-TEST(TimingTrace, OffByDefaultWritesNothing) {
+TEST(TimingTrace, OffWritesNothing) {
   EnableTimingTrace(false);
   testing::internal::CaptureStderr();
   TraceTiming("stage0", "hidden_in", "session={} rows={}", 7, 57);
