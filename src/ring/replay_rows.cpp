@@ -94,6 +94,13 @@ void ReplayRows::Account(Kept& k, size_t old_capacity) {
 }
 
 void ReplayRows::Evict(uint32_t keep_last) {
+  if (auto own = kept_.find(keep_last);
+      own != kept_.end() && own->second.data.capacity() > max_bytes_) {
+    // It alone does not fit: the others stay.
+    bytes_ -= own->second.data.capacity();
+    kept_.erase(own);
+    ++evicted_;
+  }
   while (bytes_ > max_bytes_ && !kept_.empty()) {
     auto victim = kept_.end();
     for (auto it = kept_.begin(); it != kept_.end(); ++it) {

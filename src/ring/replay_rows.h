@@ -41,7 +41,7 @@ class ReplayRows {
   // rolled back, a replay) first drops the kept rows from its pos0 on; one that starts past the
   // end (a session forked from the prompt cache, or one dropped for the budget) is not kept.
   // When the budget is exceeded, whole sessions are dropped, the largest (then the least
-  // recently added to) first, `h`'s own last.
+  // recently added to) first, `h`'s own last; `h`'s session alone when it alone exceeds it.
   void Add(const HiddenMsg& h);
   // How many rows are kept for `session`, from position 0.
   uint32_t kept(uint32_t session) const;
