@@ -22,7 +22,7 @@ namespace kvasir::ring {
 
 int StageImpl::KeepForReplay(Session& s, int n) {
   const int held = window_->SequenceLength(static_cast<int>(s.id));
-  if (held <= 0 || n <= 0) return 0;
+  if (held <= 0 || n <= 0 || options_.replay_bytes == 0) return 0;  // --replay-mb 0: run all
   int keep = std::min(held, n);
   if (tail_) {
     keep = std::min(keep, n - 1);  // the last position's logits draw the next token
