@@ -5,6 +5,7 @@
 // --freeze) once every session has L tokens, and prints each session's longest wait between two
 // tokens. Usage:
 //   heal_load --kvasir build/bin/kvasir -m MODEL --stages 4 --sessions 1,8 --lengths 32,128,512
+// (--replay-mb 0: every stage runs every replayed position, as before kept rows).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -58,6 +59,7 @@ struct Options {
   std::vector<int> sessions = {1, 8}, lengths = {32, 128, 512};
   double link_timeout = 2;
   bool freeze = false;
+  int replay_mb = -1;  // every stage's --replay-mb; -1: the default
 };
 
 // One measurement: the pauses of `n` sessions when stage 2 dies after `length` tokens each.
@@ -104,6 +106,10 @@ std::vector<double> Measure(const Options& o, int n, int length) {
       args.push_back(fmt::format("127.0.0.1:{}", standby));
     }
     if (is_standby) args.push_back("--standby");
+    if (o.replay_mb >= 0) {
+      args.push_back("--replay-mb");
+      args.push_back(std::to_string(o.replay_mb));
+    }
     pids.push_back(Spawn(args, fmt::format("{}/stage{}{}.log", o.dir, i, is_standby ? "s" : "")));
   };
   for (int i = 0; i < o.stages; ++i) stage(i, false);
@@ -181,6 +187,9 @@ int main(int argc, char** argv) {
   app.add_option("--link-timeout", o.link_timeout, "the stages' --link-timeout")
       ->capture_default_str();
   app.add_flag("--freeze", o.freeze, "SIGSTOP the stage instead of SIGKILL");
+  app.add_option("--replay-mb", o.replay_mb,
+                 "every stage's --replay-mb (0: a replay runs every position on every stage); "
+                 "unset: the stages' default");
   app.add_option("--dir", o.dir, "logs, keys and the ring secret")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.stages < 3) return std::fprintf(stderr, "--stages must be at least 3\n"), 2;
