@@ -116,9 +116,10 @@ void StageImpl::ReplayHeld() {
         sessions_.erase(it);
         continue;
       }
-      s.rows = 0;
-      s.commit = NewCommit();
     }
+    // Every stage's receipt line commits to every position again, in order (stage_replay.cpp).
+    s.rows = 0;
+    s.commit = NewCommit();
     s.retry.reset();
     s.paused_since = since;
     OpenSessionMsg open{id, s.sampling, s.history, s.extra};

@@ -70,6 +70,10 @@ bool StageImpl::ResumeReplay(OpenSessionMsg& o) {
   s.n_prompt = n;
   s.keep = o.keep;
   s.replay_skip = static_cast<uint32_t>(keep);
+  // Its receipt line commits to every replayed position again, in order, kept or run: the
+  // leaves line up with its neighbours' (and with a replacement's) as after a full replay.
+  s.rows = 0;
+  s.commit = NewCommit();
   {
     std::lock_guard<std::mutex> lock(replay_mu_);
     replay_counts_.kept += static_cast<uint64_t>(keep);
@@ -82,13 +86,20 @@ bool StageImpl::ResumeReplay(OpenSessionMsg& o) {
 }
 
 bool StageImpl::SendKeptRows(uint32_t session, int skip, int n) {
+  Session& s = sessions_.at(session);
   for (int pos = 0; pos < skip; pos += options_.chunk) {
     const int count = std::min(options_.chunk, skip - pos);
     const uint16_t flags = pos + count == n ? wire::kHiddenSample : 0;
-    if (!SendNext(replay_rows_.Rows(session, static_cast<uint32_t>(pos),
-                                    static_cast<uint32_t>(count), flags))) {
-      return false;
-    }
+    const HiddenMsg kept =
+        replay_rows_.Rows(session, static_cast<uint32_t>(pos), static_cast<uint32_t>(count), flags);
+    Work w;
+    w.session = session;
+    w.pos0 = pos;
+    w.n_tokens = count;
+    w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + count);
+    CommitRows(w, &kept, std::nullopt);
+    s.rows += static_cast<uint64_t>(count);
+    if (!SendNext(kept)) return false;
   }
   std::lock_guard<std::mutex> lock(replay_mu_);
   replay_counts_.kept += static_cast<uint64_t>(skip);
@@ -104,6 +115,7 @@ bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
   }
   const uint32_t end = h.pos0 + h.n_tokens;  // checked against the context before
   const uint32_t upto = std::min(end, skip);
+  const uint32_t count = upto - h.pos0;
   if ((h.flags & wire::kHiddenVerify) != 0) {
     FailSession(s.id, wire::ErrorCode::kBadRequest,
                 fmt::format("replay: a verify chunk at position {}, which this stage kept from "
@@ -111,6 +123,14 @@ bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
                             h.pos0));
     return false;
   }
+  // The positions kept are committed to as they were run before: the rows taken in (the
+  // predecessor's kept rows, the same bytes) and the rows sent on.
+  Work w;
+  w.session = s.id;
+  w.pos0 = static_cast<int>(h.pos0);
+  w.n_tokens = static_cast<int>(count);
+  HiddenToF32(h, &w.hidden);
+  w.hidden.resize(static_cast<size_t>(count) * h.n_embd);
   if (tail_) {
     if (upto == end && (h.flags & wire::kHiddenSample) != 0) {
       FailSession(s.id, wire::ErrorCode::kBadRequest,
@@ -120,6 +140,7 @@ bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
                               end - 1, skip));
       return false;
     }
+    CommitRows(w, nullptr, std::nullopt);
   } else {
     if (replay_rows_.kept(s.id) < upto) {
       FailSession(s.id, wire::ErrorCode::kBusy,
@@ -129,12 +150,14 @@ bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
       return false;
     }
     const uint16_t flags = upto == end ? h.flags : 0;
-    if (!SendNext(replay_rows_.Rows(s.id, h.pos0, upto - h.pos0, flags))) return false;
+    const HiddenMsg kept = replay_rows_.Rows(s.id, h.pos0, count, flags);
+    CommitRows(w, &kept, std::nullopt);
+    if (!SendNext(kept)) return false;
   }
+  s.rows += count;
   if (upto == end) return false;
   const size_t row_bytes = static_cast<size_t>(h.n_embd) * wire::DtypeSize(h.dtype);
-  h.data.erase(h.data.begin(),
-               h.data.begin() + static_cast<std::ptrdiff_t>((upto - h.pos0) * row_bytes));
+  h.data.erase(h.data.begin(), h.data.begin() + static_cast<std::ptrdiff_t>(count * row_bytes));
   h.n_tokens = end - upto;
   h.pos0 = upto;
   s.replay_skip = 0;
