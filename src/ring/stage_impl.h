@@ -241,7 +241,8 @@ class StageImpl final : public Stage {
   void EndHeld(uint32_t id, const std::string& why);
   // Head, once its probe came around the repaired ring: replays every held session.
   void ReplayHeld();
-  // Not the head: a replay's OPEN_SESSION starts the session again from position 0.
+  // Not the head: a replay that cannot keep what this stage holds (ResumeReplay) starts the
+  // session again from position 0.
   void ResetForReplay(uint32_t session);
   // The last stage: a replayed session's sampler, resumed after the tokens sampled before.
   Result<std::unique_ptr<TailSampler>> ReplaySampler(const OpenSessionMsg& o);
