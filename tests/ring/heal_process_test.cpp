@@ -453,6 +453,9 @@ TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--repair-timeout -1 must be from 0 to 3600 seconds"), std::string::npos)
       << r.err;
+  r = stage({"--replay-mb", "-1"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb -1 must be from 0 to"), std::string::npos) << r.err;
   r = stage({"--standby-peers", "127.0.0.1:2,nowhere"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--standby-peers"), std::string::npos) << r.err;
