@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "model/layer_window.h"
+#include "model/model_id.h"
 #include "ring/messages.h"
+#include "ring/receipt.h"
 #include "ring/sampling_wire.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
@@ -105,6 +107,7 @@ struct Seen {
   std::map<uint32_t, std::vector<ring::TokenMsg>> tokens;
   std::map<uint32_t, std::string> errors;
   std::optional<ring::StatsMsg> stats;
+  std::map<uint32_t, ring::Receipt> receipts;  // signed on, by session
 };
 
 // Reads what arrives until `done` holds (false, with a failed expectation, after 10 s).
@@ -128,6 +131,10 @@ bool Collect(testing::Inbox& inbox, Seen* seen, const std::function<bool(const S
       seen->errors[e->session] = e->message;
     } else if (auto* s = std::get_if<ring::StatsMsg>(&*m)) {
       seen->stats = *s;
+    } else if (auto* r = std::get_if<ring::ReceiptMsg>(&*m)) {
+      auto parsed = ring::ParseReceipt(r->payload);
+      EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+      if (parsed.ok()) seen->receipts[parsed->session] = *parsed;
     }
   }
   return true;
@@ -208,6 +215,29 @@ void CheckMiddleReplay(size_t replay_bytes) {
   for (int pos = 0; pos < n; ++pos) {
     EXPECT_EQ(replayed.at(pos), seen.rows[2][pos]) << "position " << pos;
   }
+  // Both close. The stage's receipt line for the replayed session counts and commits to every
+  // position once, in order, as the line of the session that was never interrupted does: the
+  // same count and the same root over the same rows (the audits pair lines by position).
+  ASSERT_TRUE(pred.Send(ring::CloseMsg{1, 2}).ok());
+  ASSERT_TRUE(pred.Send(ring::CloseMsg{2, 2}).ok());
+  auto file = GgufFile::Open(AssetPath(kModel));
+  ASSERT_TRUE(file.ok());
+  auto model_id = ComputeModelId(file->header(), AssetPath(kModel));
+  ASSERT_TRUE(model_id.ok());
+  for (uint32_t session : {1u, 2u}) {
+    ring::Receipt r;
+    r.session = session;
+    r.id[0] = static_cast<uint8_t>(session);
+    std::copy(model_id->begin(), model_id->end(), r.model_id.begin());
+    ring::AppendReceiptLine(&r, fake->key(), 0, 2, static_cast<uint64_t>(n), ring::Digest{});
+    ASSERT_TRUE(pred.Send(ring::ReceiptMsg{ring::EncodeReceipt(r)}).ok());
+  }
+  ASSERT_TRUE(Collect(fake->inbox(), &seen, [](const Seen& s) { return s.receipts.size() == 2; }));
+  ASSERT_EQ(seen.receipts[1].lines.size(), 2u);
+  ASSERT_EQ(seen.receipts[2].lines.size(), 2u);
+  EXPECT_EQ(seen.receipts[1].lines[1].tokens, static_cast<uint64_t>(n));
+  EXPECT_EQ(seen.receipts[2].lines[1].tokens, static_cast<uint64_t>(n));
+  EXPECT_EQ(seen.receipts[1].lines[1].rows_root, seen.receipts[2].lines[1].rows_root);
 }
 
 TEST(ReplayRingTest, AMiddleStageRunsOnlyThePositionsItLacks) {
