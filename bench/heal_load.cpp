@@ -3,8 +3,10 @@
 // of `kvasir stage` processes with an even split of the layers and one standby for the window of
 // stage 2, streams `--sessions` greedy sessions, kills stage 2 (SIGKILL, or SIGSTOP with
 // --freeze) once every session has L tokens, and prints each session's longest wait between two
-// tokens. Usage:
+// tokens, with the positions replayed and how many of them the surviving stages and the standby
+// ran again (the stages' STATS). Usage:
 //   heal_load --kvasir build/bin/kvasir -m MODEL --stages 4 --sessions 1,8 --lengths 32,128,512
+// (--replay-mb 0: every stage runs every replayed position, as before kept rows).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -58,10 +60,32 @@ struct Options {
   std::vector<int> sessions = {1, 8}, lengths = {32, 128, 512};
   double link_timeout = 2;
   bool freeze = false;
+  int replay_mb = -1;  // every stage's --replay-mb; -1: the default
 };
 
+// What the stages' STATS say of the replay: positions replayed (the head's count, all sessions),
+// and of them how many the stages that survived ran again, and the standby.
+struct ReplayCounts {
+  uint64_t replayed = 0, survivors_ran = 0, standby_ran = 0;
+};
+
+ReplayCounts AskReplayCounts(const std::string& head) {
+  ReplayCounts c;
+  auto client = kvasir::ring::RingClient::Connect(head, 20000, "heal-load-secret-0123456789abcdef");
+  if (!client.ok()) return c;
+  auto stats = (*client)->StatsMessage();
+  if (!stats.ok() || stats->repairs.size() != stats->records.size()) return c;
+  for (size_t i = 0; i < stats->records.size(); ++i) {
+    const auto& r = stats->repairs[i];
+    if (i == 0) c.replayed = r.kept + r.recomputed;
+    (std::string(stats->records[i].name) == "standby" ? c.standby_ran : c.survivors_ran) +=
+        r.recomputed;
+  }
+  return c;
+}
+
 // One measurement: the pauses of `n` sessions when stage 2 dies after `length` tokens each.
-std::vector<double> Measure(const Options& o, int n, int length) {
+std::vector<double> Measure(const Options& o, int n, int length, ReplayCounts* counts) {
   const std::string secret = o.dir + "/ring.secret";
   std::vector<uint16_t> ports;
   {
@@ -104,6 +128,10 @@ std::vector<double> Measure(const Options& o, int n, int length) {
       args.push_back(fmt::format("127.0.0.1:{}", standby));
     }
     if (is_standby) args.push_back("--standby");
+    if (o.replay_mb >= 0) {
+      args.push_back("--replay-mb");
+      args.push_back(std::to_string(o.replay_mb));
+    }
     pids.push_back(Spawn(args, fmt::format("{}/stage{}{}.log", o.dir, i, is_standby ? "s" : "")));
   };
   for (int i = 0; i < o.stages; ++i) stage(i, false);
@@ -156,6 +184,7 @@ std::vector<double> Measure(const Options& o, int n, int length) {
   }
   kill(pids[2], o.freeze ? SIGSTOP : SIGKILL);
   for (auto& t : threads) t.join();
+  *counts = AskReplayCounts(head);
   for (pid_t p : pids) Stop(p);
   if (complete.load() != n) {
     std::fprintf(stderr, "%d of %d sessions did not get every token (logs in %s)\n",
@@ -181,6 +210,9 @@ int main(int argc, char** argv) {
   app.add_option("--link-timeout", o.link_timeout, "the stages' --link-timeout")
       ->capture_default_str();
   app.add_flag("--freeze", o.freeze, "SIGSTOP the stage instead of SIGKILL");
+  app.add_option("--replay-mb", o.replay_mb,
+                 "every stage's --replay-mb (0: a replay runs every position on every stage); "
+                 "unset: the stages' default");
   app.add_option("--dir", o.dir, "logs, keys and the ring secret")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.stages < 3) return std::fprintf(stderr, "--stages must be at least 3\n"), 2;
@@ -191,14 +223,19 @@ int main(int argc, char** argv) {
     chmod((o.dir + "/ring.secret").c_str(), 0600);
   }
   std::printf(
-      "| sessions | tokens per session at the kill | pause median (ms) | pause max (ms) |\n");
-  std::printf("|---:|---:|---:|---:|\n");
+      "| sessions | tokens per session at the kill | positions replayed | run again by the "
+      "survivors | by the standby | pause median (ms) | pause max (ms) |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int n : o.sessions) {
     for (int length : o.lengths) {
-      std::vector<double> p = Measure(o, n, length);
+      ReplayCounts c;
+      std::vector<double> p = Measure(o, n, length, &c);
       if (p.empty()) return 1;
       std::sort(p.begin(), p.end());
-      std::printf("| %d | %d | %.0f | %.0f |\n", n, length, p[p.size() / 2], p.back());
+      std::printf("| %d | %d | %llu | %llu | %llu | %.0f | %.0f |\n", n, length,
+                  static_cast<unsigned long long>(c.replayed),
+                  static_cast<unsigned long long>(c.survivors_ran),
+                  static_cast<unsigned long long>(c.standby_ran), p[p.size() / 2], p.back());
       std::fflush(stdout);
     }
   }

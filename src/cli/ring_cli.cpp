@@ -37,6 +37,7 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
       KV_ASSIGN_OR_RETURN(ring::StatsMsg stats, client->StatsMessage());
     run.stages = std::move(stats.records);
     run.drafts = std::move(stats.drafts);
+    run.repairs = std::move(stats.repairs);
     }
     return run;
   }
@@ -66,6 +67,7 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
     KV_ASSIGN_OR_RETURN(ring::StatsMsg stats, client->StatsMessage());
     run.stages = std::move(stats.records);
     run.drafts = std::move(stats.drafts);
+    run.repairs = std::move(stats.repairs);
   }
   return run;
 }
@@ -82,7 +84,8 @@ void PrintRingSummary(const RingRun& run, int n_threads) {
 }
 
 void PrintStageTable(const std::vector<wire::StageStats>& stages,
-                     const std::map<int, std::string>& devices) {
+                     const std::map<int, std::string>& devices,
+                     const std::vector<wire::RepairStatsWire>& repairs) {
   using A = Table::Align;
   std::vector<std::string> header = {"stage",      "layers",      "weights", "RSS",
                                      "in B/token", "out B/token", "ms/token"};
@@ -91,6 +94,11 @@ void PrintStageTable(const std::vector<wire::StageStats>& stages,
   if (!devices.empty()) {
     header.insert(header.begin() + 2, "backend (device)");
     align.insert(align.begin() + 2, A::kLeft);
+  }
+  const bool with_repairs = repairs.size() == stages.size() && !repairs.empty();
+  if (with_repairs) {
+    header.insert(header.end(), {"replayed kept/run", "repairs (max pause)"});
+    align.insert(align.end(), {A::kRight, A::kRight});
   }
   Table t(header, align);
   for (const auto& s : stages) {
@@ -106,6 +114,11 @@ void PrintStageTable(const std::vector<wire::StageStats>& stages,
     if (!devices.empty()) {
       auto it = devices.find(static_cast<int>(s.window_first));
       row.insert(row.begin() + 2, it == devices.end() ? "?" : it->second);
+    }
+    if (with_repairs) {
+      const wire::RepairStatsWire& r = repairs[static_cast<size_t>(&s - stages.data())];
+      row.push_back(fmt::format("{}/{}", r.kept, r.recomputed));
+      row.push_back(r.repairs > 0 ? fmt::format("{} ({} ms)", r.repairs, r.pause_ms_max) : "");
     }
     t.AddRow(std::move(row));
   }
@@ -151,6 +164,13 @@ nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n
           {"drafted", d.drafted},
           {"accepted", d.accepted},
           {"acceptance", d.drafted > 0 ? static_cast<double>(d.accepted) / d.drafted : 0.0}};
+    }
+    if (i < run.repairs.size()) {
+      const wire::RepairStatsWire& rp = run.repairs[i];
+      stages.back()["repair"] = {
+          {"sessions_replayed", rp.repairs},       {"positions_kept", rp.kept},
+          {"positions_recomputed", rp.recomputed}, {"pauses", rp.pauses},
+          {"pause_ms_total", rp.pause_ms_total},   {"pause_ms_max", rp.pause_ms_max}};
     }
   }
   return {{"model", model},

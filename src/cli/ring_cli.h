@@ -28,6 +28,8 @@ struct RingRun {
   ring::GenerateResult result;
   std::vector<wire::StageStats> stages;  // empty unless requested
   std::vector<wire::DraftStatsWire> drafts;  // one per stage when a stage drafts, else empty
+  // One per stage when a stage has replayed a session (docs/PROTOCOL.md, "Repair"), else empty.
+  std::vector<wire::RepairStatsWire> repairs;
 };
 
 // Connects, generates (streaming the text to stdout), and optionally collects the stages' stats.
@@ -37,13 +39,17 @@ Result<RingRun> RunRingRequest(const RingRequest& request, bool with_stage_stats
 void PrintRingSummary(const RingRun& run, int n_threads);
 // Per-stage table (layers, weights, RSS, bytes in/out per token, ms per decode token) to stderr.
 // `devices`, when given, names each stage's backend and device by the first layer of its window
-// (the stages of `kvasir run` are local, so their devices are known here).
+// (the stages of `kvasir run` are local, so their devices are known here). `repairs`, when given
+// (one per stage), adds the replayed positions each stage kept and ran again, and the head's
+// repairs with the longest pause a client saw.
 void PrintStageTable(const std::vector<wire::StageStats>& stages,
-                     const std::map<int, std::string>& devices = {});
+                     const std::map<int, std::string>& devices = {},
+                     const std::vector<wire::RepairStatsWire>& repairs = {});
 // The drafting line of a ring whose last stage drafts (to stderr; nothing otherwise).
 void PrintDraftSummary(const RingRun& run);
 // The same as JSON: generate's stats fields plus "stages" (each with "draft" when it drafts: its
-// drafter, verify steps, drafted and accepted tokens, acceptance).
+// drafter, verify steps, drafted and accepted tokens, acceptance; and "repair" when a stage has
+// replayed a session: sessions replayed, positions kept and run again, the pauses clients saw).
 nlohmann::json RingStatsJson(const std::string& model, const RingRun& run, int n_threads);
 
 }  // namespace kvasir::cli

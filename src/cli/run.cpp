@@ -358,7 +358,7 @@ int RunRing(RunOptions o) {
   PrintRingSummary(*run, o.threads_per_stage);
   std::map<int, std::string> devices;
   for (const StagePlan& p : plan) devices[p.first] = DeviceLabel(p.backend);
-  PrintStageTable(run->stages, devices);
+  PrintStageTable(run->stages, devices, run->repairs);
   PrintDraftSummary(*run);
   if (!o.stats_path.empty()) {
     if (Status s =

@@ -151,6 +151,12 @@ int StageMain(int argc, char** argv) {
                    "seconds to hold the sessions crossing a link that went down, for the ring "
                    "to be repaired and the sessions replayed (0: end them at once)")
         ->capture_default_str();
+    int64_t replay_mb = static_cast<int64_t>(opt.replay_bytes >> 20);
+    app.add_option("--replay-mb", replay_mb,
+                   "MiB of the rows sent on for live sessions, kept so that a replay after a "
+                   "repair sends them again instead of recomputing them (0: a replay recomputes "
+                   "every position)")
+        ->capture_default_str();
     app.add_option("-t,--threads", opt.n_threads, "compute threads")->capture_default_str();
     CLI::Option* backend_opt = AddBackendFlag(app, &opt.backend);
     backend_opt->description(backend_opt->get_description() +
@@ -216,6 +222,11 @@ int StageMain(int argc, char** argv) {
                                           repair_timeout_s));
     }
     opt.repair_timeout_ms = static_cast<int>(repair_timeout_s * 1000);
+    if (replay_mb < 0 || replay_mb > (int64_t{1} << 20)) {
+      return UsageError(
+          kCmd, fmt::format("--replay-mb {} must be from 0 to {}", replay_mb, int64_t{1} << 20));
+    }
+    opt.replay_bytes = static_cast<size_t>(replay_mb) << 20;
     if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
     if (cache_mb < 0 || cache_mb > (int64_t{1} << 24)) {
       return UsageError(kCmd, fmt::format("--cache-mb {} must be from 0 to {}", cache_mb,

@@ -38,8 +38,9 @@ uint32_t MaxStagePayload(int n_ctx, int n_embd) {
                         uint64_t{wire::kMaxLogitBias} * sizeof(wire::LogitBiasWire) +
                         sizeof(wire::SamplingOutputWire) + wire::kMaxGrammarBytes;
   const uint64_t stats =
-      sizeof(wire::StatsBody) + uint64_t{wire::kMaxStatsRecords} *
-                                    (sizeof(wire::StageStats) + sizeof(wire::DraftStatsWire));
+      sizeof(wire::StatsBody) +
+      uint64_t{wire::kMaxStatsRecords} *
+          (sizeof(wire::StageStats) + sizeof(wire::DraftStatsWire) + sizeof(wire::RepairStatsWire));
   const uint64_t receipt = sizeof(wire::ReceiptBody) + sizeof(wire::ClientCount) +
                            uint64_t{wire::kMaxReceiptLines} * sizeof(wire::ReceiptLine);
   return static_cast<uint32_t>(

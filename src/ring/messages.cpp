@@ -336,16 +336,18 @@ Result<Message> DecodeStats(const Frame& f) {
     return Error("STATS: n_records {} exceeds the limit of {} stages", b.n_records,
                  wire::kMaxStatsRecords);
   }
-  if ((b.flags & ~wire::kStatsDrafts) != 0) {
+  if ((b.flags & ~(wire::kStatsDrafts | wire::kStatsRepair)) != 0) {
     return Error("STATS: flags 0x{:x} has unknown bits", b.flags);
   }
   const bool drafts = (b.flags & wire::kStatsDrafts) != 0;
-  const uint64_t per_record =
-      sizeof(wire::StageStats) + (drafts ? sizeof(wire::DraftStatsWire) : 0);
+  const bool repairs = (b.flags & wire::kStatsRepair) != 0;
+  const uint64_t per_record = sizeof(wire::StageStats) +
+                              (drafts ? sizeof(wire::DraftStatsWire) : 0) +
+                              (repairs ? sizeof(wire::RepairStatsWire) : 0);
   KV_RETURN_IF_ERROR(CheckTail(
       f, sizeof(b), uint64_t{b.n_records} * per_record,
-      fmt::format("n_records {} x {}-byte {}", b.n_records, per_record,
-                  drafts ? "StageStats and DraftStatsWire" : "StageStats")));
+      fmt::format("n_records {} x {}-byte StageStats{}{}", b.n_records, per_record,
+                  drafts ? " and DraftStatsWire" : "", repairs ? " and RepairStatsWire" : "")));
   StatsMsg m;
   m.records.resize(b.n_records);
   if (b.n_records > 0) {
@@ -358,6 +360,15 @@ Result<Message> DecodeStats(const Frame& f) {
       std::memcpy(m.drafts.data(),
                   Tail(f, sizeof(b)) + size_t{b.n_records} * sizeof(wire::StageStats),
                   size_t{b.n_records} * sizeof(wire::DraftStatsWire));
+    }
+  }
+  if (repairs) {
+    m.repairs.resize(b.n_records);
+    if (b.n_records > 0) {
+      std::memcpy(m.repairs.data(),
+                  Tail(f, sizeof(b)) + size_t{b.n_records} * sizeof(wire::StageStats) +
+                      m.drafts.size() * sizeof(wire::DraftStatsWire),
+                  size_t{b.n_records} * sizeof(wire::RepairStatsWire));
     }
   }
   return Message(std::move(m));
@@ -545,13 +556,16 @@ std::vector<uint8_t> Encode(const PingMsg& m) {
 std::vector<uint8_t> Encode(const StatsMsg& m) {
   wire::StatsBody b{};
   b.n_records = static_cast<uint32_t>(m.records.size());
-  b.flags = m.drafts.empty() ? 0 : wire::kStatsDrafts;
+  b.flags =
+      (m.drafts.empty() ? 0 : wire::kStatsDrafts) | (m.repairs.empty() ? 0 : wire::kStatsRepair);
   const size_t tail = m.records.size() * sizeof(wire::StageStats);
   const size_t drafts = m.drafts.size() * sizeof(wire::DraftStatsWire);
-  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail + drafts);
+  const size_t repairs = m.repairs.size() * sizeof(wire::RepairStatsWire);
+  FrameBuilder fb(MsgType::kStats, sizeof(b) + tail + drafts + repairs);
   fb.Put(b);
   fb.PutBytes(m.records.data(), tail);
   fb.PutBytes(m.drafts.data(), drafts);
+  fb.PutBytes(m.repairs.data(), repairs);
   return fb.Finish();
 }
 
@@ -694,9 +708,14 @@ Status CheckEncodable(const Message& msg) {
       return Error("STATS: {} draft records for {} stage records", m->drafts.size(),
                    m->records.size());
     }
+    if (!m->repairs.empty() && m->repairs.size() != m->records.size()) {
+      return Error("STATS: {} repair records for {} stage records", m->repairs.size(),
+                   m->records.size());
+    }
     KV_RETURN_IF_ERROR(CheckPayloadSize(
         t, sizeof(wire::StatsBody) + uint64_t{m->records.size()} * sizeof(wire::StageStats) +
-               uint64_t{m->drafts.size()} * sizeof(wire::DraftStatsWire)));
+               uint64_t{m->drafts.size()} * sizeof(wire::DraftStatsWire) +
+               uint64_t{m->repairs.size()} * sizeof(wire::RepairStatsWire)));
   } else if (const auto* m = std::get_if<ReceiptMsg>(&msg)) {
     KV_RETURN_IF_ERROR(CheckPayloadSize(t, m->payload.size()));
   }

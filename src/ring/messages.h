@@ -124,6 +124,8 @@ struct StatsMsg {  // STATS
   std::vector<wire::StageStats> records;
   // Speculation (wire::kStatsDrafts): empty, or one per record.
   std::vector<wire::DraftStatsWire> drafts{};
+  // Repair (wire::kStatsRepair): empty, or one per record.
+  std::vector<wire::RepairStatsWire> repairs{};
 };
 
 struct HandshakeMsg {  // HANDSHAKE (before encryption starts; see ring/handshake.h)

@@ -162,7 +162,8 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
                                    static_cast<uint32_t>(options_.first),
                                    static_cast<uint32_t>(options_.last),
                                    static_cast<uint32_t>(window_->config().n_layer), row_store_}),
-      holds_(std::chrono::milliseconds(options_.repair_timeout_ms)) {
+      holds_(std::chrono::milliseconds(options_.repair_timeout_ms)),
+      replay_rows_(options_.replay_bytes) {
   generation_.store(NewGeneration());
   for (LayerKind k : window_->config().layer_kinds) recurrent_ |= k != LayerKind::kAttention;
   client_max_payload_ = is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
@@ -310,6 +311,7 @@ wire::StageStats StageImpl::StatsRecord() const {
 
 void StageImpl::AddStatsRecord(StatsMsg& m) const {
   m.records.push_back(StatsRecord());
+  AddRepairRecord(m);  // stage_replay.cpp
   const DraftTotals d = draft_totals();
   if (d.drafter.empty() && m.drafts.empty()) return;
   m.drafts.resize(m.records.size() - 1);  // zeros for the stages before that do not draft
@@ -323,12 +325,15 @@ void StageImpl::AddStatsRecord(StatsMsg& m) const {
 
 void StageImpl::LogStats() {
   const wire::StageStats s = StatsRecord();
+  const wire::RepairStatsWire r = RepairRecord();
   KV_LOG_INFO(
       "{}: stats: layers {}:{}, weights {:.1f} MiB, rss {:.1f} MiB, in {} B, out {} B, rows {} "
-      "({} decode), busy {:.1f} ms, links refused {}, repairs {} ({} positions replayed)",
+      "({} decode), busy {:.1f} ms, links refused {}, repairs {} ({} positions replayed: {} "
+      "kept here, {} run again; {} pauses, longest {} ms)",
       options_.name, s.window_first, s.window_last, s.weight_bytes / 1048576.0,
       s.rss_bytes / 1048576.0, s.bytes_in, s.bytes_out, s.rows, s.decode_rows, s.busy_ns / 1e6,
-      s.links_refused, repairs_.load(), replayed_tokens_.load());
+      s.links_refused, repairs_.load(), replayed_tokens_.load(), r.kept, r.recomputed, r.pauses,
+      r.pause_ms_max);
   if (const DraftTotals d = draft_totals(); !d.drafter.empty()) {
     KV_LOG_INFO("{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %)",
                 options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance());

@@ -55,6 +55,10 @@ struct StageOptions {
   // be repaired (a standby linked, the same stage back) and the head to replay them, before they
   // end with an error. 0: they end at once.
   int repair_timeout_ms = 30000;
+  // The boundary rows sent on for the live sessions, kept up to this many bytes so that a replay
+  // sends them on again instead of recomputing them (ring/replay_rows.h); 0: a replay recomputes
+  // every position on every stage.
+  size_t replay_bytes = size_t{64} << 20;
   // Dial hooks, set by the CLI for relayed links; ring itself knows nothing of WebSockets.
   // dial_next replaces dialing `next` over TCP (same retries and backoff). dial_pred adds a
   // thread that keeps exactly one predecessor link open through it: dial, serve the link as an

@@ -52,7 +52,8 @@ size_t HeldBytes(const Message& m) {
     for (const std::string& stop : g->stops) n += stop.size() + sizeof(std::string);
   } else if (const auto* st = std::get_if<StatsMsg>(&m)) {
     n += st->records.size() * sizeof(wire::StageStats) +
-         st->drafts.size() * sizeof(wire::DraftStatsWire);
+         st->drafts.size() * sizeof(wire::DraftStatsWire) +
+         st->repairs.size() * sizeof(wire::RepairStatsWire);
   }
   return n;
 }

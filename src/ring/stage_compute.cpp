@@ -95,7 +95,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // Every stage checks what it is sent before it opens anything, not only the head; the last
   // stage's sampler is only ever made from checked values.
   TraceTiming(options_.name, "open_in", "session={} cached={}", o.session, o.n_cached);
-  if (o.replay) ResetForReplay(o.session);  // stage_repair.cpp
+  if (o.replay && ResumeReplay(o)) return;  // kept its state (stage_replay.cpp)
   std::unique_ptr<TailSampler> tail;
   Status checked;
   if (tail_) {
@@ -162,6 +162,7 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
     return;
   }
   Session& s = sessions_[h.session];
+  if (s.replay_skip > 0 && !SkipReplayed(s, h)) return;  // kept here (stage_replay.cpp)
   if (Status st = RollBackBefore(s, static_cast<int>(h.pos0)); !st.ok()) {
     KV_LOG_WARN("{}: session {} refused: HIDDEN: {}", options_.name, h.session, st.message());
     FailSession(h.session, wire::ErrorCode::kBadRequest, "HIDDEN: " + st.message());
@@ -271,6 +272,9 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
 }
 
 bool StageImpl::RunBatch() {
+  if (replay_rows_.sessions() > 0) {
+    replay_rows_.Retain([&](uint32_t id) { return sessions_.count(id) != 0; });
+  }
   // A closing session's queued rows are dropped: its KV cache is gone, its CLOSE went out.
   const std::vector<Work> batch = scheduler_.NextBatch([&](uint32_t session) {
     auto it = sessions_.find(session);
@@ -354,6 +358,7 @@ void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& ou
     CommitRows(w, &h, std::nullopt);
     TraceTiming(options_.name, "hidden_out", "session={} pos0={} rows={}", w.session, w.pos0,
                 w.n_tokens);
+    replay_rows_.Add(h);
     SendNext(h);
     row += w.n_tokens;
   }

@@ -34,6 +34,7 @@
 #include "ring/prompt_cache.h"
 #include "ring/receipt_book.h"
 #include "ring/repair.h"
+#include "ring/replay_rows.h"
 #include "ring/row_store.h"
 #include "ring/scheduler.h"
 #include "ring/spec_tail.h"
@@ -115,6 +116,9 @@ struct Session {
   // and when the session was replayed, since when its client has waited for a token.
   SamplingExtra extra;
   std::optional<Clock::time_point> paused_since;
+  // A replay that kept this stage's state (stage_replay.cpp): positions below this are not run
+  // again; their rows are sent on from the kept ones.
+  uint32_t replay_skip = 0;
 };
 
 // The options of a link to a neighbour (stage_links.cpp), accepting frames up to `max_payload`.
@@ -150,6 +154,10 @@ class StageImpl final : public Stage {
   wire::StageStats StatsRecord() const;
   // Appends this stage's record to `m`, and its drafts' counts when it drafts or `m` has some.
   void AddStatsRecord(StatsMsg& m) const;
+  // stage_replay.cpp: this stage's repair counts, and appending them to `m` when any is nonzero
+  // or `m` has some (zeros for the stages before).
+  wire::RepairStatsWire RepairRecord() const;
+  void AddRepairRecord(StatsMsg& m) const;
 
   // stage_accept.cpp: the accept thread, handshake slots, accepted links and clients.
   void AcceptLoop();
@@ -236,10 +244,23 @@ class StageImpl final : public Stage {
   void EndHeld(uint32_t id, const std::string& why);
   // Head, once its probe came around the repaired ring: replays every held session.
   void ReplayHeld();
-  // Not the head: a replay's OPEN_SESSION starts the session again from position 0.
+  // Not the head: a replay that cannot keep what this stage holds (ResumeReplay) starts the
+  // session again from position 0.
   void ResetForReplay(uint32_t session);
   // The last stage: a replayed session's sampler, resumed after the tokens sampled before.
   Result<std::unique_ptr<TailSampler>> ReplaySampler(const OpenSessionMsg& o);
+  // stage_replay.cpp: a replay computes only what a stage lacks.
+  // Keeps `s`'s state for a replay of `n` positions: how many of them this stage need not run
+  // again (its state truncated to that many); 0: it starts the session again from position 0.
+  int KeepForReplay(Session& s, int n);
+  // Not the head: a replay's OPEN_SESSION for a session this stage holds; true when it kept its
+  // state (and sent the OPEN on), false when the session opens afresh as a new one.
+  bool ResumeReplay(OpenSessionMsg& o);
+  // Head: sends the kept rows [0, skip) of a replayed session of `n` positions on.
+  bool SendKeptRows(uint32_t session, int skip, int n);
+  // Not the head: the part of `h` below the session's replay_skip is not run again (its kept
+  // rows go on instead); false when nothing of `h` is left to run (or the session failed).
+  bool SkipReplayed(Session& s, HiddenMsg& h);
   // Head: whether a TOKEN for `s` is the one it waits for (not held, not from before a replay).
   bool AcceptsToken(Session& s, const TokenMsg& t);
   // A standby that a predecessor adopted starts dialing its successor (compute thread).
@@ -349,6 +370,9 @@ class StageImpl final : public Stage {
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
   std::atomic<uint64_t> repairs_{0}, replayed_tokens_{0};  // head: sessions replayed, their ids
+  ReplayRows replay_rows_;      // the rows sent on for live sessions, for a replay
+  ReplayCounts replay_counts_;  // guarded by replay_mu_
+  mutable std::mutex replay_mu_;
 };
 
 }  // namespace kvasir::ring

@@ -3,11 +3,11 @@
 // them, for up to the repair timeout (HoldBook). The successor link redials, through the standby
 // peers when the successor is gone; once the head's probe comes back around, the head replays
 // every held session: OPEN_SESSION with kOpenReplay and the session's ids (prompt, then the tokens
-// sampled so far), then those ids as prompt chunks. Every stage starts the session again from
-// position 0, so a replacement that holds nothing and a stage that holds everything compute the
-// same rows, and the last stage resumes the sampler after the tokens it had drawn: the client
-// gets exactly the tokens an undisturbed run gives. Sessions not replayed in time end with an
-// error, on every stage.
+// sampled so far), then its kept rows and the ids it lacks as prompt chunks. Every stage runs
+// only the positions it lacks (stage_replay.cpp), so a replacement that holds nothing and a stage
+// that holds everything end with the same state, and the last stage resumes the sampler after the
+// tokens it had drawn: the client gets exactly the tokens an undisturbed run gives. Sessions not
+// replayed in time end with an error, on every stage.
 #include <fmt/format.h>
 
 #include "base/log.h"
@@ -102,43 +102,49 @@ void StageImpl::ReplayHeld() {
       sessions_.erase(it);
       continue;
     }
-    // Everything again from position 0: this window's state too, so that every stage runs the
-    // same rows (their receipts agree) and the replacement gets its input.
-    window_->CloseSequence(static_cast<int>(id));
     scheduler_.TakeSession(id);
-    if (Status st = OpenSequence(id); !st.ok()) {
-      KV_LOG_WARN("{}: session {}: replay: {}", options_.name, id, st.message());
-      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBusy, id, "replay: " + st.message()});
-      sessions_.erase(it);
-      continue;
+    const int n = static_cast<int>(s.history.size());
+    // What this window still holds is kept, and its rows are sent on again (stage_replay.cpp);
+    // without them, everything again from position 0.
+    const int skip = KeepForReplay(s, n);
+    if (skip == 0) {
+      replay_rows_.Drop(id);
+      window_->CloseSequence(static_cast<int>(id));
+      if (Status st = OpenSequence(id); !st.ok()) {
+        KV_LOG_WARN("{}: session {}: replay: {}", options_.name, id, st.message());
+        SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBusy, id, "replay: " + st.message()});
+        sessions_.erase(it);
+        continue;
+      }
     }
+    // Every stage's receipt line commits to every position again, in order (stage_replay.cpp).
     s.rows = 0;
     s.commit = NewCommit();
     s.retry.reset();
     s.paused_since = since;
-    const int n = static_cast<int>(s.history.size());
     OpenSessionMsg open{id, s.sampling, s.history, s.extra};
     open.keep = s.keep;
     open.replay = true;
     open.n_generated = static_cast<uint32_t>(s.n_generated);
-    if (!SendNext(open)) {
+    if (!SendNext(open) || !SendKeptRows(id, skip, n)) {
       // The link dropped again: held again by the event that tells it.
       holds_.Hold(std::span<const uint32_t>(&id, 1), since.value_or(Clock::now()));
       continue;
     }
-    for (int pos = 0; pos < n; pos += options_.chunk) {
+    for (int pos = skip; pos < n; pos += options_.chunk) {
+      const int count = std::min(options_.chunk, n - pos);
       Work w;
       w.session = id;
       w.pos0 = pos;
-      w.n_tokens = std::min(options_.chunk, n - pos);
-      w.sample = pos + w.n_tokens == n;
-      w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + w.n_tokens);
+      w.n_tokens = count;
+      w.sample = pos + count == n;
+      w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + count);
       scheduler_.AddPrefill(std::move(w));
     }
     repairs_.fetch_add(1);
     replayed_tokens_.fetch_add(static_cast<uint64_t>(n));
-    KV_LOG_INFO("{}: session {} replayed: {} positions ({} generated)", options_.name, id, n,
-                s.n_generated);
+    KV_LOG_INFO("{}: session {} replayed: {} positions ({} generated), {} kept here", options_.name,
+                id, n, s.n_generated, skip);
   }
 }
 
@@ -175,8 +181,10 @@ bool StageImpl::AcceptsToken(Session& s, const TokenMsg& t) {
   // draws the same token again at the same position.
   if (holds_.held(s.id) || t.token.pos != s.history.size()) return false;
   if (s.paused_since) {
-    KV_LOG_INFO("{}: session {} resumed after a pause of {:.0f} ms", options_.name, s.id,
-                MsSince(*s.paused_since));
+    const double ms = MsSince(*s.paused_since);
+    KV_LOG_INFO("{}: session {} resumed after a pause of {:.0f} ms", options_.name, s.id, ms);
+    std::lock_guard<std::mutex> lock(replay_mu_);
+    replay_counts_.AddPause(static_cast<uint64_t>(ms));
     s.paused_since.reset();
   }
   return true;

@@ -263,7 +263,7 @@ static_assert(sizeof(PingBody) == 16);
 
 struct StatsBody {
   uint32_t n_records;      // tail: n_records × StageStats
-  uint32_t flags;          // kStatsDrafts (was reserved, zero)
+  uint32_t flags;          // kStatsDrafts | kStatsRepair (was reserved, zero)
 };
 static_assert(sizeof(StatsBody) == 8);
 // After the records, one DraftStatsWire per record, in the same order (speculation: set by the
@@ -277,6 +277,21 @@ struct DraftStatsWire {
   uint64_t accepted;       // of them, accepted
 };
 static_assert(sizeof(DraftStatsWire) == 32);
+
+// After the records (and the DraftStatsWire), one RepairStatsWire per record, in the same order
+// (repair, docs/PROTOCOL.md "Repair": set by the first stage that has replayed a session, which
+// gives the records before its own zeros).
+inline constexpr uint32_t kStatsRepair = 2;
+
+struct RepairStatsWire {
+  uint64_t repairs;         // head: sessions replayed
+  uint64_t kept;            // replayed positions this stage did not run again (sent its rows on)
+  uint64_t recomputed;      // replayed positions this stage ran again
+  uint64_t pauses;          // head: replayed sessions whose client got a token again
+  uint64_t pause_ms_total;  // head: the pauses those clients saw, added up
+  uint64_t pause_ms_max;    // head: the longest of them
+};
+static_assert(sizeof(RepairStatsWire) == 48);
 
 struct StageStats {
   char name[32];

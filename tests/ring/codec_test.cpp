@@ -128,7 +128,8 @@ std::vector<Message> SampleMessages() {
   out.push_back(MakeHidden(3, 9, 3, 5, Dtype::kF16, 0, rows));
   out.push_back(MakeHidden(3, 12, 1, 15, Dtype::kBF16, wire::kHiddenSample, rows));
   TokenMsg token{};
-  token.token = {5, 17, 31, 1, static_cast<uint8_t>(wire::FinishReason::kMaxTokens), 0, 0, 0, 11, -2.5f};
+  token.token = {5, 17, 31, 1,  static_cast<uint8_t>(wire::FinishReason::kMaxTokens),
+                 0, 0,  0,  11, -2.5f};
   token.piece = " hello";
   out.push_back(token);
   token.token.finished = 0;
@@ -224,6 +225,36 @@ TEST(RingCodecTest, MaximalTailsRoundTrip) {
   StatsMsg s;
   for (int i = 0; i < 300; ++i) s.records.push_back(Stats(i));
   ExpectSameMessage(s, RoundTrip(s));
+}
+
+// STATS with repair counts (kStatsRepair), after drafting counts or alone: they come back in
+// order, one per record; a count of them other than the records' is refused before it is sent,
+// and a frame whose flags promise them but that lacks their bytes is refused when it arrives.
+TEST(RingCodecTest, StatsRepairCountsRoundTrip) {
+  for (bool with_drafts : {false, true}) {
+    StatsMsg s{{Stats(0), Stats(1)}};
+    if (with_drafts) s.drafts = {wire::DraftStatsWire{{'n', 'g', 'r', 'a', 'm'}, 1, 2, 3}, {}};
+    s.repairs = {wire::RepairStatsWire{8, 120, 3, 8, 1600, 250}, wire::RepairStatsWire{0, 0, 123}};
+    const auto back = std::get<StatsMsg>(RoundTrip(s));
+    ExpectSameMessage(s, back);
+    ASSERT_EQ(back.repairs.size(), 2u);
+    EXPECT_TRUE(SameBytes(back.repairs[0], s.repairs[0]));
+    EXPECT_TRUE(SameBytes(back.repairs[1], s.repairs[1]));
+    EXPECT_EQ(back.drafts.size(), s.drafts.size());
+  }
+  StatsMsg bad{{Stats(0), Stats(1)}};
+  bad.repairs = {wire::RepairStatsWire{}};
+  EXPECT_FALSE(CheckEncodable(bad).ok());
+  // One record promised with its repair counts, which are missing.
+  wire::StatsBody body{};
+  body.n_records = 1;
+  body.flags = wire::kStatsRepair;
+  const std::string why = DecodeError(RawFrame(MsgType::kStats, body, sizeof(wire::StageStats)));
+  EXPECT_NE(why.find("RepairStatsWire"), std::string::npos) << why;
+  body.flags = 4;  // unknown
+  EXPECT_NE(
+      DecodeError(RawFrame(MsgType::kStats, body, sizeof(wire::StageStats))).find("unknown bits"),
+      std::string::npos);
 }
 
 TEST(RingCodecTest, LongErrorMessageIsCutAtACharacterBoundary) {

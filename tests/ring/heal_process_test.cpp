@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "kvasir_process.h"
@@ -47,6 +48,7 @@ struct StageSpec {
   std::vector<uint16_t> next;  // the successor's address, then its standbys
   bool standby = false;
   double repair_timeout_s = 20;
+  int replay_mb = -1;  // --replay-mb; -1: the default
 };
 
 std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::TempDir& logs) {
@@ -75,6 +77,10 @@ std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::Temp
     args.push_back(peers);
   }
   if (s.standby) args.push_back("--standby");
+  if (s.replay_mb >= 0) {
+    args.push_back("--replay-mb");
+    args.push_back(fmt::format("{}", s.replay_mb));
+  }
   for (std::string& a : testing::StageTrustArgs(s.name)) args.push_back(std::move(a));
   return std::make_unique<ChildProcess>(args, logs.File(s.name + ".log"), SIGTERM);
 }
@@ -224,7 +230,7 @@ struct HealingRing {
   testing::TempDir logs;
   std::vector<uint16_t> ports = FreePorts(7);  // H, A, B, T, A2, B2, T2
   std::vector<std::unique_ptr<ChildProcess>> stages;
-  explicit HealingRing(double repair_timeout_s = 20, bool standbys = true) {
+  explicit HealingRing(double repair_timeout_s = 20, bool standbys = true, int replay_mb = -1) {
     const uint16_t h = ports[0], a = ports[1], b = ports[2], t = ports[3];
     const uint16_t a2 = ports[4], b2 = ports[5], t2 = ports[6];
     auto with = [&](uint16_t p, uint16_t standby) {
@@ -241,7 +247,10 @@ struct HealingRing {
       specs.push_back({"B2", "2:4", b2, with(t, t2), true, repair_timeout_s});
       specs.push_back({"T2", "4:5", t2, {h}, true, repair_timeout_s});
     }
-    for (const StageSpec& s : specs) stages.push_back(StartStage(s, logs));
+    for (StageSpec& s : specs) {
+      s.replay_mb = replay_mb;
+      stages.push_back(StartStage(s, logs));
+    }
   }
   ~HealingRing() { DumpLogsOnFailure(stages); }
   std::string head() const { return Addr(ports[0]); }
@@ -264,6 +273,70 @@ TEST(HealProcessTest, KilledStagesAreReplacedByStandbysAndClientsLoseNothing) {
     ExpectUndisturbed(runs, fmt::format("kill -9 {}", name));
   }
   ExpectIdle(ring.head(), 4);
+}
+
+// Each stage's repair counts (STATS), by name.
+std::map<std::string, wire::RepairStatsWire> RepairsByName(const std::string& head) {
+  std::map<std::string, wire::RepairStatsWire> out;
+  auto client = ring::RingClient::Connect(head, 20000, testing::kTestRingSecret);
+  EXPECT_TRUE(client.ok()) << client.status().message();
+  if (!client.ok()) return out;
+  auto stats = (*client)->StatsMessage();
+  EXPECT_TRUE(stats.ok()) << stats.status().message();
+  if (!stats.ok()) return out;
+  EXPECT_EQ(stats->repairs.size(), stats->records.size()) << "no repair counts in STATS";
+  for (size_t i = 0; i < stats->records.size() && i < stats->repairs.size(); ++i) {
+    out[stats->records[i].name] = stats->repairs[i];
+  }
+  return out;
+}
+
+// A middle stage killed during 8 sessions: the replacement runs every replayed position, the
+// stages that survived send on their kept rows and run only the few positions they had not run
+// yet; with --replay-mb 0 every stage runs every replayed position. Clients get the same tokens
+// either way.
+void CheckWhoRecomputes(int replay_mb) {
+  HealingRing ring(20, true, replay_mb);
+  {
+    auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ASSERT_TRUE((*client)->WaitReady(30000).ok());
+  }
+  auto runs = StreamWhile(ring.head(), 8, 12, [&] { ring.stage(2).Kill(SIGKILL); });
+  ExpectUndisturbed(runs, fmt::format("kill -9 B, --replay-mb {}", replay_mb));
+  ExpectIdle(ring.head(), 4);
+  auto r = RepairsByName(ring.head());
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r["H"].repairs, 8u);
+  EXPECT_EQ(r["H"].pauses, 8u);
+  EXPECT_GT(r["H"].pause_ms_max, 0u);
+  const uint64_t total = r["H"].kept + r["H"].recomputed;  // positions replayed
+  EXPECT_GE(total, 8u * 12);
+  EXPECT_EQ(r["B2"].kept, 0u);
+  EXPECT_EQ(r["B2"].recomputed, total) << "the replacement runs every position";
+  for (const char* name : {"H", "A", "T"}) {
+    EXPECT_EQ(r[name].kept + r[name].recomputed, total) << name;
+    if (replay_mb == 0) {
+      EXPECT_EQ(r[name].recomputed, total) << name;
+    } else {
+      // At most the positions of the steps in flight at the break, a few per session.
+      EXPECT_LE(r[name].recomputed, 8u * 3) << name << " ran again what it held";
+    }
+    std::printf("--replay-mb %d: %s kept %llu, ran %llu of %llu replayed positions\n", replay_mb,
+                name, static_cast<unsigned long long>(r[name].kept),
+                static_cast<unsigned long long>(r[name].recomputed),
+                static_cast<unsigned long long>(total));
+  }
+}
+
+TEST(HealProcessTest, OnlyTheReplacementRunsTheReplayedPositions) {
+  KV_REQUIRE_ASSET(kModel);
+  CheckWhoRecomputes(-1);
+}
+
+TEST(HealProcessTest, WithoutKeptRowsEveryStageRunsTheReplayAndClientsLoseNothing) {
+  KV_REQUIRE_ASSET(kModel);
+  CheckWhoRecomputes(0);
 }
 
 TEST(HealProcessTest, FrozenStageIsReplacedAndRefusedWhenItWakes) {
@@ -380,6 +453,9 @@ TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--repair-timeout -1 must be from 0 to 3600 seconds"), std::string::npos)
       << r.err;
+  r = stage({"--replay-mb", "-1"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb -1 must be from 0 to"), std::string::npos) << r.err;
   r = stage({"--standby-peers", "127.0.0.1:2,nowhere"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--standby-peers"), std::string::npos) << r.err;
