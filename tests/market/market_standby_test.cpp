@@ -29,6 +29,36 @@ class StandbyTest : public MarketFixture {
   json Window(double now, int w) { return RingJson(now)["windows"][static_cast<size_t>(w)]; }
 };
 
+TEST_F(StandbyTest, AStandbyThatTookAWindowsPlaceSignsItsSessionsForCredit) {
+  const auto ids = FillRing(kT0);
+  StandById(keys_[3], 1, kT0);
+  MakeReady(ids, kT0);
+  // Window 1's stage died and the standby served the sessions since, before the market gave it
+  // the window: its line is credited to it.
+  ring::Receipt r = kvasir::testing::SignedReceipt({}, 20);
+  r.id.fill(0x7a);
+  for (int w = 0; w < 3; ++w) {
+    ring::AppendReceiptLine(&r, keys_[w == 1 ? 3 : w], static_cast<uint32_t>(2 * w),
+                            static_cast<uint32_t>(2 * w + 2), 20, ring::Digest{});
+  }
+  ApiResponse ok = Submit(r, kT0 + 10);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  json b = Body(api_->Handle(kvasir::testing::Plain("GET", "/v1/balances"), kT0 + 10));
+  bool credited = false;
+  for (const auto& x : b["balances"]) credited |= x["node"] == Hex(keys_[3]);
+  EXPECT_TRUE(credited) << b;
+  // A key that is neither the holder nor a standby of the window is refused.
+  ring::Receipt bad = kvasir::testing::SignedReceipt({}, 20);
+  bad.id.fill(0x7b);
+  for (int w = 0; w < 3; ++w) {
+    ring::AppendReceiptLine(&bad, keys_[w == 1 ? 5 : w], static_cast<uint32_t>(2 * w),
+                            static_cast<uint32_t>(2 * w + 2), 20, ring::Digest{});
+  }
+  ApiResponse refused = Submit(bad, kT0 + 10);
+  EXPECT_EQ(refused.status, 422);
+  EXPECT_NE(Reason(refused).find("does not hold window 1"), std::string::npos) << Reason(refused);
+}
+
 // Opens its own market (eviction deadlines, windows with samples to prove).
 class StandbyEvictTest : public StandbyTest {
  protected:
