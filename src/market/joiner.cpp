@@ -566,7 +566,7 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       standbys_given = *standbys;
       known_next.insert(standbys->next_claims.begin(), standbys->next_claims.end());
       known_pred.insert(standbys->pred_claims.begin(), standbys->pred_claims.end());
-      stage->SetStandbys(standbys->next, standbys->pred_keys);
+      stage->SetStandbys(standbys->next, standbys->pred);
     }
     // A standby serves its epoch once its stage is up and waiting to be adopted.
     const int64_t serving =

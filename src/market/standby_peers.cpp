@@ -45,10 +45,14 @@ Result<NeighbourStandbys> StandbysFromBeat(const json& beat, const std::string& 
     }
     if (auto it = beat.find("pred_standbys"); it != beat.end()) {
       for (const json& p : *it) {
-        KV_ASSIGN_OR_RETURN(ring::PublicKey key,
-                            ring::ParsePublicKey(p.at("node").get<std::string>()));
+        ring::StandbyPeer peer;
+        KV_ASSIGN_OR_RETURN(peer.key, ring::ParsePublicKey(p.at("node").get<std::string>()));
+        if (p.contains("via")) {
+          KV_ASSIGN_OR_RETURN(peer.dial, RelayDialHook(p, relay::Role::kSuccessorSide, ca_file));
+          peer.via = p.at("via").get<std::string>();
+        }
         out.pred_claims.insert(p.at("claim").get<int64_t>());
-        out.pred_keys.push_back(key);
+        out.pred.push_back(std::move(peer));
       }
     }
   } catch (const std::exception& e) {

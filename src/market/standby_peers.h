@@ -16,7 +16,7 @@ namespace kvasir::market {
 
 struct NeighbourStandbys {
   std::vector<ring::StandbyPeer> next;
-  std::vector<ring::PublicKey> pred_keys;
+  std::vector<ring::StandbyPeer> pred;
   std::set<int64_t> next_claims, pred_claims;  // their claim ids
   bool operator==(const NeighbourStandbys& o) const {
     return next_claims == o.next_claims && pred_claims == o.pred_claims;

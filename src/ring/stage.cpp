@@ -236,6 +236,7 @@ void StageImpl::Stop() {
   for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_, &trim_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
+  JoinStandbyDialers();
   // No thread accepts or dials any more: close what they opened last, and wait for every
   // connection thread to end.
   close_all();

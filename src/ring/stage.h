@@ -154,9 +154,10 @@ class Stage {
   // Whether the links to both neighbours are up now (handshake and HELLO done). Thread-safe.
   virtual bool linked() const = 0;
   // The standbys the market lists now (kvasir join): `next` of the successor's window, dialed in
-  // turn after `next` and `standby_peers` and accepted with their keys; `pred_keys` of the
-  // predecessor's window, accepted as predecessors. Replaces the previous lists. Thread-safe.
-  virtual void SetStandbys(std::vector<StandbyPeer> next, std::vector<PublicKey> pred_keys) = 0;
+  // turn after `next` and `standby_peers` and accepted with their keys; `pred` of the
+  // predecessor's window, accepted as predecessors with theirs (one with `dial` is behind the
+  // relay: its edge is kept dialed, as `dial_pred` is). Replaces the previous lists. Thread-safe.
+  virtual void SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) = 0;
   // Speculation on a last stage that drafts: its drafter and the drafts verified so far (zeros
   // and no drafter name elsewhere). Thread-safe.
   virtual DraftTotals draft_totals() const = 0;

@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -274,6 +276,22 @@ TEST_F(StandbyRingTest, AKilledMiddleNodeIsReplacedByAMarketStandbyAndClientsLos
     }
     return window > 0 && Ready(m);
   }));
+  // The page shows the standby in its window's cell (headless Chromium, as market_test.sh).
+  {
+    const std::string out = dir_.File("page");
+    const int rc = std::system(fmt::format("bash {}/tests/integration/page_check.sh {}/ {} "
+                                           ">{}/page_check.log 2>&1",
+                                           KVASIR_SOURCE_DIR, url_, out, dir_.path())
+                                   .c_str());
+    if (WEXITSTATUS(rc) == 77) {
+      std::printf("page check skipped: Chromium is not installed\n");
+    } else {
+      ASSERT_EQ(WEXITSTATUS(rc), 0) << testing::ReadFileToString(dir_.File("page_check.log"));
+      const std::string page = testing::ReadFileToString(out + "/page.html");
+      EXPECT_NE(page.find(fmt::format("data-window=\"{}\"", window)), std::string::npos);
+      EXPECT_NE(page.find("data-standbys=\"1\""), std::string::npos) << page.substr(0, 3000);
+    }
+  }
   const json map = Map();
   const std::string victim_address = Window(map, window)["address"].get<std::string>();
   const int64_t standby_claim = Window(map, window)["standbys"][0]["claim"].get<int64_t>();
