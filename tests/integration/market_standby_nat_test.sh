@@ -4,7 +4,7 @@
 # join` nodes) and "phone" (a `kvasir join --behind-nat --standby` node behind a simulated carrier
 # NAT that drops every new inbound TCP connection). The three nodes form a ring; the phone stands
 # by for window 1 or 2 and reaches the ring only through the relay. While 8 `generate --market`
-# clients stream 160 tokens each (even ones greedy, odd ones seeded at temperature 0.9), the
+# clients stream 240 tokens each (even ones greedy, odd ones seeded at temperature 0.9), the
 # holder of the phone's window is killed with kill -9: the phone's standby takes its place through
 # its relay edges, every client prints exactly what `generate -m` prints for the same seed, and the
 # head's log gives each session's pause. Once the dead node's lease lapses, the phone's claim is
@@ -144,25 +144,34 @@ sampling() {  # sampling I: the flags of client I
 }
 for i in $(seq 0 7); do
   # shellcheck disable=SC2046
-  "$bin" generate -m "$model" -p "${prompts[$((i % 4))]}" -n 160 --ignore-eos -t 1 $(sampling $i) \
+  "$bin" generate -m "$model" -p "${prompts[$((i % 4))]}" -n 240 --ignore-eos -t 1 $(sampling $i) \
     >"$work/want-$i.txt" 2>/dev/null || fail "single-process generate $i failed"
 done
+# The clients wait at a gate, so that they start together (each session is over within seconds).
 client_pids=()
 for i in $(seq 0 7); do
-  # shellcheck disable=SC2046
-  ip netns exec "$pub" "$bin" generate --market "$market_url" --ca "$work/cert.pem" --model stories260K \
-    --market-wait 30 -p "${prompts[$((i % 4))]}" -n 160 --ignore-eos $(sampling $i) \
+  # shellcheck disable=SC2046,SC2016
+  ip netns exec "$pub" bash -c 'while [ ! -e "$0" ]; do sleep 0.005; done; shift; exec "$@"' \
+    "$work/go" - "$bin" generate --market "$market_url" --ca "$work/cert.pem" --model stories260K \
+    --market-wait 30 -p "${prompts[$((i % 4))]}" -n 240 --ignore-eos $(sampling $i) \
     >"$work/got-$i.txt" 2>"$work/client-$i.log" &
   client_pids+=($!)
   pids+=($!)
 done
+touch "$work/go"
 streaming() {  # every client has printed text past its prompt
   for i in $(seq 0 7); do
-    [ "$(wc -c <"$work/got-$i.txt")" -gt $((${#prompts[$((i % 4))]} + 8)) ] || return 1
+    [ "$(stat -c %s "$work/got-$i.txt")" -gt $((${#prompts[$((i % 4))]} + 1)) ] || return 1
   done
 }
-wait_for 60 "the 8 clients stream" streaming
+# Polled tightly: a session of this tiny model is over within seconds.
+for _ in $(seq 3000); do streaming && break; sleep 0.01; done
+streaming || die "the 8 clients do not stream"
 kill -9 "$(eval echo "\$pid_$victim")"
+for i in $(seq 0 7); do  # each was mid-stream when the node died
+  [ "$(stat -c %s "$work/got-$i.txt")" -lt "$(stat -c %s "$work/want-$i.txt")" ] ||
+    die "client $i had finished before the node was killed"
+done
 echo "node $victim (window $window) killed with kill -9 while 8 sessions stream"
 failed=0
 for i in $(seq 0 7); do
@@ -177,6 +186,7 @@ echo "every client printed exactly its single-process text; pauses the head saw:
 grep -o "session [0-9]* resumed after a pause of [0-9]* ms" "$work/join-$head.log" | sed 's/^/  /'
 [ "$(grep -c "resumed after a pause" "$work/join-$head.log")" -ge 8 ] || die "the head replayed fewer than 8 sessions"
 grep -q "adopted by a predecessor" "$work/join-phone.log" || die "the phone was never adopted"
+grep -q "paired" "$work/relay.log" || die "the relay paired no edge: the phone was not reached through it"
 promoted() { [ "$(ring_py "r['windows'][$window].get('claim')")" = "$standby_claim" ] && ring_ready; }
 wait_for $((3 * lease + 30)) "the phone's standby claim becomes window $window's claim" promoted
 echo "after the lease ($lease s): the phone's claim $standby_claim holds window $window, and the ring is ready"
