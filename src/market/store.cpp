@@ -69,7 +69,6 @@ CREATE INDEX IF NOT EXISTS audits_deadline ON audits(state, deadline);
 CREATE TABLE IF NOT EXISTS audit_bans(
   node TEXT PRIMARY KEY, offences INT NOT NULL, until REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS claims_expires ON claims(expires);
-CREATE INDEX IF NOT EXISTS claims_standby ON claims(standby);
 CREATE INDEX IF NOT EXISTS nonces_expires ON nonces(expires);
 CREATE INDEX IF NOT EXISTS demand_time ON demand(time);
 )sql";
@@ -119,6 +118,10 @@ Status AddStandbyColumn(Db* db) {
                                           kColumns)));
   return Status::Ok();
 }
+
+// After the claims table has its standby column (a table made before it gets it first).
+constexpr const char* kStandbyIndex =
+    "CREATE INDEX IF NOT EXISTS claims_standby ON claims(standby)";
 
 // The same schema in PostgreSQL's types: 64-bit integers, doubles, bytea, serial ids, and the
 // column `window` quoted (a reserved word there).
@@ -178,6 +181,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // keys would refuse one of them).
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_lock(7305)"));
     Status made = db->Exec(PostgresSchema());
+    if (made.ok()) made = db->Exec(kStandbyIndex);
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_unlock(7305)"));
     KV_RETURN_IF_ERROR(made);
     return std::unique_ptr<Store>(new Store(std::move(db)));
@@ -194,6 +198,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     }
   }
   KV_RETURN_IF_ERROR(AddStandbyColumn(db.get()));
+  KV_RETURN_IF_ERROR(db->Exec(kStandbyIndex));
   return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 

@@ -59,6 +59,44 @@ TEST_F(StandbyTest, AStandbyThatTookAWindowsPlaceSignsItsSessionsForCredit) {
   EXPECT_NE(Reason(refused).find("does not hold window 1"), std::string::npos) << Reason(refused);
 }
 
+// A SQLite database made before standbys (claims UNIQUE per window) keeps its claims and takes
+// standbys once opened. (A PostgreSQL database is made with the schema of its first market.)
+TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
+  if (kvasir::testing::PostgresStore()) GTEST_SKIP() << "a SQLite database's migration";
+  const auto ids = FillRing(kT0);
+  api_.reset();
+  store_.reset();
+  {
+    // The claims table as it was: the same rows, without the standby column.
+    auto db = Db::Open(db_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    for (const char* sql :
+         {"CREATE TABLE old AS SELECT id, model, ring, window, node, address, behind_nat, rate, "
+          "created, expires, last_beat, serving_epoch, serving_since, verified_epoch, verified_at, "
+          "check_error, proven, proof_nonce, proof_picks FROM claims",
+          "DROP TABLE claims",
+          "CREATE TABLE claims(id INTEGER PRIMARY KEY AUTOINCREMENT, model INT NOT NULL "
+          "REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL, window INT NOT NULL, node "
+          "TEXT NOT NULL, address TEXT NOT NULL, behind_nat INT NOT NULL, rate REAL NOT NULL, "
+          "created REAL NOT NULL, expires REAL NOT NULL, last_beat REAL NOT NULL, serving_epoch "
+          "INT NOT NULL DEFAULT -1, serving_since REAL NOT NULL DEFAULT 0, verified_epoch INT NOT "
+          "NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0, check_error TEXT NOT NULL "
+          "DEFAULT '', proven INT NOT NULL DEFAULT 1, proof_nonce TEXT NOT NULL DEFAULT '', "
+          "proof_picks TEXT NOT NULL DEFAULT '', UNIQUE(model, ring, window), UNIQUE(node))",
+          "INSERT INTO claims SELECT * FROM old", "DROP TABLE old"}) {
+      ASSERT_TRUE((*db)->Exec(sql).ok()) << sql;
+    }
+  }
+  Reopen();
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(Window(kT0 + 1, w)["claim"], ids[static_cast<size_t>(w)]);
+    EXPECT_EQ(Window(kT0 + 1, w)["holder"], Hex(keys_[w]));
+  }
+  StandById(keys_[3], 1, kT0 + 1);
+  StandById(keys_[4], 1, kT0 + 1);
+  EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+}
+
 // Opens its own market (eviction deadlines, windows with samples to prove).
 class StandbyEvictTest : public StandbyTest {
  protected:

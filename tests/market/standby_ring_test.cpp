@@ -337,5 +337,20 @@ TEST_F(StandbyRingTest, AKilledMiddleNodeIsReplacedByAMarketStandbyAndClientsLos
   }
 }
 
+// join's repair flags are checked before it contacts anything.
+TEST(StandbyJoinFlagsTest, TheRepairFlagsAreCheckedBeforeAnythingRuns) {
+  const std::vector<std::string> base = {"join", "--market", "http://127.0.0.1:1", "--memory",
+                                         "1GiB"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::RunKvasir(args);
+  };
+  testing::ExpectUsageError(with({"--link-timeout", "0.1"}), "join",
+                            "--link-timeout 0.1 must be from 0.5 to 600 seconds");
+  testing::ExpectUsageError(with({"--repair-timeout", "-1"}), "join",
+                            "--repair-timeout -1 must be from 0 to 3600 seconds");
+}
+
 }  // namespace
 }  // namespace kvasir::market
