@@ -24,16 +24,15 @@ constexpr const char* kCmd = "join";
 
 int JoinMain(int argc, char** argv) {
   return Guarded(kCmd, [&]() -> int {
-    CLI::App app{
-        "Join the network: claim a window of a model the market wants, fetch it and "
-        "serve it in its ring.",
-        "kvasir join"};
+    CLI::App app{"Join the network: claim a window of a model the market wants, fetch it and "
+                 "serve it in its ring.",
+                 "kvasir join"};
     market::JoinOptions o;
     o.n_threads = DefaultThreads();
     std::string key_file, memory, log_level = "info";
     app.add_option("--market", o.market_url, "http[s]://HOST[:PORT] of the market")->required();
-    app.add_option("--key", key_file,
-                   "node key (created on first use; default " + ring::DefaultKeyPath() + ")");
+    app.add_option("--key", key_file, "node key (created on first use; default " +
+                                          ring::DefaultKeyPath() + ")");
     app.add_option("--memory", memory,
                    "memory this node gives (weights + KV + runtime), e.g. 2GiB (default: 80% of "
                    "what the --backend device has free)");
@@ -137,15 +136,13 @@ int JoinMain(int argc, char** argv) {
         if (sigwait(&set, &sig) != 0) return;
         if (sig == SIGUSR1) {
           const auto s = j->state();
-          KV_LOG_INFO(
-              "join: claim {} ({} ring {} window {}, layers {}:{}), serving epoch {}, {} "
-              "stage starts, {} receipts submitted, {} refused",
-              s.claim, s.model, s.ring, s.window, s.first, s.last, s.serving_epoch,
-              s.stages_started, s.receipts_submitted, s.receipts_refused);
+          KV_LOG_INFO("join: claim {} ({} ring {} window {}, layers {}:{}), serving epoch {}, {} "
+                      "stage starts, {} receipts submitted, {} refused",
+                      s.claim, s.model, s.ring, s.window, s.first, s.last, s.serving_epoch,
+                      s.stages_started, s.receipts_submitted, s.receipts_refused);
           continue;
         }
-        KV_LOG_INFO("join: {}: releasing the claim and leaving",
-                    sig == SIGINT ? "interrupt" : "terminate");
+        KV_LOG_INFO("join: {}: releasing the claim and leaving", sig == SIGINT ? "interrupt" : "terminate");
         j->Stop();
         return;
       }

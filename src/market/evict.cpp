@@ -52,16 +52,13 @@ Status Store::EvictIdle(double now) {
   };
   std::map<std::pair<int64_t, int>, RingRows> rings;
   {
-    KV_ASSIGN_OR_RETURN(
-        auto s,
-        db_->Prepare(
-            "SELECT c.id, c.model, c.ring, c.node, c.created, CASE WHEN c.serving_epoch = r.epoch "
-            "THEN 1 ELSE 0 END, c.proven, "
-            "w.bytes, (SELECT count(*) FROM windows x WHERE x.model = c.model AND x.ring = "
-            "c.ring), "
-            "c.standby "
-            "FROM claims c JOIN rings r ON r.model = c.model AND r.ring = c.ring JOIN windows w ON "
-            "w.model = c.model AND w.ring = c.ring AND w.window = c.window"));
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
+        "SELECT c.id, c.model, c.ring, c.node, c.created, CASE WHEN c.serving_epoch = r.epoch "
+        "THEN 1 ELSE 0 END, c.proven, "
+        "w.bytes, (SELECT count(*) FROM windows x WHERE x.model = c.model AND x.ring = c.ring), "
+        "c.standby "
+        "FROM claims c JOIN rings r ON r.model = c.model AND r.ring = c.ring JOIN windows w ON "
+        "w.model = c.model AND w.ring = c.ring AND w.window = c.window"));
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
@@ -122,10 +119,9 @@ Status Store::EvictIdle(double now) {
 }
 
 Result<Store::Challenge> Store::LoadChallenge(int64_t claim) {
-  KV_ASSIGN_OR_RETURN(
-      auto s, db_->Prepare("SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN "
-                           "windows w ON w.model = "
-                           "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
+      "SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN windows w ON w.model = "
+      "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
   KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
   if (!row) return Error(StatusCode::kNotFound, "claim {} is gone", claim);
   Challenge out;

@@ -96,7 +96,7 @@ struct Joiner::Impl {
   bool beat_now = false;
   bool hb_stop = false;
   int64_t serving_epoch = -1;
-  std::optional<json> proof;     // the answer to the claim's challenge, sent until it is proven
+  std::optional<json> proof;  // the answer to the claim's challenge, sent until it is proven
   json reveals = json::array();  // answers to the market's audits, for the next heartbeat
 
   std::deque<std::vector<uint8_t>> receipts;  // guarded by mu
@@ -132,10 +132,8 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
     }
     if (what == said) return;
     said = what;
-    if (warn)
-      KV_LOG_WARN("join: {}", what);
-    else
-      KV_LOG_INFO("join: {}", what);
+    if (warn) KV_LOG_WARN("join: {}", what);
+    else KV_LOG_INFO("join: {}", what);
   };
   std::mt19937_64 rng(std::random_device{}());
   while (!stopping) {
@@ -277,7 +275,8 @@ json Joiner::Impl::AnswerAudits(const json& beat) {
   json out = json::array();
   auto requests = ParseAuditRequests(beat);
   if (!requests.ok()) {
-    KV_LOG_WARN("join: the market's audit requests are malformed: {}", requests.status().message());
+    KV_LOG_WARN("join: the market's audit requests are malformed: {}",
+                requests.status().message());
     return out;
   }
   for (const AuditRequest& r : *requests) {
@@ -349,8 +348,7 @@ void Joiner::Impl::ReceiptLoop() {
         KV_LOG_DEBUG("join: receipt credited: {}", r->dump().substr(0, 80));
         break;
       }
-      if (r.status().code() != StatusCode::kUnavailable &&
-          r.status().code() != StatusCode::kTimeout) {
+      if (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kTimeout) {
         ++state.receipts_refused;
         KV_LOG_WARN("join: receipt refused: {}", r.status().message());
         break;
@@ -533,8 +531,8 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       }
     }
     if (stage != nullptr && (stage_ended || (complete && !(want == running)))) {
-      KV_LOG_INFO("join: {}; stopping the stage",
-                  stage_ended ? "the stage ended" : "the neighbours changed");
+      KV_LOG_INFO("join: {}; stopping the stage", stage_ended ? "the stage ended"
+                                                              : "the neighbours changed");
       stop_stage();
       stage_ended = false;
     }
@@ -597,10 +595,8 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
   heartbeat.join();
   if (!was_lost) {
     auto r = client->DeleteSigned(fmt::format("/v1/claims/{}", g.claim));
-    if (r.ok())
-      KV_LOG_INFO("join: released claim {}", g.claim);
-    else
-      KV_LOG_WARN("join: could not release claim {}: {}", g.claim, r.status().message());
+    if (r.ok()) KV_LOG_INFO("join: released claim {}", g.claim);
+    else KV_LOG_WARN("join: could not release claim {}: {}", g.claim, r.status().message());
   }
   {
     std::lock_guard<std::mutex> lock(mu);
