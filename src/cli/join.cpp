@@ -48,6 +48,19 @@ int JoinMain(int argc, char** argv) {
                    "HOST:PORT others should dial (default: this node's address as the market "
                    "sees it, and the listen port)");
     app.add_option("--model", o.model, "claim only windows of this model");
+    app.add_flag("--standby", o.standby,
+                 "stand by: hold a hot standby of the held window that most needs one (none yet, "
+                 "then the fewest), take its place when its stage dies, and its claim when the "
+                 "market frees it");
+    double link_timeout_s = o.link_timeout_ms / 1000.0,
+           repair_timeout_s = o.repair_timeout_ms / 1000.0;
+    app.add_option("--link-timeout", link_timeout_s,
+                   "seconds after which a silent neighbour is down")
+        ->capture_default_str();
+    app.add_option("--repair-timeout", repair_timeout_s,
+                   "seconds the stage holds sessions across a link that went down, for a standby "
+                   "or the same stage to take its place (0: they end at once)")
+        ->capture_default_str();
     app.add_option("-t,--threads", o.n_threads, "compute threads")->capture_default_str();
     AddBackendFlag(app, &o.backend);
     app.add_option("--ca", o.ca_file, "PEM certificates to trust for https:// and wss://")
@@ -65,6 +78,16 @@ int JoinMain(int argc, char** argv) {
     if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
     if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
+    if (!(link_timeout_s >= 0.5 && link_timeout_s <= 600)) {
+      return UsageError(
+          kCmd, fmt::format("--link-timeout {} must be from 0.5 to 600 seconds", link_timeout_s));
+    }
+    if (!(repair_timeout_s >= 0 && repair_timeout_s <= 3600)) {
+      return UsageError(kCmd, fmt::format("--repair-timeout {} must be from 0 to 3600 seconds",
+                                          repair_timeout_s));
+    }
+    o.link_timeout_ms = static_cast<int>(link_timeout_s * 1000);
+    o.repair_timeout_ms = static_cast<int>(repair_timeout_s * 1000);
     if (auto r = ApplyRevealFlags(reveal); r.ok()) {
       o.reveal = *r;
       o.test_fault_noise = reveal.test_fault_noise;

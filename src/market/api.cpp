@@ -338,6 +338,9 @@ ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
   auto nat = BoolField(*body, "behind_nat");
   if (!nat.ok()) return ErrorResponse(nat.status());
   c.behind_nat = *nat;
+  auto standby = BoolField(*body, "standby");
+  if (!standby.ok()) return ErrorResponse(standby.status());
+  c.standby = *standby;
   auto address = StringField(*body, "address", kMaxAddressChars, /*required=*/false);
   if (!address.ok()) return ErrorResponse(address.status());
   if (c.behind_nat) {

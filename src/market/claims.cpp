@@ -70,7 +70,21 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
   }
   const WindowState& w = ring.windows[static_cast<size_t>(req.window)];
   ClaimGrant grant;
-  if (w.claim && w.claim->node != req.node) {
+  if (req.standby && req.window == 0) {
+    return Error("window 0 is the head, which clients dial: it has no standbys");
+  }
+  if (req.standby && !w.claim) {
+    return Error(StatusCode::kConflict,
+                 "window {} of ring {} of '{}' is uncovered: claim it rather than stand by for it",
+                 req.window, req.ring, req.model);
+  }
+  auto own_standby = [&](int64_t id) {
+    for (const ClaimInfo& c : w.standbys) {
+      if (c.id == id) return true;
+    }
+    return false;
+  };
+  if (!req.standby && w.claim && w.claim->node != req.node) {
     return Error(StatusCode::kConflict,
                  "window {} of ring {} of '{}' is held by node {} (lease ends in {:.0f} s)",
                  req.window, req.ring, req.model, Short(w.claim->node),
@@ -80,7 +94,9 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT c.id, m.name, c.ring, c.window FROM claims c "
                                              "JOIN models m ON m.id = c.model WHERE c.node = ?"));
     KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, req.node).Step());
-    if (row && !(w.claim && w.claim->id == s.Int(0))) {
+    const bool renews =
+        row && (req.standby ? own_standby(s.Int(0)) : (w.claim && w.claim->id == s.Int(0)));
+    if (row && !renews) {
       return Error(StatusCode::kConflict,
                    "node {} already holds claim {} (window {} of ring {} of '{}'); release it "
                    "first",
@@ -110,7 +126,13 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
     KV_ASSIGN_OR_RETURN(grant.window.samples, SamplesFromJson(s.Text(1)));
   }
   int64_t claim_id = 0;
-  if (w.claim) {
+  if (req.standby) {
+    KV_ASSIGN_OR_RETURN(auto made, StandBy(req, model_row, w, grant.window.samples.size(), now,
+                                           lease_s));
+    claim_id = made.first;
+    grant.renewed = made.second;
+    grant.window.samples.clear();  // the market's secret: never sent
+  } else if (w.claim) {
     grant.renewed = true;
     claim_id = w.claim->id;
     // A new address must be checked again before the ring counts as ready.

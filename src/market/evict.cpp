@@ -48,14 +48,15 @@ Status Store::EvictIdle(double now) {
   };
   struct RingRows {
     int64_t windows = 0;
-    std::vector<Row> claims;
+    std::vector<Row> claims, standbys;
   };
   std::map<std::pair<int64_t, int>, RingRows> rings;
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
         "SELECT c.id, c.model, c.ring, c.node, c.created, CASE WHEN c.serving_epoch = r.epoch "
         "THEN 1 ELSE 0 END, c.proven, "
-        "w.bytes, (SELECT count(*) FROM windows x WHERE x.model = c.model AND x.ring = c.ring) "
+        "w.bytes, (SELECT count(*) FROM windows x WHERE x.model = c.model AND x.ring = c.ring), "
+        "c.standby "
         "FROM claims c JOIN rings r ON r.model = c.model AND r.ring = c.ring JOIN windows w ON "
         "w.model = c.model AND w.ring = c.ring AND w.window = c.window"));
     while (true) {
@@ -63,8 +64,9 @@ Status Store::EvictIdle(double now) {
       if (!row) break;
       RingRows& r = rings[{s.Int(1), static_cast<int>(s.Int(2))}];
       r.windows = s.Int(8);
-      r.claims.push_back({s.Int(0), s.Text(3), s.Real(4), s.Int(5) != 0, s.Int(6) != 0,
-                          static_cast<uint64_t>(s.Int(7))});
+      (s.Int(9) > 0 ? r.standbys : r.claims)
+          .push_back({s.Int(0), s.Text(3), s.Real(4), s.Int(5) != 0, s.Int(6) != 0,
+                      static_cast<uint64_t>(s.Int(7))});
     }
   }
   const double origin = std::max(resumed_at, silence_end);
@@ -87,6 +89,23 @@ Status Store::EvictIdle(double now) {
         start = std::max(origin, c.created);
       } else if (complete && all_proven && !c.serving) {
         start = complete_since;
+      } else {
+        continue;
+      }
+      const double deadline =
+          start + eviction_.deadline_s + static_cast<double>(c.bytes) / eviction_.floor_bytes_per_s;
+      if (now < deadline) continue;
+      KV_RETURN_IF_ERROR(Evict(c.claim, key.first, key.second, c.node, now));
+    }
+    // Standbys have the same deadlines: to prove their bytes from their claim, and, once the
+    // ring is complete and proven, to report serving its epoch (their stage is up, waiting to
+    // be adopted) from the later of its completion and their claim.
+    for (const Row& c : r.standbys) {
+      double start = 0;
+      if (!c.proven) {
+        start = std::max(origin, c.created);
+      } else if (complete && all_proven && !c.serving) {
+        start = std::max(complete_since, c.created);
       } else {
         continue;
       }

@@ -4,23 +4,25 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
 #include "base/human.h"
 #include "base/log.h"
-#include "market/api.h"
 #include "gguf/gguf_file.h"
+#include "market/api.h"
 #include "market/market_client.h"
 #include "market/proof.h"
 #include "market/signed_request.h"
+#include "market/standby_peers.h"
 #include "net/stream.h"
 #include "relay/ws_stream.h"
 
@@ -72,23 +74,6 @@ Result<Grant> ParseGrant(const json& j) {
     return Error("the market's claim answer names an impossible window");
   }
   return g;
-}
-
-Result<ring::DialHook> RelayHook(const json& peer, relay::Role role, const std::string& ca_file) {
-  const std::string via = peer.at("via").get<std::string>();
-  KV_ASSIGN_OR_RETURN(auto edge, relay::ParseRelayEdgeUrl(via));
-  (void)edge;
-  KV_ASSIGN_OR_RETURN(std::string token, FromHex(peer.at("token").get<std::string>(),
-                                                 relay::kTokenBytes));
-  relay::RelayDialOptions dial;
-  dial.ca_file = ca_file;
-  dial.token.emplace();
-  std::copy(token.begin(), token.end(), reinterpret_cast<char*>(dial.token->data()));
-  return ring::DialHook([via, role, dial](const std::function<bool()>& cancelled) {
-    relay::RelayDialOptions o = dial;
-    o.cancelled = cancelled;
-    return relay::DialRelayEdge(via, role, {}, o);
-  });
 }
 
 }  // namespace
@@ -167,6 +152,7 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
       std::string model;
       int ring, window;
       uint64_t memory;
+      size_t standbys = 0;
     };
     std::vector<Candidate> fits;
     uint64_t smallest = 0;
@@ -178,15 +164,17 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
         if (!o.model.empty() && name != o.model) continue;
         for (const auto& r : m.at("rings")) {
           for (const auto& w : r.at("windows")) {
-            if (w.at("state").get<std::string>() != "uncovered") continue;
+            // A standby wants a held window other than the head's; a claimer an uncovered one.
             const int window = w.at("window").get<int>();
+            if ((w.at("state").get<std::string>() == "uncovered") == o.standby) continue;
+            if (o.standby && window == 0) continue;
             if (o.behind_nat && (window == 0 || !relay)) continue;
             ++uncovered;
             const uint64_t memory = w.at("memory").get<uint64_t>();
             if (smallest == 0 || memory < smallest) smallest = memory;
             if (memory > o.memory_bytes) continue;
             fits.push_back({w.at("reward").get<double>(), name, r.at("ring").get<int>(), window,
-                            memory});
+                            memory, w.contains("standbys") ? w.at("standbys").size() : 0});
           }
         }
       }
@@ -202,15 +190,18 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
                         HumanBytes(o.memory_bytes), uncovered, HumanBytes(smallest)),
             false);
       } else {
-        say(o.behind_nat ? "no window a node behind NAT can take is uncovered (the head needs "
-                           "an address); waiting"
-                         : "every window is held; waiting for one to free up",
+        say(o.standby      ? "no held window (but the head's) to stand by for; waiting"
+            : o.behind_nat ? "no window a node behind NAT can take is uncovered (the head needs "
+                             "an address); waiting"
+                           : "every window is held; waiting for one to free up",
             false);
       }
       Sleep(o.poll_s);
       continue;
     }
     std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+      // A standby goes where it is needed most: no standby yet, then the fewest.
+      if (a.standbys != b.standbys) return a.standbys < b.standbys;
       if (a.reward != b.reward) return a.reward > b.reward;
       if (a.model != b.model) return a.model < b.model;
       if (a.ring != b.ring) return a.ring < b.ring;
@@ -221,6 +212,7 @@ Result<Grant> Joiner::Impl::FindAndClaim() {
       Sleep(std::uniform_real_distribution<double>(0.0, 1.0)(rng));
       if (stopping) break;
       json body = {{"model", c.model}, {"ring", c.ring}, {"window", c.window}};
+      if (o.standby) body["standby"] = true;
       if (o.behind_nat) {
         body["behind_nat"] = true;
       } else {
@@ -394,16 +386,19 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
   s.key = o.key;
   s.row_store = rows;
   s.test_fault_noise = o.test_fault_noise;
+  s.link_timeout_ms = o.link_timeout_ms;
+  s.repair_timeout_ms = o.repair_timeout_ms;
+  s.standby = beat.value("standby", false);
   KV_ASSIGN_OR_RETURN(s.pred_key, ring::ParsePublicKey(pred.at("node").get<std::string>()));
   KV_ASSIGN_OR_RETURN(s.succ_key, ring::ParsePublicKey(next.at("node").get<std::string>()));
   if (next.contains("via")) {
-    KV_ASSIGN_OR_RETURN(s.dial_next, RelayHook(next, relay::Role::kPredecessorSide, o.ca_file));
+    KV_ASSIGN_OR_RETURN(s.dial_next, RelayDialHook(next, relay::Role::kPredecessorSide, o.ca_file));
     s.next_via = next.at("via").get<std::string>();
   } else {
     s.next = next.at("address").get<std::string>();
   }
   if (pred.contains("via")) {
-    KV_ASSIGN_OR_RETURN(s.dial_pred, RelayHook(pred, relay::Role::kSuccessorSide, o.ca_file));
+    KV_ASSIGN_OR_RETURN(s.dial_pred, RelayDialHook(pred, relay::Role::kSuccessorSide, o.ca_file));
     s.pred_via = pred.at("via").get<std::string>();
   }
   if (g.window == 0) {
@@ -467,6 +462,11 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
   std::thread stage_thread;
   std::atomic<bool> stage_ended{false};
   Neighbours running;
+  // The standbys given to the running stage (it dials and accepts them), and every claim among
+  // them since it started: a neighbour replaced by one of those is a repair the stage made on
+  // its own, not a change that needs a restart.
+  NeighbourStandbys standbys_given;
+  std::set<int64_t> known_next, known_pred;
   auto stop_stage = [&] {
     if (stage == nullptr) return;
     stage->Stop();
@@ -492,6 +492,12 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
     int64_t epoch = -1;
     bool complete = false;
     Neighbours want;
+    auto standbys = StandbysFromBeat(*beat, o.ca_file);
+    if (!standbys.ok()) {
+      KV_LOG_WARN("join: {}", standbys.status().message());
+      continue;
+    }
+    const bool is_standby = beat->value("standby", false);
     try {
       epoch = beat->at("epoch").get<int64_t>();
       complete = beat->at("complete").get<bool>() && beat->at("pred").is_object() &&
@@ -505,6 +511,24 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
     } catch (const std::exception& e) {
       KV_LOG_WARN("join: the market's heartbeat answer is malformed: {}", e.what());
       continue;
+    }
+    if (stage != nullptr && complete && !(want == running)) {
+      Neighbours moved = running;
+      if (want.next_claim != running.next_claim && known_next.count(want.next_claim) > 0) {
+        moved.next_claim = want.next_claim;
+        moved.next_via = want.next_via;
+      }
+      if (want.pred_claim != running.pred_claim && known_pred.count(want.pred_claim) > 0) {
+        moved.pred_claim = want.pred_claim;
+        moved.pred_via = want.pred_via;
+      }
+      if (moved == want) {
+        KV_LOG_INFO(
+            "join: a standby took a neighbour's window (claims {} and {} now); the "
+            "stage keeps its links",
+            want.pred_claim, want.next_claim);
+        running = want;
+      }
     }
     if (stage != nullptr && (stage_ended || (complete && !(want == running)))) {
       KV_LOG_INFO("join: {}; stopping the stage", stage_ended ? "the stage ended"
@@ -521,6 +545,9 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       }
       stage = std::move(created).value();
       running = want;
+      standbys_given = {};
+      known_next.clear();
+      known_pred.clear();
       stage_ended = false;
       ring::Stage* s = stage.get();
       stage_thread = std::thread([s, &stage_ended] {
@@ -533,14 +560,26 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       std::lock_guard<std::mutex> lock(mu);
       ++state.stages_started;
     }
+    if (stage != nullptr && !(*standbys == standbys_given)) {
+      standbys_given = *standbys;
+      known_next.insert(standbys->next_claims.begin(), standbys->next_claims.end());
+      known_pred.insert(standbys->pred_claims.begin(), standbys->pred_claims.end());
+      stage->SetStandbys(standbys->next, standbys->pred);
+    }
+    // A standby serves its epoch once its stage is up and waiting to be adopted.
     const int64_t serving =
-        stage != nullptr && complete && want == running && stage->linked() ? epoch : -1;
+        stage != nullptr && complete && want == running && (stage->linked() || is_standby) ? epoch
+                                                                                           : -1;
     bool changed = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       changed = serving != serving_epoch;
       serving_epoch = serving;
       state.serving_epoch = serving;
+      if (state.standby && !is_standby) {
+        KV_LOG_INFO("join: the standby claim {} is the window's claim now", g.claim);
+      }
+      state.standby = is_standby;
       if (changed) beat_now = true;
     }
     if (changed) cv.notify_all();

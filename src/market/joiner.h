@@ -35,6 +35,13 @@ struct JoinOptions {
   // The budget of the rows kept to reveal (docs/PROTOCOL.md, "Row commitments"): one store for
   // the node's life, so a stage restarted with new neighbours still reveals earlier sessions.
   ring::RowStoreOptions reveal;
+  // Stand by (docs/MARKET.md, "Standbys"): take a standby claim for the held window that most
+  // needs one (none yet, then the fewest), run its stage as a hot standby, and serve the window
+  // when a predecessor adopts it (the market then promotes the claim).
+  bool standby = false;
+  // The stages' StageOptions::link_timeout_ms and repair_timeout_ms.
+  int link_timeout_ms = 10000;
+  int repair_timeout_ms = 30000;
   // Test builds only: the stage's StageOptions::test_fault_noise.
   double test_fault_noise = 0;
   // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).
@@ -50,6 +57,7 @@ struct JoinState {
   std::string model;
   int ring = -1, window = -1, first = 0, last = 0;
   int64_t serving_epoch = -1;
+  bool standby = false;  // the claim is a standby (not yet promoted)
   uint64_t stages_started = 0;  // times a stage was (re)started with new neighbours
   uint64_t receipts_submitted = 0, receipts_refused = 0;
   uint64_t maps_read = 0;  // maps read while looking for a window

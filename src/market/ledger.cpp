@@ -98,7 +98,13 @@ Result<ReceiptRecord> Store::CreditReceiptOnce(const std::string& receipt_id,
   for (size_t i = 0; i < shares.size(); ++i) {
     const ReceiptShare& sh = shares[i];
     const WindowState& w = ring->windows[i];
-    if (!w.claim || w.claim->node != sh.node) {
+    // The holder signs, or a proven standby of the window that took its place in a repair (the
+    // sessions it served before the market gave it the window).
+    const ClaimInfo* signer = w.claim && w.claim->node == sh.node ? &*w.claim : nullptr;
+    for (const ClaimInfo& c : w.standbys) {
+      if (signer == nullptr && c.node == sh.node && c.proven) signer = &c;
+    }
+    if (signer == nullptr) {
       return Error("line {}: node {} does not hold window {} of ring {} of '{}' ({})", i,
                    Short(sh.node), i, ring->ring, model->name,
                    w.claim ? "held by " + Short(w.claim->node) : std::string("uncovered"));
@@ -121,9 +127,9 @@ Result<ReceiptRecord> Store::CreditReceiptOnce(const std::string& receipt_id,
         line.work > kMaxStoredInt) {
       return Error("line {}: {} tokens x {} layers overflows", i, sh.tokens, sh.last - sh.first);
     }
-    line.credit = static_cast<double>(line.work) * w.claim->rate;
+    line.credit = static_cast<double>(line.work) * signer->rate;
     if (!std::isfinite(line.credit) || line.credit < 0) {
-      return Error("line {}: credit {} x {} is not a finite amount", i, line.work, w.claim->rate);
+      return Error("line {}: credit {} x {} is not a finite amount", i, line.work, signer->rate);
     }
     rec.lines.push_back(line);
   }

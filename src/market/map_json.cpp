@@ -80,6 +80,17 @@ json MapToJson(const std::vector<ModelState>& models, double now, double lease_s
           if (!w.claim->check_error.empty()) jw["check_error"] = w.claim->check_error;
           jw["proven"] = w.claim->proven;
         }
+        json standbys = json::array();
+        for (const ClaimInfo& c : w.standbys) {
+          standbys.push_back({{"node", c.node},
+                              {"claim", c.id},
+                              {"expires_in", Seconds(c.expires - now)},
+                              {"address", c.address},
+                              {"behind_nat", c.behind_nat},
+                              {"proven", c.proven},
+                              {"ready", c.proven && c.serving_epoch == r.epoch}});
+        }
+        jw["standbys"] = std::move(standbys);
         windows.push_back(std::move(jw));
       }
       rings.push_back({{"ring", r.ring},
@@ -125,6 +136,7 @@ json GrantToJson(const ClaimGrant& g, double now) {
           {"n_layer", g.model.n_layer},
           {"ctx", g.model.ctx},
           {"memory", g.window.memory},
+          {"standby", g.claim.standby},
           {"tensors", std::move(tensors)}};
 }
 
@@ -145,6 +157,21 @@ json HeartbeatToJson(const HeartbeatReply& reply, double now, const std::string&
     out["pred"] = PeerJson(pred, reply.claim, true, relay_url, relay_secret);
     out["next"] = PeerJson(next, reply.claim, false, relay_url, relay_secret);
   }
+  // Standbys (docs/MARKET.md, "Standbys"): this claim's role, and the standbys of the
+  // neighbouring windows, which the predecessor dials and the successor accepts when a
+  // neighbour dies.
+  out["standby"] = reply.claim.standby;
+  json pred_standbys = json::array(), next_standbys = json::array();
+  if (n >= 2 && w < n) {
+    for (const ClaimInfo& c : r.windows[(w + n - 1) % n].standbys) {
+      pred_standbys.push_back(PeerJson(c, reply.claim, true, relay_url, relay_secret));
+    }
+    for (const ClaimInfo& c : r.windows[(w + 1) % n].standbys) {
+      next_standbys.push_back(PeerJson(c, reply.claim, false, relay_url, relay_secret));
+    }
+  }
+  out["pred_standbys"] = std::move(pred_standbys);
+  out["next_standbys"] = std::move(next_standbys);
   if (!reply.claim.proven) {
     json ranges = json::array();
     for (const ProofRange& p : reply.challenge) {

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS claims(
   verified_epoch INT NOT NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0,
   check_error TEXT NOT NULL DEFAULT '', proven INT NOT NULL DEFAULT 1,
   proof_nonce TEXT NOT NULL DEFAULT '', proof_picks TEXT NOT NULL DEFAULT '',
-  UNIQUE(model, ring, window), UNIQUE(node));
+  standby INT NOT NULL DEFAULT 0,
+  UNIQUE(model, ring, window, standby), UNIQUE(node));
 CREATE TABLE IF NOT EXISTS strikes(
   node TEXT PRIMARY KEY, count INT NOT NULL, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS nonces(
@@ -95,6 +96,33 @@ constexpr AddedColumn kAddedColumns[] = {
     {"audits", "recompute", "TEXT NOT NULL DEFAULT ''"},
 };
 
+// Standbys (docs/MARKET.md, "Standbys") are claims with a standby number above 0, so a window
+// has one serving claim and any number of standbys. A claims table made before them has
+// UNIQUE(model, ring, window), which no added column can relax: it is copied into the table
+// of the schema above.
+Status AddStandbyColumn(Db* db) {
+  KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT 1 FROM pragma_table_info('claims') WHERE name = "
+                                          "'standby'"));
+  KV_ASSIGN_OR_RETURN(bool has, s.Step());
+  if (has) return Status::Ok();
+  constexpr const char* kColumns =
+      "id, model, ring, window, node, address, behind_nat, rate, created, expires, last_beat, "
+      "serving_epoch, serving_since, verified_epoch, verified_at, check_error, proven, "
+      "proof_nonce, proof_picks";
+  KV_RETURN_IF_ERROR(db->Exec("DROP INDEX IF EXISTS claims_expires; ALTER TABLE claims RENAME TO "
+                              "claims_before_standbys"));
+  KV_RETURN_IF_ERROR(db->Exec(kSchema));
+  KV_RETURN_IF_ERROR(db->Exec(fmt::format("INSERT INTO claims({0}) SELECT {0} FROM "
+                                          "claims_before_standbys; DROP TABLE "
+                                          "claims_before_standbys",
+                                          kColumns)));
+  return Status::Ok();
+}
+
+// After the claims table has its standby column (a table made before it gets it first).
+constexpr const char* kStandbyIndex =
+    "CREATE INDEX IF NOT EXISTS claims_standby ON claims(standby)";
+
 // The same schema in PostgreSQL's types: 64-bit integers, doubles, bytea, serial ids, and the
 // column `window` quoted (a reserved word there).
 std::string PostgresSchema() {
@@ -112,7 +140,7 @@ std::string PostgresSchema() {
 const char* const kClaimColumns =
     "c.id, m.name, c.ring, c.window, c.node, c.address, c.behind_nat, c.rate, c.created, "
     "c.expires, c.last_beat, c.serving_epoch, c.serving_since, c.verified_epoch, c.verified_at, "
-    "c.check_error, c.proven";
+    "c.check_error, c.proven, c.standby";
 
 ClaimInfo ClaimFromRow(const Stmt& s, int c0) {
   // Column order of kClaimColumns.
@@ -134,6 +162,7 @@ ClaimInfo ClaimFromRow(const Stmt& s, int c0) {
   c.verified_at = s.Real(c0 + 14);
   c.check_error = s.Text(c0 + 15);
   c.proven = s.Int(c0 + 16) != 0;
+  c.standby = s.Int(c0 + 17) != 0;
   return c;
 }
 
@@ -152,6 +181,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // keys would refuse one of them).
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_lock(7305)"));
     Status made = db->Exec(PostgresSchema());
+    if (made.ok()) made = db->Exec(kStandbyIndex);
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_unlock(7305)"));
     KV_RETURN_IF_ERROR(made);
     return std::unique_ptr<Store>(new Store(std::move(db)));
@@ -167,6 +197,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
           db->Exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {}", c.table, c.name, c.definition)));
     }
   }
+  KV_RETURN_IF_ERROR(AddStandbyColumn(db.get()));
+  KV_RETURN_IF_ERROR(db->Exec(kStandbyIndex));
   return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 
@@ -218,7 +250,9 @@ Status Store::Sweep(double now) {
   constexpr const char* kDue =
       "expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
   {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE {}",
+    // A standby leaving changes no ring's set of serving claims.
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE "
+                                                         "standby = 0 AND {}",
                                                          kDue)));
     s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now);
     std::vector<std::pair<int64_t, int>> gone;
@@ -243,9 +277,12 @@ Status Store::Sweep(double now) {
   }
   // Nobody could report serving during a silence; and deadlines are coarse, so the scan (over
   // every claim) runs at most once a second.
-  if (silent_ || (now >= evict_scan_at_ && now - evict_scan_at_ < 1)) return Status::Ok();
-  evict_scan_at_ = now;
-  return EvictIdle(now);
+  if (!silent_ && !(now >= evict_scan_at_ && now - evict_scan_at_ < 1)) {
+    evict_scan_at_ = now;
+    KV_RETURN_IF_ERROR(EvictIdle(now));
+  }
+  // A window freed (lease, eviction, release) goes to its standbys before any new claimer.
+  return PromoteStandbys(now);
 }
 
 Status Store::AddModelOnce(const ModelSpec& spec, bool replace, double now) {
@@ -384,7 +421,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       // Every claim left after the sweep is live.
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format(
                                       "SELECT {} FROM claims c JOIN models m ON m.id = c.model "
-                                      "WHERE c.model = ?1 AND (?2 < 0 OR c.ring = ?2)",
+                                      "WHERE c.model = ?1 AND (?2 < 0 OR c.ring = ?2) ORDER BY c.id",
                                       kClaimColumns)));
       s.Bind(1, rows[i]).Bind(2, only_ring);
       while (true) {
@@ -393,7 +430,12 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         ClaimInfo c = ClaimFromRow(s, 0);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
-          m.rings[r].windows[static_cast<size_t>(c.window)].claim = std::move(c);
+          WindowState& w = m.rings[r].windows[static_cast<size_t>(c.window)];
+          if (c.standby) {
+            w.standbys.push_back(std::move(c));
+          } else {
+            w.claim = std::move(c);
+          }
         }
       }
     }

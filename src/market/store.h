@@ -104,6 +104,9 @@ struct ClaimInfo {
   // Whether the holder proved that it holds the window's bytes (always, for a window without
   // samples). Until it has, it does not count as serving.
   bool proven = true;
+  // A standby for the window (docs/MARKET.md, "Standbys"): it serves nothing until the window's
+  // claim is gone, when the oldest proven standby becomes the window's claim (same id).
+  bool standby = false;
   // Whether the market dials it before its ring is ready (it has an address).
   bool checked() const { return !behind_nat; }
 };
@@ -114,6 +117,7 @@ struct WindowState {
   uint64_t bytes = 0, memory = 0;
   double rate = 1;  // the holder's locked rate, or what a claim would lock now
   std::optional<ClaimInfo> claim;
+  std::vector<ClaimInfo> standbys;  // oldest first
 };
 
 struct RingState {
@@ -144,6 +148,8 @@ struct ClaimRequest {
   int ring = 0, window = 0;
   std::string address;  // empty when behind_nat
   bool behind_nat = false;
+  // Stand by for the window (held by another node) instead of claiming it (standby.cpp).
+  bool standby = false;
 };
 
 struct ClaimGrant {
@@ -370,6 +376,15 @@ class Store {
   Status BumpEpoch(int64_t model_row, int ring);
   // Evicts the claims of complete rings that missed their deadline to serve (EvictionPolicy).
   Status EvictIdle(double now);
+  // Gives every window without a claim to its oldest proven standby (standby.cpp): that claim
+  // becomes the window's, and the ring's epoch changes.
+  Status PromoteStandbys(double now);
+  // The standby half of ClaimOnce (standby.cpp), inside its transaction: `w` is the window asked
+  // for (the node holds no other claim), `n_samples` its range samples. Renews the node's standby
+  // of it, or inserts one with a fresh challenge; returns its id and whether it was renewed.
+  Result<std::pair<int64_t, bool>> StandBy(const ClaimRequest& req, int64_t model_row,
+                                           const WindowState& w, size_t n_samples, double now,
+                                           double lease_s);
   // Deletes a claim as evicted (epoch bumped, the node's cool-down started).
   Status Evict(int64_t claim, int64_t model_row, int ring, const std::string& node, double now);
   // A claim's challenge: its nonce (hex) and the samples it picked, with their

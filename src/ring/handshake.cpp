@@ -133,7 +133,7 @@ bool MacEquals(const std::array<uint8_t, 32>& expected, const uint8_t* got) {
 Status CheckProofs(const wire::HandshakeBody& b, std::span<const uint8_t, 32> hash,
                    std::string_view sig_label, std::string_view mac_label,
                    const std::string& mac_secret, const std::optional<PublicKey>& demanded_key,
-                   bool insecure, const std::string& what, std::optional<PublicKey>* proven_key,
+                   const std::function<bool(const PublicKey&)>& also_accept, bool insecure, const std::string& what, std::optional<PublicKey>* proven_key,
                    bool* proved_secret) {
   PublicKey key;
   std::memcpy(key.data(), b.node_key, key.size());
@@ -152,7 +152,7 @@ Status CheckProofs(const wire::HandshakeBody& b, std::span<const uint8_t, 32> ha
       return Error(StatusCode::kUnauthenticated, "{}: no signature; expected node {}", what,
                    ShortKey(*demanded_key));
     }
-    if (**proven_key != *demanded_key) {
+    if (**proven_key != *demanded_key && !(also_accept && also_accept(**proven_key))) {
       return Error(StatusCode::kUnauthenticated, "{}: is node {}, expected node {}", what,
                    ShortKey(**proven_key), ShortKey(*demanded_key));
     }
@@ -291,7 +291,7 @@ Result<HandshakeResult> HandshakeInitiate(net::Stream& stream, wire::Role role,
   const bool is_client = role == wire::Role::kClient;
   const std::string what = is_client ? "the head" : "the successor";
   if (Status s = CheckProofs(reply, h2, kResponderLabel, kResponderLabel, auth.ring_secret,
-                             auth.peer_key, auth.insecure, what, &r.peer_key,
+                             auth.peer_key, auth.also_accept, auth.insecure, what, &r.peer_key,
                              &r.peer_has_ring_secret);
       !s.ok()) {
     return Refuse(stream, wire::ErrorCode::kUnauthenticated, s.message());
@@ -350,10 +350,11 @@ Result<HandshakeResult> HandshakeRespond(net::Stream& stream, const LinkAuth& st
   const auto h3 = Hash3(h2, reply, WithoutProofs(finish));
   Status checked =
       is_client ? CheckProofs(finish, h3, kInitiatorLabel, kClientLabel, client_auth.client_secret,
-                              std::nullopt, /*insecure=*/true, "client", &r.peer_key,
+                              std::nullopt, nullptr, /*insecure=*/true, "client", &r.peer_key,
                               &r.peer_has_ring_secret)
                 : CheckProofs(finish, h3, kInitiatorLabel, kInitiatorLabel, stage_auth.ring_secret,
-                              stage_auth.peer_key, stage_auth.insecure, "predecessor", &r.peer_key,
+                              stage_auth.peer_key, stage_auth.also_accept, stage_auth.insecure,
+                              "predecessor", &r.peer_key,
                               &r.peer_has_ring_secret);
   if (!checked.ok()) return Refuse(stream, wire::ErrorCode::kUnauthenticated, checked.message());
 

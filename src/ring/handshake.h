@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,9 @@ struct LinkAuth {
   std::shared_ptr<const NodeKey> key;  // signs the transcript; required of stages and heads
   std::string ring_secret;             // when set: prove it, and demand it of stage peers
   std::optional<PublicKey> peer_key;   // when set: the peer must sign with exactly this key
+  // ... or with a key this accepts (the neighbour's standbys, which may change at any time:
+  // called during the handshake, from the thread that runs it).
+  std::function<bool(const PublicKey&)> also_accept;
   std::string client_secret;           // initiator client: prove it; responder: demand it of clients
   bool insecure = false;               // accept a stage peer (or a head) with no proof at all
 };

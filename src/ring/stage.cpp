@@ -186,6 +186,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
   stage_auth_.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
+  stage_auth_.also_accept = [this](const PublicKey& k) { return AcceptsStandby(k, false); };
   client_auth_.client_secret = options_.client_secret;
   succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
@@ -236,6 +237,7 @@ void StageImpl::Stop() {
   for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_, &trim_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
+  JoinStandbyDialers();
   // No thread accepts or dials any more: close what they opened last, and wait for every
   // connection thread to end.
   close_all();

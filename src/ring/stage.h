@@ -34,6 +34,15 @@ struct DraftTotals {
 using DialHook =
     std::function<Result<std::unique_ptr<net::Stream>>(const std::function<bool()>& cancelled)>;
 
+// A stage of a neighbouring window's standbys, as the market lists it (docs/MARKET.md,
+// "Standbys"): accepted with its key, and dialed (the successor's) at `address` or through `dial`.
+struct StandbyPeer {
+  PublicKey key{};
+  std::string address;  // HOST:PORT; unused with `dial`
+  DialHook dial;        // through the relay
+  std::string via;      // what `dial` reaches, for logs
+};
+
 struct StageOptions {
   std::string model_path;
   int first = 0;             // layers [first, last)
@@ -148,6 +157,11 @@ class Stage {
   virtual void LogStats() = 0;
   // Whether the links to both neighbours are up now (handshake and HELLO done). Thread-safe.
   virtual bool linked() const = 0;
+  // The standbys the market lists now (kvasir join): `next` of the successor's window, dialed in
+  // turn after `next` and `standby_peers` and accepted with their keys; `pred` of the
+  // predecessor's window, accepted as predecessors with theirs (one with `dial` is behind the
+  // relay: its edge is kept dialed, as `dial_pred` is). Replaces the previous lists. Thread-safe.
+  virtual void SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) = 0;
   // Speculation on a last stage that drafts: its drafter and the drafts verified so far (zeros
   // and no drafter name elsewhere). Thread-safe.
   virtual DraftTotals draft_totals() const = 0;

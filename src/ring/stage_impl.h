@@ -136,6 +136,7 @@ class StageImpl final : public Stage {
   void Stop() override;
   void LogStats() override;
   DraftTotals draft_totals() const override { return spec_ ? spec_->counts() : DraftTotals{}; }
+  void SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) override;
   // Drafting on the last stage (--draft), set once before Run().
   void AttachDrafting(std::unique_ptr<SpecTail> spec) { spec_ = std::move(spec); }
   bool linked() const override {
@@ -339,6 +340,23 @@ class StageImpl final : public Stage {
   // turn from succ_next_ (its own).
   std::vector<std::pair<std::string, uint16_t>> succ_addrs_;
   size_t succ_next_ = 0;
+  // stage_standby.cpp: the neighbours' standbys the market lists (SetStandbys), and the
+  // successor's dial over every address and standby in turn.
+  std::mutex standby_mu_;
+  std::vector<StandbyPeer> next_standbys_;   // guarded by standby_mu_
+  std::vector<PublicKey> pred_standby_keys_;  // guarded by standby_mu_
+  // A relayed predecessor standby's edge, kept dialed (served as an accepted predecessor) until
+  // the standby leaves the market's list (`retired`: no more redials) or the stage stops.
+  struct PredStandbyDialer {
+    std::string via;
+    std::shared_ptr<std::atomic<bool>> retired;
+    std::thread thread;
+  };
+  std::vector<PredStandbyDialer> pred_dialers_;  // guarded by standby_mu_
+  void PredStandbyLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired);
+  void JoinStandbyDialers();  // Stop(), after running_ is false
+  bool AcceptsStandby(const PublicKey& key, bool successor);
+  Result<std::unique_ptr<net::Stream>> DialSuccessor(const std::function<bool()>& cancelled);
   std::atomic<bool> succ_linked_once_{false};
   // Repair: this process's place in the ring (HELLO's generation) and the newest neighbours.
   std::atomic<uint64_t> generation_{0};

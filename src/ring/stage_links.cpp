@@ -44,33 +44,12 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
   SuccessorLinkOptions o;
   o.name = options_.name;
   o.desc = succ_desc_;
-  if (options_.dial_next) {
-    o.dial = options_.dial_next;
-  } else {
-    // The successor's addresses in turn (the standby peers after `next`): the first that takes
-    // the connection; the next dial starts after it, so one that took it and then answered no
-    // handshake (a frozen process) is not the first one tried again.
-    // Until a successor has linked once, only `next`: at start the stages come up in any order,
-    // and a standby is for a stage that died.
-    o.dial = [this](const std::function<bool()>&) -> Result<std::unique_ptr<net::Stream>> {
-      Status last;
-      const bool any = succ_linked_once_.load();
-      const size_t n = any ? succ_addrs_.size() : 1;
-      for (size_t k = 0; k < n; ++k) {
-        const size_t i = ((any ? succ_next_ : 0) + k) % succ_addrs_.size();
-        auto stream = net::DialTcp(succ_addrs_[i].first, succ_addrs_[i].second, 2000);
-        if (stream.ok()) {
-          succ_next_ = (i + 1) % succ_addrs_.size();
-          return stream;
-        }
-        last = stream.status();
-      }
-      return last;
-    };
-    o.log_dial_error = false;
-  }
+  // The successor's addresses in turn, then its window's standbys (stage_standby.cpp).
+  o.dial = [this](const std::function<bool()>& cancelled) { return DialSuccessor(cancelled); };
+  if (!options_.dial_next) o.log_dial_error = false;
   o.auth = stage_auth_;
   o.auth.peer_key = options_.succ_key;
+  o.auth.also_accept = [this](const PublicKey& k) { return AcceptsStandby(k, true); };
   // A successor that does not finish its handshake within the link timeout is as good as down.
   o.handshake_timeout_ms = std::min(options_.handshake_timeout_ms, options_.link_timeout_ms);
   o.max_payload = stage_max_payload_;

@@ -1,4 +1,5 @@
-# Shared by the network-namespace tests (nat_test.sh, capture_test.sh, market_test.sh): source it
+# Shared by the network-namespace tests (nat_test.sh, capture_test.sh, market_test.sh,
+# market_standby_nat_test.sh): source it
 # after setting `pids` (an array of background processes to stop on exit). A test skips (exit 77)
 # only where something it needs is missing and KVASIR_REQUIRE_ASSETS is not 1; under
 # KVASIR_REQUIRE_ASSETS=1 (CI) every missing prerequisite, root and namespaces included, fails it.

@@ -1,0 +1,125 @@
+// Stage runtime, the neighbours' standbys (docs/PROTOCOL.md, "Repair"; docs/MARKET.md,
+// "Standbys"). The successor link dials `next`, then the --standby-peers, then the standbys of the
+// successor's window that the market lists (SetStandbys, from `kvasir join`'s heartbeats), each
+// accepted with its own key; the standbys of the predecessor's window are accepted as
+// predecessors with theirs. A standby is for a stage that died: until a successor has linked
+// once, only `next` is dialed.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "ring/stage_impl.h"
+
+namespace kvasir::ring {
+
+void StageImpl::SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) {
+  std::lock_guard<std::mutex> lock(standby_mu_);
+  if (next.size() != next_standbys_.size() || pred.size() != pred_standby_keys_.size()) {
+    KV_LOG_INFO("{}: {} standby(s) of the successor's window, {} of the predecessor's",
+                options_.name, next.size(), pred.size());
+  }
+  next_standbys_ = std::move(next);
+  pred_standby_keys_.clear();
+  for (const StandbyPeer& p : pred) pred_standby_keys_.push_back(p.key);
+  // Relayed predecessor standbys: an edge each, kept dialed while listed.
+  for (PredStandbyDialer& d : pred_dialers_) {
+    const bool listed = std::any_of(pred.begin(), pred.end(),
+                                    [&](const StandbyPeer& p) { return p.dial && p.via == d.via; });
+    if (!listed) d.retired->store(true);
+  }
+  for (const StandbyPeer& p : pred) {
+    if (!p.dial || !running_.load()) continue;
+    const bool dialing =
+        std::any_of(pred_dialers_.begin(), pred_dialers_.end(),
+                    [&](const auto& d) { return d.via == p.via && !d.retired->load(); });
+    if (dialing) continue;
+    PredStandbyDialer d;
+    d.via = p.via;
+    d.retired = std::make_shared<std::atomic<bool>>(false);
+    d.thread =
+        std::thread([this, dial = p.dial, retired = d.retired] { PredStandbyLoop(dial, retired); });
+    pred_dialers_.push_back(std::move(d));
+  }
+}
+
+void StageImpl::PredStandbyLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired) {
+  int backoff_ms = kMinBackoffMs;
+  const std::function<bool()> cancelled = [this] { return !running_.load(); };
+  while (running_.load() && !retired->load()) {
+    auto stream = dial(cancelled);
+    if (stream.ok()) {
+      // Served here as an accepted predecessor: the standby's link when it is adopted.
+      (void)ServeConnection(std::move(stream).value(), /*pending=*/nullptr);
+    }
+    if (!retired->load()) Backoff(&backoff_ms);
+  }
+}
+
+void StageImpl::JoinStandbyDialers() {
+  std::vector<PredStandbyDialer> dialers;
+  {
+    std::lock_guard<std::mutex> lock(standby_mu_);
+    dialers = std::move(pred_dialers_);
+    pred_dialers_.clear();
+  }
+  for (PredStandbyDialer& d : dialers) {
+    if (d.thread.joinable()) d.thread.join();
+  }
+}
+
+bool StageImpl::AcceptsStandby(const PublicKey& key, bool successor) {
+  std::lock_guard<std::mutex> lock(standby_mu_);
+  if (successor) {
+    return std::any_of(next_standbys_.begin(), next_standbys_.end(),
+                       [&](const StandbyPeer& p) { return p.key == key; });
+  }
+  return std::find(pred_standby_keys_.begin(), pred_standby_keys_.end(), key) !=
+         pred_standby_keys_.end();
+}
+
+Result<std::unique_ptr<net::Stream>> StageImpl::DialSuccessor(
+    const std::function<bool()>& cancelled) {
+  // Each target in turn from succ_next_: the first that takes the connection; the next dial
+  // starts after it, so one that took it and then answered no handshake (a frozen process) is
+  // not the first one tried again.
+  std::vector<StandbyPeer> standbys;
+  {
+    std::lock_guard<std::mutex> lock(standby_mu_);
+    standbys = next_standbys_;
+  }
+  const size_t n_fixed = options_.dial_next ? 1 : succ_addrs_.size();
+  const size_t total = n_fixed + standbys.size();
+  const bool any = succ_linked_once_.load();
+  const size_t n = any ? total : 1;
+  Status last = Error("{}: no successor to dial", options_.name);
+  for (size_t k = 0; k < n && !cancelled(); ++k) {
+    const size_t i = ((any ? succ_next_ : 0) + k) % total;
+    Result<std::unique_ptr<net::Stream>> stream = Error("unreachable");
+    if (i < n_fixed) {
+      stream = options_.dial_next ? options_.dial_next(cancelled)
+                                  : net::DialTcp(succ_addrs_[i].first, succ_addrs_[i].second, 2000);
+    } else {
+      const StandbyPeer& p = standbys[i - n_fixed];
+      if (p.dial) {
+        stream = p.dial(cancelled);
+      } else {
+        std::string host;
+        uint16_t port = 0;
+        if (Status st = net::ParseHostPort(p.address, &host, &port); !st.ok()) {
+          last = st;
+          continue;
+        }
+        stream = net::DialTcp(host, port, 2000);
+      }
+    }
+    if (stream.ok()) {
+      succ_next_ = (i + 1) % total;
+      return stream;
+    }
+    last = stream.status();
+  }
+  return last;
+}
+
+}  // namespace kvasir::ring

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Standbys through the market and the relay (docs/MARKET.md, "Standbys"), with real network
+# isolation: "pub" (the market over HTTPS, the relay, nginx serving the model file, three `kvasir
+# join` nodes) and "phone" (a `kvasir join --behind-nat --standby` node behind a simulated carrier
+# NAT that drops every new inbound TCP connection). The three nodes form a ring; the phone stands
+# by for window 1 or 2 and reaches the ring only through the relay. While 8 `generate --market`
+# clients stream 240 tokens each (even ones greedy, odd ones seeded at temperature 0.9), the
+# holder of the phone's window is killed with kill -9: the phone's standby takes its place through
+# its relay edges, every client prints exactly what `generate -m` prints for the same seed, and the
+# head's log gives each session's pause. Once the dead node's lease lapses, the phone's claim is
+# the window's and the ring is ready again.
+# Usage: market_standby_nat_test.sh KVASIR_BINARY ASSETS_DIR. Exit 77 (skip) as nat_test.sh.
+set -uo pipefail
+bin=${1:?usage: $0 KVASIR_BINARY ASSETS_DIR}
+assets=${KVASIR_ASSETS:-${2:?usage: $0 KVASIR_BINARY ASSETS_DIR}}
+model="$assets/models/stories260K.gguf"
+pids=()
+# shellcheck source=netns_lib.sh
+source "$(dirname "$0")/netns_lib.sh"
+
+require_netns nft "nftables (nft)"
+command -v nginx >/dev/null || missing "nginx is not installed"
+command -v curl >/dev/null || missing "curl is not installed"
+command -v python3 >/dev/null || missing "python3 is not installed"
+
+tag=$$
+pub=kv-spub-$tag
+phone=kv-sphone-$tag
+two_hosts "$pub" "$phone" 79 "sp$tag" "sf$tag"
+ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
+table inet carrier_nat {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    tcp flags syn ct state new drop
+  }
+}
+NFT
+in_pub() { ip netns exec "$pub" "$@"; }
+dump_logs() {
+  for f in "$work"/*.log; do echo "--- $(basename "$f")"; tail -n 30 "$f"; done
+}
+die() { dump_logs; fail "$*"; }
+
+mkdir -p "$work/files" "$work/nginx"
+cp "$model" "$work/files/stories260K.gguf"
+cat >"$work/nginx/nginx.conf" <<EOF
+user root;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  server { listen 10.79.0.1:8081; root $work/files; }
+}
+EOF
+ip netns exec "$pub" nginx -c "$work/nginx/nginx.conf" &
+pids+=($!)
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+  -subj /CN=10.79.0.1 -addext subjectAltName=IP:10.79.0.1 \
+  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
+(umask 077 && head -c 32 /dev/urandom >"$work/relay.secret")
+ip netns exec "$pub" "$bin" relay --listen 10.79.0.1:8443 --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
+  --secret-file "$work/relay.secret" 2>"$work/relay.log" &
+pids+=($!)
+
+db="$work/market.sqlite"
+"$bin" market add-model --db "$db" --model "$model" --url http://10.79.0.1:8081/stories260K.gguf \
+  --windows 3 --ctx 256 >/dev/null 2>"$work/add-model.log" || die "add-model failed"
+market_url=https://10.79.0.1:8080
+lease=8
+ip netns exec "$pub" "$bin" market --db "$db" --listen 10.79.0.1:8080 --relay wss://10.79.0.1:8443 \
+  --relay-secret-file "$work/relay.secret" --lease $lease --tls-cert "$work/cert.pem" \
+  --tls-key "$work/key.pem" 2>>"$work/market.log" &
+pids+=($!)
+get() { in_pub curl -fsS --max-time 10 --cacert "$work/cert.pem" "$market_url$1"; }
+for _ in $(seq 100); do get /health >/dev/null 2>&1 && break; sleep 0.1; done
+get /health >/dev/null || die "the market does not answer on $market_url"
+
+map() { get /v1/map; }
+# Reads ring 0 of the map with a Python expression over `r` (the ring) and prints its value.
+ring_py() { map | python3 -c "import json,sys; r=json.load(sys.stdin)['models'][0]['rings'][0]; print($1)"; }
+wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
+  local limit=$1 what=$2
+  shift 2
+  for _ in $(seq $((limit * 5))); do
+    "$@" && return 0
+    sleep 0.2
+  done
+  map
+  die "$what: not within $limit s"
+}
+ring_ready() { [ "$(ring_py "r['ready']")" = True ]; }
+node_key() { "$bin" id --key "$work/$1.key" 2>/dev/null; }
+join() {  # join NAME NAMESPACE [FLAGS...]
+  local name=$1 ns=$2
+  shift 2
+  ip netns exec "$ns" "$bin" join --market "$market_url" --key "$work/$name.key" --memory 1GiB \
+    --cache "$work/cache-$name" --ca "$work/cert.pem" --poll 0.5 -t 1 --link-timeout 2 \
+    --repair-timeout 20 "$@" 2>"$work/join-$name.log" &
+  pids+=($!)
+  eval "pid_$name=$!"
+}
+join a "$pub" --listen 10.79.0.1:0
+join b "$pub" --listen 10.79.0.1:0
+join c "$pub" --listen 10.79.0.1:0
+wait_for 60 "three nodes form a ready ring" ring_ready
+join phone "$phone" --behind-nat --standby
+standby_ready() {
+  [ "$(ring_py "[w['window'] for w in r['windows'] if [s for s in w['standbys'] if s['ready']]]")" != "[]" ] &&
+    ring_ready
+}
+wait_for 60 "the phone stands by, ready" standby_ready
+window=$(ring_py "[w['window'] for w in r['windows'] if w['standbys']][0]")
+standby_claim=$(ring_py "r['windows'][$window]['standbys'][0]['claim']")
+victim_key=$(ring_py "r['windows'][$window]['holder']")
+[ "$(ring_py "r['windows'][$window]['standbys'][0]['node']")" = "$(node_key phone)" ] ||
+  die "the standby of window $window is not the phone"
+victim=""
+for n in a b c; do [ "$(node_key $n)" = "$victim_key" ] && victim=$n; done
+[ -n "$victim" ] || die "no node holds window $window"
+head_key=$(ring_py "r['windows'][0]['holder']")
+head=""
+for n in a b c; do [ "$(node_key $n)" = "$head_key" ] && head=$n; done
+echo "the phone (behind NAT) stands by for window $window, held by node $victim; the head is node $head"
+# The neighbours of the window know the standby from their heartbeats.
+knows() { grep -q "1 standby(s) of the successor's window\|1 of the predecessor's" "$work/join-$1.log"; }
+for n in a b c; do
+  [ "$n" = "$victim" ] && continue
+  wait_for 20 "node $n learns the standby" knows $n
+done
+
+prompts=("Once upon a time" "The little dog" "Lily went to the park" "One day, a bird")
+sampling() {  # sampling I: the flags of client I
+  if [ $(($1 % 2)) -eq 0 ]; then echo "--temp 0"; else echo "--temp 0.9 --top-k 20 --seed $((1000 + $1))"; fi
+}
+for i in $(seq 0 7); do
+  # shellcheck disable=SC2046
+  "$bin" generate -m "$model" -p "${prompts[$((i % 4))]}" -n 240 --ignore-eos -t 1 $(sampling $i) \
+    >"$work/want-$i.txt" 2>/dev/null || fail "single-process generate $i failed"
+done
+# The clients wait at a gate, so that they start together (each session is over within seconds).
+client_pids=()
+for i in $(seq 0 7); do
+  # shellcheck disable=SC2046,SC2016
+  ip netns exec "$pub" bash -c 'while [ ! -e "$0" ]; do sleep 0.005; done; shift; exec "$@"' \
+    "$work/go" - "$bin" generate --market "$market_url" --ca "$work/cert.pem" --model stories260K \
+    --market-wait 30 -p "${prompts[$((i % 4))]}" -n 240 --ignore-eos $(sampling $i) \
+    >"$work/got-$i.txt" 2>"$work/client-$i.log" &
+  client_pids+=($!)
+  pids+=($!)
+done
+touch "$work/go"
+streaming() {  # every client has printed text past its prompt
+  for i in $(seq 0 7); do
+    [ "$(stat -c %s "$work/got-$i.txt")" -gt $((${#prompts[$((i % 4))]} + 1)) ] || return 1
+  done
+}
+# Polled tightly: a session of this tiny model is over within seconds.
+for _ in $(seq 3000); do streaming && break; sleep 0.01; done
+streaming || die "the 8 clients do not stream"
+kill -9 "$(eval echo "\$pid_$victim")"
+for i in $(seq 0 7); do  # each was mid-stream when the node died
+  [ "$(stat -c %s "$work/got-$i.txt")" -lt "$(stat -c %s "$work/want-$i.txt")" ] ||
+    die "client $i had finished before the node was killed"
+done
+echo "node $victim (window $window) killed with kill -9 while 8 sessions stream"
+failed=0
+for i in $(seq 0 7); do
+  wait "${client_pids[$i]}" || { echo "client $i exited with an error: $(tail -n 3 "$work/client-$i.log")"; failed=1; }
+  if ! cmp -s "$work/want-$i.txt" "$work/got-$i.txt"; then
+    echo "client $i differs from one process:"; echo "want: $(cat "$work/want-$i.txt")"; echo "got:  $(cat "$work/got-$i.txt")"
+    failed=1
+  fi
+done
+[ $failed -eq 0 ] || die "a client lost something in the repair through the relay"
+echo "every client printed exactly its single-process text; pauses the head saw:"
+grep -o "session [0-9]* resumed after a pause of [0-9]* ms" "$work/join-$head.log" | sed 's/^/  /'
+[ "$(grep -c "resumed after a pause" "$work/join-$head.log")" -ge 8 ] || die "the head replayed fewer than 8 sessions"
+grep -q "adopted by a predecessor" "$work/join-phone.log" || die "the phone was never adopted"
+grep -q "paired" "$work/relay.log" || die "the relay paired no edge: the phone was not reached through it"
+promoted() { [ "$(ring_py "r['windows'][$window].get('claim')")" = "$standby_claim" ] && ring_ready; }
+wait_for $((3 * lease + 30)) "the phone's standby claim becomes window $window's claim" promoted
+echo "after the lease ($lease s): the phone's claim $standby_claim holds window $window, and the ring is ready"
+echo "PASS"

@@ -1,0 +1,230 @@
+// Standbys (docs/MARKET.md, "Standbys"): a node stands by for a held window, the map lists it,
+// the neighbours of the window learn it from their heartbeats (to dial and accept it), a window
+// whose claim is gone goes to its oldest proven standby before any new claimer, and a standby that
+// does not prove its bytes or serve is evicted like any claim.
+#include <gtest/gtest.h>
+
+#include "market_fixture.h"
+#include "market_test_util.h"
+
+namespace kvasir::market {
+namespace {
+
+using kvasir::testing::Body;
+using kvasir::testing::Hex;
+using kvasir::testing::Signed;
+using nlohmann::json;
+
+class StandbyTest : public MarketFixture {
+ protected:
+  ApiResponse StandBy(const ring::NodeKey& k, int window, double now) {
+    return Claim(k, window, now, json::object({{"standby", true}}));
+  }
+  int64_t StandById(const ring::NodeKey& k, int window, double now) {
+    ApiResponse r = StandBy(k, window, now);
+    EXPECT_EQ(r.status, 201) << r.body;
+    EXPECT_TRUE(Body(r)["standby"].get<bool>()) << r.body;
+    return Body(r)["claim"].get<int64_t>();
+  }
+  json Window(double now, int w) { return RingJson(now)["windows"][static_cast<size_t>(w)]; }
+};
+
+TEST_F(StandbyTest, AStandbyThatTookAWindowsPlaceSignsItsSessionsForCredit) {
+  const auto ids = FillRing(kT0);
+  StandById(keys_[3], 1, kT0);
+  MakeReady(ids, kT0);
+  // Window 1's stage died and the standby served the sessions since, before the market gave it
+  // the window: its line is credited to it.
+  ring::Receipt r = kvasir::testing::SignedReceipt({}, 20);
+  r.id.fill(0x7a);
+  for (int w = 0; w < 3; ++w) {
+    ring::AppendReceiptLine(&r, keys_[w == 1 ? 3 : w], static_cast<uint32_t>(2 * w),
+                            static_cast<uint32_t>(2 * w + 2), 20, ring::Digest{});
+  }
+  ApiResponse ok = Submit(r, kT0 + 10);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  json b = Body(api_->Handle(kvasir::testing::Plain("GET", "/v1/balances"), kT0 + 10));
+  bool credited = false;
+  for (const auto& x : b["balances"]) credited |= x["node"] == Hex(keys_[3]);
+  EXPECT_TRUE(credited) << b;
+  // A key that is neither the holder nor a standby of the window is refused.
+  ring::Receipt bad = kvasir::testing::SignedReceipt({}, 20);
+  bad.id.fill(0x7b);
+  for (int w = 0; w < 3; ++w) {
+    ring::AppendReceiptLine(&bad, keys_[w == 1 ? 5 : w], static_cast<uint32_t>(2 * w),
+                            static_cast<uint32_t>(2 * w + 2), 20, ring::Digest{});
+  }
+  ApiResponse refused = Submit(bad, kT0 + 10);
+  EXPECT_EQ(refused.status, 422);
+  EXPECT_NE(Reason(refused).find("does not hold window 1"), std::string::npos) << Reason(refused);
+}
+
+// A SQLite database made before standbys (claims UNIQUE per window) keeps its claims and takes
+// standbys once opened. (A PostgreSQL database is made with the schema of its first market.)
+TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
+  if (kvasir::testing::PostgresStore()) GTEST_SKIP() << "a SQLite database's migration";
+  const auto ids = FillRing(kT0);
+  api_.reset();
+  store_.reset();
+  {
+    // The claims table as it was: the same rows, without the standby column.
+    auto db = Db::Open(db_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    for (const char* sql :
+         {"CREATE TABLE old AS SELECT id, model, ring, window, node, address, behind_nat, rate, "
+          "created, expires, last_beat, serving_epoch, serving_since, verified_epoch, verified_at, "
+          "check_error, proven, proof_nonce, proof_picks FROM claims",
+          "DROP TABLE claims",
+          "CREATE TABLE claims(id INTEGER PRIMARY KEY AUTOINCREMENT, model INT NOT NULL "
+          "REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL, window INT NOT NULL, node "
+          "TEXT NOT NULL, address TEXT NOT NULL, behind_nat INT NOT NULL, rate REAL NOT NULL, "
+          "created REAL NOT NULL, expires REAL NOT NULL, last_beat REAL NOT NULL, serving_epoch "
+          "INT NOT NULL DEFAULT -1, serving_since REAL NOT NULL DEFAULT 0, verified_epoch INT NOT "
+          "NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0, check_error TEXT NOT NULL "
+          "DEFAULT '', proven INT NOT NULL DEFAULT 1, proof_nonce TEXT NOT NULL DEFAULT '', "
+          "proof_picks TEXT NOT NULL DEFAULT '', UNIQUE(model, ring, window), UNIQUE(node))",
+          "INSERT INTO claims SELECT * FROM old", "DROP TABLE old"}) {
+      ASSERT_TRUE((*db)->Exec(sql).ok()) << sql;
+    }
+  }
+  Reopen();
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(Window(kT0 + 1, w)["claim"], ids[static_cast<size_t>(w)]);
+    EXPECT_EQ(Window(kT0 + 1, w)["holder"], Hex(keys_[w]));
+  }
+  StandById(keys_[3], 1, kT0 + 1);
+  StandById(keys_[4], 1, kT0 + 1);
+  EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+}
+
+// Opens its own market (eviction deadlines, windows with samples to prove).
+class StandbyEvictTest : public StandbyTest {
+ protected:
+  void SetUp() override {}
+};
+
+TEST_F(StandbyTest, AStandbyIsOnTheMapAndItsWindowsNeighboursLearnIt) {
+  const auto ids = FillRing(kT0);
+  const int64_t epoch = RingJson(kT0)["epoch"].get<int64_t>();
+  const int64_t s = StandById(keys_[3], 1, kT0);
+  // The window keeps its holder; the standby is listed beside it, and the ring's epoch stays.
+  json w = Window(kT0, 1);
+  EXPECT_EQ(w["holder"], Hex(keys_[1]));
+  ASSERT_EQ(w["standbys"].size(), 1u) << w;
+  EXPECT_EQ(w["standbys"][0]["node"], Hex(keys_[3]));
+  EXPECT_EQ(w["standbys"][0]["claim"], s);
+  EXPECT_EQ(w["standbys"][0]["address"], "10.0.0.7:7001");
+  EXPECT_EQ(RingJson(kT0)["epoch"], epoch);
+  EXPECT_EQ(Window(kT0, 0)["standbys"].size(), 0u);
+  // The predecessor of window 1 dials it, the successor accepts it.
+  json pred = Body(Beat(keys_[0], ids[0], -1, kT0 + 1));
+  ASSERT_EQ(pred["next_standbys"].size(), 1u) << pred;
+  EXPECT_EQ(pred["next_standbys"][0]["node"], Hex(keys_[3]));
+  EXPECT_EQ(pred["next_standbys"][0]["address"], "10.0.0.7:7001");
+  EXPECT_EQ(pred["pred_standbys"].size(), 0u);
+  EXPECT_FALSE(pred["standby"].get<bool>());
+  json next = Body(Beat(keys_[2], ids[2], -1, kT0 + 1));
+  ASSERT_EQ(next["pred_standbys"].size(), 1u) << next;
+  EXPECT_EQ(next["pred_standbys"][0]["node"], Hex(keys_[3]));
+  EXPECT_EQ(next["next_standbys"].size(), 0u);
+  // The standby itself learns the neighbours of its window.
+  json self = Body(Beat(keys_[3], s, -1, kT0 + 1));
+  EXPECT_TRUE(self["standby"].get<bool>());
+  EXPECT_EQ(self["pred"]["node"], Hex(keys_[0]));
+  EXPECT_EQ(self["next"]["node"], Hex(keys_[2]));
+}
+
+TEST_F(StandbyTest, AStandbyNeedsAHeldWindowOtherThanTheHeadAndHoldsNothingElse) {
+  ASSERT_EQ(Claim(keys_[0], 0, kT0).status, 201);
+  ApiResponse r = StandBy(keys_[3], 1, kT0);  // window 1 is uncovered
+  EXPECT_EQ(r.status, 409);
+  EXPECT_NE(Reason(r).find("uncovered: claim it rather than stand by for it"), std::string::npos)
+      << Reason(r);
+  r = StandBy(keys_[3], 0, kT0);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(Reason(r).find("it has no standbys"), std::string::npos) << Reason(r);
+  ASSERT_EQ(Claim(keys_[1], 1, kT0).status, 201);
+  EXPECT_EQ(StandBy(keys_[1], 1, kT0).status, 409);  // it holds the window
+  EXPECT_EQ(StandBy(keys_[0], 1, kT0).status, 409);  // it holds another claim
+  const int64_t s = StandById(keys_[3], 1, kT0);
+  EXPECT_EQ(StandBy(keys_[3], 1, kT0 + 1).status, 200);  // renewed
+  EXPECT_EQ(Claim(keys_[3], 2, kT0 + 1).status, 409);    // a standby is its one claim
+  // Two standbys of one window are listed oldest first.
+  StandById(keys_[4], 1, kT0 + 1);
+  json w = Window(kT0 + 1, 1);
+  ASSERT_EQ(w["standbys"].size(), 2u);
+  EXPECT_EQ(w["standbys"][0]["claim"], s);
+  EXPECT_EQ(w["standbys"][1]["node"], Hex(keys_[4]));
+}
+
+TEST_F(StandbyTest, AWindowWhoseLeaseLapsesGoesToItsOldestStandbyBeforeAnyClaimer) {
+  const auto ids = FillRing(kT0);
+  const int64_t s1 = StandById(keys_[3], 1, kT0);
+  const int64_t s2 = StandById(keys_[4], 1, kT0);
+  const int64_t epoch = RingJson(kT0)["epoch"].get<int64_t>();
+  // Everyone but window 1's holder keeps beating (often enough that the market is never silent).
+  for (double t = kT0 + 10; t <= kT0 + 31; t += 10) {
+    for (int i : {0, 2}) ASSERT_EQ(Beat(keys_[i], ids[static_cast<size_t>(i)], -1, t).status, 200);
+    ASSERT_EQ(Beat(keys_[3], s1, -1, t).status, 200);
+    ASSERT_EQ(Beat(keys_[4], s2, -1, t).status, 200);
+  }
+  const double t = kT0 + 31;  // window 1's lease (30 s) has lapsed
+  ApiResponse r = Claim(keys_[5], 1, t);
+  EXPECT_EQ(r.status, 409) << r.body;
+  json w = Window(t, 1);
+  EXPECT_EQ(w["holder"], Hex(keys_[3]));
+  EXPECT_EQ(w["claim"], s1);  // the standby's claim is the window's now
+  ASSERT_EQ(w["standbys"].size(), 1u);
+  EXPECT_EQ(w["standbys"][0]["node"], Hex(keys_[4]));
+  EXPECT_GT(RingJson(t)["epoch"].get<int64_t>(), epoch);
+  json self = Body(Beat(keys_[3], s1, -1, t));
+  EXPECT_FALSE(self["standby"].get<bool>());
+  EXPECT_EQ(Body(Beat(keys_[0], ids[0], -1, t))["next"]["node"], Hex(keys_[3]));
+  EXPECT_EQ(Beat(keys_[1], ids[1], -1, t).status, 404);
+  // Released: the next standby takes the window at once.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[3], "DELETE", "/v1/claims/" + std::to_string(s1), "", t), t).status,
+      200);
+  EXPECT_EQ(Window(t, 1)["holder"], Hex(keys_[4]));
+  EXPECT_EQ(Window(t, 1)["claim"], s2);
+  EXPECT_EQ(Window(t, 1)["standbys"].size(), 0u);
+}
+
+TEST_F(StandbyEvictTest, AStandbyThatDoesNotProveItsBytesIsEvictedAndNeverPromoted) {
+  ModelSpec m = kvasir::testing::TestModel();
+  for (auto& ring : m.rings) {
+    for (auto& w : ring) {
+      RangeSample s;
+      s.range = {w.tensors[0].name, 0, 16};
+      s.bytes = std::string(16, 'x');
+      w.samples.push_back(s);
+    }
+  }
+  MarketConfig c;
+  c.lease_s = 300;
+  c.eviction.deadline_s = 10;
+  c.eviction.floor_bytes_per_s = 1e15;
+  c.eviction.cooldown_s = 30;
+  Open(m, c);
+  const auto ids = FillRing(kT0);
+  const int64_t s = StandById(keys_[3], 1, kT0);
+  json beat = Body(Beat(keys_[3], s, -1, kT0 + 1));
+  EXPECT_TRUE(beat.contains("challenge")) << beat;  // the same challenge as any claim
+  // Window 1's holder leaves: the unproven standby is not given the window.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "", kT0 + 2),
+                   kT0 + 2)
+          .status,
+      200);
+  EXPECT_EQ(Window(kT0 + 2, 1)["state"], "uncovered");
+  EXPECT_EQ(Window(kT0 + 2, 1)["standbys"].size(), 1u);
+  // At its deadline it is evicted, and cools down like a claimer.
+  EXPECT_EQ(Window(kT0 + 11, 1)["standbys"].size(), 0u);
+  EXPECT_EQ(Beat(keys_[3], s, -1, kT0 + 11).status, 404);
+  ApiResponse r = StandBy(keys_[3], 2, kT0 + 12);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(Reason(r).find("evicted 1 time(s)"), std::string::npos) << Reason(r);
+}
+
+}  // namespace
+}  // namespace kvasir::market
