@@ -58,6 +58,10 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       st_.FailSession(w.session, wire::ErrorCode::kBadRequest, decided.status().message());
       continue;
     }
+    if (decided->empty()) {  // a stale window (overlap): its rows ran, and decide nothing
+      st_.CommitRows(w, nullptr, std::nullopt);
+      continue;
+    }
     ObserveHidden(w, out, first, w.verify && s.draft ? s.draft->kept_rows : w.n_tokens);
     decided_.push_back({&w, std::move(decided).value()});
   }
@@ -65,20 +69,35 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
   std::vector<SpecTail::DraftJob> jobs;
   for (auto& [w, tokens] : decided_) {
     Session& s = st_.sessions_.at(w->session);
-    if (s.draft != nullptr && tokens.back().token.finished == 0) {
+    // A last token with `more` confirmed the guessed window behind: it is fed already.
+    if (s.draft != nullptr && tokens.back().token.finished == 0 && !tokens.back().more) {
       jobs.push_back({s.tail.get(), s.draft.get(), &s.sampling, &tokens.back()});
     }
   }
   if (!jobs.empty()) st_.spec_->DraftAll(jobs, n_ctx);
+  auto send = [&](const TokenMsg& t) {
+    if (st_.head_) {
+      st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
+    } else {
+      st_.SendNext(t);
+    }
+  };
   for (auto& [w, tokens] : decided_) {
     st_.CommitRows(*w, nullptr, tokens.back().token.id);
-    for (const TokenMsg& t : tokens) {
-      if (st_.head_) {
-        st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
-      } else {
-        st_.SendNext(t);
-      }
+    for (const TokenMsg& t : tokens) send(t);
+  }
+  // Overlap: the windows guessed to follow go behind, drafted while those tokens travel.
+  std::vector<TokenMsg> further;
+  for (auto& [w, tokens] : decided_) {
+    auto it = st_.sessions_.find(w->session);
+    if (st_.spec_ == nullptr || tokens.back().token.finished != 0 || it == st_.sessions_.end() ||
+        it->second.draft == nullptr || it->second.closing) {
+      continue;
     }
+    Session& s = it->second;
+    further.clear();
+    st_.spec_->DraftFurther(w->session, *s.tail, *s.draft, s.sampling, n_ctx, &further);
+    for (const TokenMsg& t : further) send(t);
   }
   decided_.clear();
 }
