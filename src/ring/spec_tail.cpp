@@ -184,45 +184,98 @@ void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
 void SpecTail::DraftFurther(uint32_t session, TailSampler& sampler, SessionDraft& d,
                             const wire::SamplingWire& sampling, int n_ctx,
                             std::vector<TokenMsg>* out) {
-  if (options_.windows <= 1 || d.pending.empty() || wants_hidden() ||
-      d.budget.acceptance() < options_.overlap_min_acceptance) {
-    return;
+  const FurtherJob job{session, &sampler, &d, &sampling, out};
+  DraftFurtherAll(std::span<const FurtherJob>(&job, 1), n_ctx);
+}
+
+void SpecTail::DraftFurtherAll(std::span<const FurtherJob> jobs, int n_ctx) {
+  if (options_.windows <= 1 || wants_hidden()) return;
+  struct Plan {
+    const FurtherJob* job = nullptr;
+    int k = 0;
+    int rows = 0;  // rows in flight past the pending window's first, which is decided
+    int room = 0;  // drafts the next window may have
+    // The history if every window in flight is accepted whole, each followed by the next's token.
+    std::vector<int32_t> guess;
+    BatchDrafter::Job model_job;
+  };
+  std::vector<Plan> plans;
+  for (const FurtherJob& j : jobs) {
+    const SessionDraft& d = *j.d;
+    if (d.pending.empty() || d.budget.acceptance() < options_.overlap_min_acceptance) continue;
+    if (static_cast<int>(j.sampler->history().size()) != d.pending_pos + 1) continue;
+    Plan p;
+    p.job = &j;
+    p.k = static_cast<int>(d.pending.size());
+    p.guess = j.sampler->history();
+    p.guess.insert(p.guess.end(), d.pending.begin(), d.pending.end());
+    p.rows = p.k;
+    for (const SessionDraft::Window& w : d.further) {
+      p.guess.insert(p.guess.end(), w.rows.begin(), w.rows.end());
+      p.rows += static_cast<int>(w.rows.size());
+    }
+    plans.push_back(std::move(p));
   }
-  const int k = static_cast<int>(d.pending.size());
-  // The history if every window in flight is accepted whole, each followed by the next's token.
-  std::vector<int32_t> guess = sampler.history();
-  if (static_cast<int>(guess.size()) != d.pending_pos + 1) return;
-  guess.insert(guess.end(), d.pending.begin(), d.pending.end());
-  int rows = k;  // rows in flight past the pending window's first, which is decided
-  for (const SessionDraft::Window& w : d.further) {
-    guess.insert(guess.end(), w.rows.begin(), w.rows.end());
-    rows += static_cast<int>(w.rows.size());
-  }
-  while (1 + static_cast<int>(d.further.size()) < options_.windows) {
-    const int pos0 = static_cast<int>(guess.size());
-    // Tokens the session will have generated with the guessed one at pos0; the drafts after it
-    // must leave room for one more within max_tokens and the context.
-    const int64_t generated = sampler.n_generated() + (pos0 - d.pending_pos);
-    const int64_t left = static_cast<int64_t>(sampling.max_tokens) - generated;
-    const int room = static_cast<int>(
-        std::min<int64_t>({k, n_ctx - pos0 - 1, left - 1, target_->max_checkpoints() - rows - 1}));
-    if (room <= 0) return;
-    auto next = ProposeOne(d, guess, room + 1);
-    if (!next.ok() || next->size() < 2) return;
-    SessionDraft::Window w{pos0, std::move(next).value()};
-    if (static_cast<int>(w.rows.size()) > room + 1) w.rows.resize(static_cast<size_t>(room + 1));
-    TokenMsg m;
-    m.token.session = session;
-    m.token.pos = static_cast<uint32_t>(pos0);
-    m.token.id = w.rows.front();
-    m.drafts.assign(w.rows.begin() + 1, w.rows.end());
-    m.ahead = true;
-    out->push_back(std::move(m));
-    guess.insert(guess.end(), w.rows.begin(), w.rows.end());
-    rows += static_cast<int>(w.rows.size());
-    d.further.push_back(std::move(w));
-    guessed_.fetch_add(1);
-    d.looked_ahead = true;  // the window behind is drafted already
+  // One window more per session and round; a draft model's sessions run as one batch.
+  while (true) {
+    std::vector<Plan*> round;
+    std::vector<BatchDrafter::Job*> batch;
+    for (Plan& p : plans) {
+      const FurtherJob& j = *p.job;
+      if (1 + static_cast<int>(j.d->further.size()) >= options_.windows) continue;
+      const int pos0 = static_cast<int>(p.guess.size());
+      // Tokens the session will have generated with the guessed one at pos0; the drafts after
+      // it must leave room for one more within max_tokens and the context.
+      const int64_t generated = j.sampler->n_generated() + (pos0 - j.d->pending_pos);
+      const int64_t left = static_cast<int64_t>(j.sampling->max_tokens) - generated;
+      p.room = static_cast<int>(std::min<int64_t>(
+          {p.k, n_ctx - pos0 - 1, left - 1, target_->max_checkpoints() - p.rows - 1}));
+      if (p.room <= 0) continue;
+      round.push_back(&p);
+      p.model_job = BatchDrafter::Job{j.d->seq, p.guess, p.room + 1, {}};
+      if (j.d->model) batch.push_back(&p.model_job);
+    }
+    if (round.empty()) return;
+    if (!batch.empty()) {
+      if (Status st = model_->Propose(batch); !st.ok()) {
+        KV_LOG_WARN("drafting ahead failed for {} session(s): {}", batch.size(), st.message());
+        return;
+      }
+    }
+    bool any = false;
+    for (Plan* p : round) {
+      const FurtherJob& j = *p->job;
+      SessionDraft& d = *j.d;
+      std::vector<int32_t> rows;
+      if (d.model) {
+        rows = std::move(p->model_job.drafts);
+      } else if (auto r = d.drafter->Propose(p->guess, p->room + 1); r.ok()) {
+        rows = std::move(r).value();
+      }
+      p->model_job = {};
+      if (rows.size() < 2) {
+        p->room = 0;
+        p->k = 0;  // no guess: no window after it either
+        continue;
+      }
+      if (static_cast<int>(rows.size()) > p->room + 1)
+        rows.resize(static_cast<size_t>(p->room + 1));
+      SessionDraft::Window w{static_cast<int>(p->guess.size()), std::move(rows)};
+      TokenMsg m;
+      m.token.session = j.session;
+      m.token.pos = static_cast<uint32_t>(w.pos0);
+      m.token.id = w.rows.front();
+      m.drafts.assign(w.rows.begin() + 1, w.rows.end());
+      m.ahead = true;
+      j.out->push_back(std::move(m));
+      p->guess.insert(p->guess.end(), w.rows.begin(), w.rows.end());
+      p->rows += static_cast<int>(w.rows.size());
+      d.further.push_back(std::move(w));
+      guessed_.fetch_add(1);
+      d.looked_ahead = true;  // the window behind is drafted already
+      any = true;
+    }
+    if (!any) return;
   }
 }
 

@@ -100,6 +100,16 @@ class SpecTail {
   // hidden rows, makes none.
   void DraftFurther(uint32_t session, TailSampler& sampler, SessionDraft& d,
                     const wire::SamplingWire& sampling, int n_ctx, std::vector<TokenMsg>* out);
+  // The same for several sessions at once: their draft model passes run batched (BatchDrafter),
+  // one window more per session and batch.
+  struct FurtherJob {
+    uint32_t session;
+    TailSampler* sampler;
+    SessionDraft* d;
+    const wire::SamplingWire* sampling;
+    std::vector<TokenMsg>* out;
+  };
+  void DraftFurtherAll(std::span<const FurtherJob> jobs, int n_ctx);
 
   // Drafts after `last`, a decided token that does not end its session, into last->drafts (none
   // when the budget pauses, the context or max_tokens leaves no room, or the drafter has no

@@ -87,17 +87,21 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
     for (const TokenMsg& t : tokens) send(t);
   }
   // Overlap: the windows guessed to follow go behind, drafted while those tokens travel.
-  std::vector<TokenMsg> further;
-  for (auto& [w, tokens] : decided_) {
+  std::vector<std::vector<TokenMsg>> further(decided_.size());
+  std::vector<SpecTail::FurtherJob> ahead;
+  for (size_t i = 0; i < decided_.size() && st_.spec_ != nullptr; ++i) {
+    const auto& [w, tokens] = decided_[i];
     auto it = st_.sessions_.find(w->session);
-    if (st_.spec_ == nullptr || tokens.back().token.finished != 0 || it == st_.sessions_.end() ||
+    if (tokens.back().token.finished != 0 || it == st_.sessions_.end() ||
         it->second.draft == nullptr || it->second.closing) {
       continue;
     }
     Session& s = it->second;
-    further.clear();
-    st_.spec_->DraftFurther(w->session, *s.tail, *s.draft, s.sampling, n_ctx, &further);
-    for (const TokenMsg& t : further) send(t);
+    ahead.push_back({w->session, s.tail.get(), s.draft.get(), &s.sampling, &further[i]});
+  }
+  if (!ahead.empty()) st_.spec_->DraftFurtherAll(ahead, n_ctx);
+  for (const std::vector<TokenMsg>& windows : further) {
+    for (const TokenMsg& t : windows) send(t);
   }
   decided_.clear();
 }
