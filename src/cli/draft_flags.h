@@ -23,7 +23,7 @@ struct DraftFlags {
   std::string kind = "none";  // auto, mtp, ngram, model, none
   std::string model;          // --draft-model
   int max_tokens = 4;         // --draft-max
-  int windows = 1;            // --draft-windows
+  int windows = 3;            // --draft-windows (docs/PERFORMANCE.md, "Overlap")
 };
 
 void AddDraftFlags(CLI::App& app, DraftFlags* flags);
