@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "model/model_config.h"
+#include "ring/spec_tail.h"
 #include "ring/wire.h"
 
 namespace kvasir::cli {
@@ -21,6 +22,11 @@ void AddDraftFlags(CLI::App& app, DraftFlags* flags) {
   app.add_option("--draft-max", flags->max_tokens,
                  "tokens drafted after each token (K; each verify chunk runs K + 1 rows); lowered "
                  "per session while drafts are rejected")
+      ->capture_default_str();
+  app.add_option("--draft-windows", flags->windows,
+                 "verify windows of a session in flight at once: past the first, each is drafted "
+                 "on the guess that the windows before it are accepted whole (dropped on a miss); "
+                 "sent while the session's drafts are mostly accepted")
       ->capture_default_str();
 }
 
@@ -42,6 +48,10 @@ Result<spec::DraftOptions> CheckDraftFlags(const DraftFlags& f) {
       return Error("--draft-model {}: no such file", f.model);
     }
   }
+  if (f.windows < 1 || f.windows > ring::kMaxDraftWindows) {
+    return Error("--draft-windows {}: must be from 1 to {}", f.windows, ring::kMaxDraftWindows);
+  }
+  o.windows = f.windows;
   o.model_path = f.model;
   o.max_tokens = f.max_tokens;
   return o;
@@ -57,7 +67,9 @@ Status CheckDraftForModel(const DraftFlags& f, const ModelConfig& cfg) {
 
 std::vector<std::string> DraftStageArgs(const DraftFlags& f) {
   if (f.kind == "none") return {};
-  std::vector<std::string> args = {"--draft", f.kind, "--draft-max", std::to_string(f.max_tokens)};
+  std::vector<std::string> args = {"--draft",         f.kind,
+                                   "--draft-max",     std::to_string(f.max_tokens),
+                                   "--draft-windows", std::to_string(f.windows)};
   if (!f.model.empty()) args.insert(args.end(), {"--draft-model", f.model});
   return args;
 }

@@ -246,6 +246,12 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   auto it = st_.sessions_.find(t.token.session);
   if (it == st_.sessions_.end() || it->second.closing) return;
   Session& s = it->second;
+  if (t.ahead) {
+    // Overlap: the last stage's guess of a later window, fed right behind the chunks before it
+    // and never streamed; rows that turn out wrong are dropped before the session's next chunk.
+    if (!st_.holds_.held(s.id)) st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
+    return;
+  }
   if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)
   TraceTiming(st_.options_.name, "token_in", "session={} pos={}", s.id, t.token.pos);
   s.n_generated++;
@@ -263,19 +269,20 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   s.history.push_back(t.token.id);  // for the prompt cache, and for a replay
   // Speculation: a token decided by a verify chunk with more to follow is in the window already.
   if (t.more) return;
+  // Rows rejected before it are dropped when it runs (StageImpl::RollBackBeforeRows).
+  st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
+}
+
+Work HeadRole::VerifyChunk(uint32_t session, const TokenMsg& t) {
   Work w;
-  w.session = s.id;
+  w.session = session;
   w.pos0 = static_cast<int>(t.token.pos);
   w.n_tokens = 1 + static_cast<int>(t.drafts.size());
   w.sample = true;
   w.verify = !t.drafts.empty();
   w.tokens = {t.token.id};
   w.tokens.insert(w.tokens.end(), t.drafts.begin(), t.drafts.end());
-  if (Status rb = st_.RollBackBefore(s, w.pos0); !rb.ok()) {
-    st_.EndSession(s.id, wire::FinishReason::kError, "TOKEN: " + rb.message());
-    return;
-  }
-  st_.scheduler_.AddDecode(std::move(w));
+  return w;
 }
 
 void HeadRole::HandleError(const ErrorMsg& e) {

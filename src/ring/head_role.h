@@ -14,6 +14,7 @@
 
 #include "ring/byte_budget.h"
 #include "ring/messages.h"
+#include "ring/scheduler.h"
 
 namespace kvasir::ring {
 
@@ -54,6 +55,8 @@ class HeadRole {
   void HandleError(const ErrorMsg& e);
   // A forked session that a stage could not fork is opened afresh; true when it was.
   bool RetryWithoutCache(uint32_t session);
+  // The chunk a TOKEN tells the head to feed: the token, then its drafts (a verify chunk).
+  static Work VerifyChunk(uint32_t session, const TokenMsg& t);
 
   StageImpl& st_;
   std::deque<WaitingGenerate> waiting_generates_;

@@ -248,10 +248,15 @@ Result<Message> DecodeToken(const Frame& f) {
     return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
                  1 + wire::kMaxTopLogprobs);
   }
-  if ((b.flags & ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore)) != 0) {
+  if ((b.flags & ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore |
+                   wire::kTokenAhead)) != 0) {
     return Error("TOKEN: flags 0x{:x} has unknown bits", b.flags);
   }
   m.more = (b.flags & wire::kTokenMore) != 0;
+  m.ahead = (b.flags & wire::kTokenAhead) != 0;
+  if (m.ahead && (b.flags & wire::kTokenDrafts) == 0) {
+    return Error("TOKEN: kTokenAhead without drafts (a guessed window is a token and its drafts)");
+  }
   if (m.more && (b.flags & wire::kTokenDrafts) != 0) {
     return Error("TOKEN: kTokenMore and kTokenDrafts together (drafts follow the last token only)");
   }
@@ -521,7 +526,7 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
   b.piece_bytes = static_cast<uint32_t>(m.piece.size());
   b.n_logprobs = static_cast<uint8_t>(m.logprobs.size());
   b.flags = (m.n_cached ? wire::kTokenCached : 0) | (m.drafts.empty() ? 0 : wire::kTokenDrafts) |
-            (m.more ? wire::kTokenMore : 0);
+            (m.more ? wire::kTokenMore : 0) | (m.ahead ? wire::kTokenAhead : 0);
   FrameBuilder fb(MsgType::kToken, sizeof(b) + TokenTailBytes(m));
   fb.Put(b);
   fb.PutBytes(m.piece.data(), m.piece.size());

@@ -105,6 +105,9 @@ struct TokenMsg {           // TOKEN
   // of the same verify chunk follow (wire::kTokenMore; then there are no drafts).
   std::vector<int32_t> drafts{};
   bool more = false;
+  // Last stage -> head, overlap (wire::kTokenAhead, with drafts): a guessed token, fed with its
+  // drafts as a verify chunk, never streamed.
+  bool ahead = false;
 };
 
 struct CloseMsg {        // CLOSE_SESSION

@@ -40,7 +40,8 @@ class BatchScheduler {
   // rows never overtake each other. Items of sessions for which `live` is false are dropped.
   std::vector<Work> NextBatch(const std::function<bool(uint32_t)>& live);
 
-  // Removes every queued item of `session` and returns them in position order: the rows a
+  // Removes every queued item of `session` and returns them in the order they would run (its
+  // prompt chunks, then its decode steps, each in arrival order): the rows a
   // session was sent before it closes, which the stage still runs so that every stage runs the
   // same rows.
   std::vector<Work> TakeSession(uint32_t session);

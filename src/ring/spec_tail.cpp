@@ -36,6 +36,10 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
   if (kind != spec::DraftKind::kModel && !o.model_path.empty()) {
     return Error("--draft-model goes with --draft model or auto");
   }
+  if (o.windows < 1 || o.windows > kMaxDraftWindows) {
+    return Error("--draft-windows {}: 1..{} verify windows in flight are supported", o.windows,
+                 kMaxDraftWindows);
+  }
   // A verify chunk of K + 1 rows needs K + 1 checkpoints on every stage.
   const int max_tokens = std::min(o.max_tokens, target.max_checkpoints() - 1);
   if (kind == spec::DraftKind::kNone || max_tokens <= 0) return std::unique_ptr<SpecTail>();
@@ -54,8 +58,9 @@ Result<std::unique_ptr<SpecTail>> SpecTail::Create(const spec::DraftOptions& o,
     wopt.n_ctx = target.n_ctx();
     wopt.n_threads = o.n_threads;
     wopt.backend = o.backend;
-    // Drafting ahead runs up to 2K + 1 rows past what is decided, all of which a miss undoes.
-    wopt.max_checkpoints = 2 * max_tokens + 2;
+    // Drafting ahead runs up to 2K + 1 rows past what is decided (with overlap, K + 1 more per
+    // window), all of which a miss undoes.
+    wopt.max_checkpoints = (std::max(o.windows, 1) + 1) * (max_tokens + 1);
     KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> w,
                         LayerWindow::Load(shared, {0, cfg.n_layer, true, true}, wopt));
     draft_window = std::move(w);
@@ -99,6 +104,11 @@ Result<std::vector<TokenMsg>> SpecTail::Verify(uint32_t session, TailSampler& sa
                                                std::span<const float> logits, int n_vocab,
                                                int n_ctx,
                                                const std::function<bool(int32_t)>& is_eog) {
+  if (!d.stale.empty() && d.stale.front().pos0 == pos0 &&
+      static_cast<int>(d.stale.front().rows.size()) == n_tokens) {
+    d.stale.pop_front();  // a guess before it failed: these rows are dropped with the next chunk
+    return std::vector<TokenMsg>();
+  }
   const int k = static_cast<int>(d.pending.size());
   if (pos0 != d.pending_pos || n_tokens != k + 1) {
     return Error("a verify chunk of {} rows at position {}, but {} drafts follow position {}",
@@ -129,6 +139,23 @@ Result<std::vector<TokenMsg>> SpecTail::Verify(uint32_t session, TailSampler& sa
   d.budget.Record(k, accepted);
   d.pending.clear();
   d.pending_pos = -1;
+  if (!d.further.empty()) {
+    // The window behind was guessed on every draft taken and this chunk's last token: it holds
+    // when that came true, and then the token is in the ring already.
+    SessionDraft::Window& next = d.further.front();
+    const TokenMsg& last = decided.back();
+    if (!rejected && last.token.finished == 0 && next.pos0 == static_cast<int>(last.token.pos) &&
+        next.rows.front() == last.token.id) {
+      decided.back().more = true;
+      d.pending.assign(next.rows.begin() + 1, next.rows.end());
+      d.pending_pos = next.pos0;
+      d.further.pop_front();
+      confirmed_.fetch_add(1);
+    } else {
+      for (SessionDraft::Window& w : d.further) d.stale.push_back(std::move(w));
+      d.further.clear();
+    }
+  }
   steps_.fetch_add(1);
   drafted_.fetch_add(static_cast<uint64_t>(k));
   accepted_.fetch_add(static_cast<uint64_t>(accepted));
@@ -152,6 +179,104 @@ void SpecTail::LookAhead(TailSampler& sampler, SessionDraft& d) {
   }
   d.expect.push_back(next->front());
   d.ahead.assign(next->begin() + 1, next->end());
+}
+
+void SpecTail::DraftFurther(uint32_t session, TailSampler& sampler, SessionDraft& d,
+                            const wire::SamplingWire& sampling, int n_ctx,
+                            std::vector<TokenMsg>* out) {
+  const FurtherJob job{session, &sampler, &d, &sampling, out};
+  DraftFurtherAll(std::span<const FurtherJob>(&job, 1), n_ctx);
+}
+
+void SpecTail::DraftFurtherAll(std::span<const FurtherJob> jobs, int n_ctx) {
+  if (options_.windows <= 1 || wants_hidden()) return;
+  struct Plan {
+    const FurtherJob* job = nullptr;
+    int k = 0;
+    int rows = 0;  // rows in flight past the pending window's first, which is decided
+    int room = 0;  // drafts the next window may have
+    // The history if every window in flight is accepted whole, each followed by the next's token.
+    std::vector<int32_t> guess;
+    BatchDrafter::Job model_job;
+  };
+  std::vector<Plan> plans;
+  for (const FurtherJob& j : jobs) {
+    const SessionDraft& d = *j.d;
+    if (d.pending.empty() || d.budget.acceptance() < options_.overlap_min_acceptance) continue;
+    if (static_cast<int>(j.sampler->history().size()) != d.pending_pos + 1) continue;
+    Plan p;
+    p.job = &j;
+    p.k = static_cast<int>(d.pending.size());
+    p.guess = j.sampler->history();
+    p.guess.insert(p.guess.end(), d.pending.begin(), d.pending.end());
+    p.rows = p.k;
+    for (const SessionDraft::Window& w : d.further) {
+      p.guess.insert(p.guess.end(), w.rows.begin(), w.rows.end());
+      p.rows += static_cast<int>(w.rows.size());
+    }
+    plans.push_back(std::move(p));
+  }
+  // One window more per session and round; a draft model's sessions run as one batch.
+  while (true) {
+    std::vector<Plan*> round;
+    std::vector<BatchDrafter::Job*> batch;
+    for (Plan& p : plans) {
+      const FurtherJob& j = *p.job;
+      if (1 + static_cast<int>(j.d->further.size()) >= options_.windows) continue;
+      const int pos0 = static_cast<int>(p.guess.size());
+      // Tokens the session will have generated with the guessed one at pos0; the drafts after
+      // it must leave room for one more within max_tokens and the context.
+      const int64_t generated = j.sampler->n_generated() + (pos0 - j.d->pending_pos);
+      const int64_t left = static_cast<int64_t>(j.sampling->max_tokens) - generated;
+      p.room = static_cast<int>(std::min<int64_t>(
+          {p.k, n_ctx - pos0 - 1, left - 1, target_->max_checkpoints() - p.rows - 1}));
+      if (p.room <= 0) continue;
+      round.push_back(&p);
+      p.model_job = BatchDrafter::Job{j.d->seq, p.guess, p.room + 1, {}};
+      if (j.d->model) batch.push_back(&p.model_job);
+    }
+    if (round.empty()) return;
+    if (!batch.empty()) {
+      if (Status st = model_->Propose(batch); !st.ok()) {
+        KV_LOG_WARN("drafting ahead failed for {} session(s): {}", batch.size(), st.message());
+        return;
+      }
+    }
+    bool any = false;
+    for (Plan* p : round) {
+      const FurtherJob& j = *p->job;
+      SessionDraft& d = *j.d;
+      std::vector<int32_t> rows;
+      if (d.model) {
+        rows = std::move(p->model_job.drafts);
+      } else if (auto r = d.drafter->Propose(p->guess, p->room + 1); r.ok()) {
+        rows = std::move(r).value();
+      }
+      p->model_job = {};
+      if (rows.size() < 2) {
+        p->room = 0;
+        p->k = 0;  // no guess: no window after it either
+        continue;
+      }
+      if (static_cast<int>(rows.size()) > p->room + 1)
+        rows.resize(static_cast<size_t>(p->room + 1));
+      SessionDraft::Window w{static_cast<int>(p->guess.size()), std::move(rows)};
+      TokenMsg m;
+      m.token.session = j.session;
+      m.token.pos = static_cast<uint32_t>(w.pos0);
+      m.token.id = w.rows.front();
+      m.drafts.assign(w.rows.begin() + 1, w.rows.end());
+      m.ahead = true;
+      j.out->push_back(std::move(m));
+      p->guess.insert(p->guess.end(), w.rows.begin(), w.rows.end());
+      p->rows += static_cast<int>(w.rows.size());
+      d.further.push_back(std::move(w));
+      guessed_.fetch_add(1);
+      d.looked_ahead = true;  // the window behind is drafted already
+      any = true;
+    }
+    if (!any) return;
+  }
 }
 
 Result<std::vector<int32_t>> SpecTail::ProposeOne(SessionDraft& d, std::span<const int32_t> history,
@@ -235,7 +360,8 @@ void SpecTail::ObserveHidden(SessionDraft& d, int pos0, std::span<const float> r
 }
 
 DraftTotals SpecTail::counts() const {
-  return DraftTotals{name_, steps_.load(), drafted_.load(), accepted_.load()};
+  return DraftTotals{name_,           steps_.load(),    drafted_.load(), accepted_.load(),
+                     guessed_.load(), confirmed_.load()};
 }
 
 }  // namespace kvasir::ring

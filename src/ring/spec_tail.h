@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -26,6 +27,9 @@
 #include "spec/drafter.h"
 
 namespace kvasir::ring {
+
+// Verify windows of one session a last stage may keep in flight at once (--draft-windows).
+inline constexpr int kMaxDraftWindows = 4;
 
 // A session's drafting at the last stage.
 struct SessionDraft {
@@ -49,6 +53,14 @@ struct SessionDraft {
   bool warmed = false;  // the draft model has run the prompt (in idle time, before the first token)
   std::vector<int32_t> expect;
   std::vector<int32_t> ahead;
+  // Overlap (--draft-windows > 1): verify windows sent behind the pending one, each on the guess
+  // that every window before it is accepted whole and followed by its first token.
+  struct Window {
+    int pos0 = 0;
+    std::vector<int32_t> rows;  // the guessed token, then its drafts
+  };
+  std::deque<Window> further;  // in flight behind `pending`, in order
+  std::deque<Window> stale;  // in flight, but a guess before them failed: their rows decide nothing
 };
 
 class SpecTail {
@@ -68,12 +80,36 @@ class SpecTail {
   // The tokens one verify chunk decides: `logits` [pos0 rows n_tokens, n_vocab] of the rows
   // [token at pos0, the pending drafts], in order. Each accepted draft, then the sampler's own
   // token (a replacement for the first rejected draft, or the one after all of them), unless a
-  // decided token ends the session first. All but the last carry `more`. Errors: the chunk is not
-  // the one drafted (its position or length), or the sampler fails.
+  // decided token ends the session first. All but the last carry `more`, and the last too when
+  // it confirms the guess of the window in flight behind (d.further: that window becomes the
+  // pending one; on any other outcome the windows behind become stale). A stale window's chunk
+  // decides nothing: no tokens. Errors: the chunk is neither the one drafted nor a stale one
+  // (its position or length), or the sampler fails.
   Result<std::vector<TokenMsg>> Verify(uint32_t session, TailSampler& sampler, SessionDraft& d,
                                        int pos0, int n_tokens, std::span<const float> logits,
                                        int n_vocab, int n_ctx,
                                        const std::function<bool(int32_t)>& is_eog);
+
+  // With overlap: after the tokens a verify chunk decided were sent with their drafts (or the
+  // chunk confirmed the guess of the window behind it), drafts the windows that follow the last
+  // in flight, while fewer than options.windows are in flight, the session's acceptance is at
+  // least options.overlap_min_acceptance, and their rows fit what every stage can roll back
+  // (the last stage's window's max_checkpoints, as every stage's). Each is guessed from the history
+  // as if every draft in flight were accepted and the drafter's own next token followed; it goes to
+  // the head as a TOKEN with `ahead` (appended to *out). mtp, which drafts only from verified
+  // hidden rows, makes none.
+  void DraftFurther(uint32_t session, TailSampler& sampler, SessionDraft& d,
+                    const wire::SamplingWire& sampling, int n_ctx, std::vector<TokenMsg>* out);
+  // The same for several sessions at once: their draft model passes run batched (BatchDrafter),
+  // one window more per session and batch.
+  struct FurtherJob {
+    uint32_t session;
+    TailSampler* sampler;
+    SessionDraft* d;
+    const wire::SamplingWire* sampling;
+    std::vector<TokenMsg>* out;
+  };
+  void DraftFurtherAll(std::span<const FurtherJob> jobs, int n_ctx);
 
   // Drafts after `last`, a decided token that does not end its session, into last->drafts (none
   // when the budget pauses, the context or max_tokens leaves no room, or the drafter has no
@@ -123,7 +159,7 @@ class SpecTail {
   std::shared_ptr<BatchDrafter> model_;  // kModel only
   LayerWindow* target_;                  // kMtp: the window whose nextn block drafts
   std::string name_;
-  std::atomic<uint64_t> steps_{0}, drafted_{0}, accepted_{0};
+  std::atomic<uint64_t> steps_{0}, drafted_{0}, accepted_{0}, guessed_{0}, confirmed_{0};
 };
 
 }  // namespace kvasir::ring

@@ -28,6 +28,9 @@ Status CheckTokenDrafts(const TokenMsg& m) {
     return Error("TOKEN: drafts after a token that is not the last of its verify chunk");
   }
   if (m.more && m.token.finished != 0) return Error("TOKEN: kTokenMore on a finished token");
+  if (m.ahead && (m.drafts.empty() || m.more || m.token.finished != 0 || m.n_cached)) {
+    return Error("TOKEN: kTokenAhead is a guessed token with its drafts, nothing else");
+  }
   for (int32_t d : m.drafts) {
     if (d < 0) return Error("TOKEN: draft id {} is negative", d);
   }

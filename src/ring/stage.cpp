@@ -118,6 +118,9 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   wopt.n_threads = opt.n_threads;
   wopt.max_sequences = opt.max_sessions;
   wopt.backend = opt.backend;
+  // Speculation: rows a stage can roll back (docs/PROTOCOL.md, "Speculation"), enough for two
+  // verify chunks of K = 7 in flight at once.
+  wopt.max_checkpoints = kStageRollbackRows;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<LayerWindow> window, LayerWindow::Load(shared, spec, wopt));
   std::unique_ptr<Tokenizer> tokenizer;
   if (spec.has_embed || spec.has_head) {
@@ -337,8 +340,11 @@ void StageImpl::LogStats() {
       s.links_refused, repairs_.load(), replayed_tokens_.load(), r.kept, r.recomputed, r.pauses,
       r.pause_ms_max);
   if (const DraftTotals d = draft_totals(); !d.drafter.empty()) {
-    KV_LOG_INFO("{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %)",
-                options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance());
+    KV_LOG_INFO(
+        "{}: drafts: {}, {} verify chunks, {} drafted, {} accepted ({:.1f} %), {} windows "
+        "guessed ahead, {} confirmed",
+        options_.name, d.drafter, d.steps, d.drafted, d.accepted, 100.0 * d.acceptance(), d.guessed,
+        d.confirmed);
   }
 }
 

@@ -26,6 +26,9 @@ struct DraftTotals {
   uint64_t steps = 0;   // verify chunks
   uint64_t drafted = 0;
   uint64_t accepted = 0;
+  // Overlap (--draft-windows > 1): windows sent on a guess, and those whose guess held.
+  uint64_t guessed = 0;
+  uint64_t confirmed = 0;
   double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0; }
 };
 

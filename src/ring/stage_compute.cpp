@@ -163,11 +163,6 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
   }
   Session& s = sessions_[h.session];
   if (s.replay_skip > 0 && !SkipReplayed(s, h)) return;  // kept here (stage_replay.cpp)
-  if (Status st = RollBackBefore(s, static_cast<int>(h.pos0)); !st.ok()) {
-    KV_LOG_WARN("{}: session {} refused: HIDDEN: {}", options_.name, h.session, st.message());
-    FailSession(h.session, wire::ErrorCode::kBadRequest, "HIDDEN: " + st.message());
-    return;
-  }
   TraceTiming(options_.name, "hidden_in", "session={} pos0={} rows={}", h.session, h.pos0,
               h.n_tokens);
   Work w;
@@ -285,7 +280,12 @@ bool StageImpl::RunBatch() {
   return true;
 }
 
-void StageImpl::RunWork(std::span<const Work> batch) {
+void StageImpl::RunWork(std::span<const Work> all) {
+  // Rows rejected by a verify chunk are dropped when the session's next chunk runs, not when it
+  // arrives: with overlap, chunks queued ahead of it may still add rows (stage_spec.cpp).
+  std::vector<Work> kept;
+  std::span<const Work> batch = all;
+  if (!RollBackBeforeRows(all, &kept)) batch = kept;
   ForwardInput in;
   std::vector<int32_t> tokens;
   std::vector<float> hidden;

@@ -224,6 +224,9 @@ class StageImpl final : public Stage {
   // Before queueing a chunk of session `s` that starts at `pos0`: drops the rejected rows of its
   // last verify chunk (KeepBeforeChunk). An error names why the chunk cannot run.
   Status RollBackBefore(Session& s, int pos0);
+  // RollBackBefore for each item of `batch`, as it is about to run: true when every item may run;
+  // otherwise the sessions refused are failed and *kept holds the items that may.
+  bool RollBackBeforeRows(std::span<const Work> batch, std::vector<Work>* kept);
   // Drafting ahead while idle (SpecTail::LookAhead): whether a session waits for it, and doing
   // it for one session (false when none waits).
   bool LookAheadDue() const;

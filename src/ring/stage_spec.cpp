@@ -4,6 +4,7 @@
 // Runs on the compute thread only.
 #include <fmt/format.h>
 
+#include "base/log.h"
 #include "ring/stage_impl.h"
 
 namespace kvasir::ring {
@@ -17,6 +18,26 @@ Status StageImpl::RollBackBefore(Session& s, int pos0) {
   KV_RETURN_IF_ERROR(window_->TruncateSequence(seq, keep));
   s.verify = VerifySpan{};
   return Status::Ok();
+}
+
+bool StageImpl::RollBackBeforeRows(std::span<const Work> batch, std::vector<Work>* kept) {
+  bool all = true;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Work& w = batch[i];
+    auto it = sessions_.find(w.session);
+    Status st = it == sessions_.end() ? Status::Ok() : RollBackBefore(it->second, w.pos0);
+    if (st.ok()) {
+      if (!all) kept->push_back(w);
+      continue;
+    }
+    if (all) kept->assign(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(i));
+    all = false;
+    const std::string why =
+        fmt::format("{}: {}", w.tokens.empty() ? "HIDDEN" : "TOKEN", st.message());
+    KV_LOG_WARN("{}: session {} refused: {}", options_.name, w.session, why);
+    FailSession(w.session, wire::ErrorCode::kBadRequest, why);
+  }
+  return all;
 }
 
 bool StageImpl::LookAheadDue() const {
@@ -41,7 +62,9 @@ bool StageImpl::LookAhead() {
 void StageImpl::NoteRan(const Work& w) {
   auto it = sessions_.find(w.session);
   if (it == sessions_.end()) return;
-  it->second.verify = w.verify ? VerifySpan{w.pos0, w.n_tokens} : VerifySpan{};
+  it->second.verify =
+      w.verify ? ExtendVerifySpan(it->second.verify, w.pos0, w.n_tokens, window_->max_checkpoints())
+               : VerifySpan{};
 }
 
 void StageImpl::DropUnverifiedRows(Session& s) {

@@ -59,6 +59,10 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
       st_.FailSession(w.session, wire::ErrorCode::kBadRequest, decided.status().message());
       continue;
     }
+    if (decided->empty()) {  // a stale window (overlap): its rows ran, and decide nothing
+      st_.CommitRows(w, nullptr, std::nullopt);
+      continue;
+    }
     ObserveHidden(w, out, first, w.verify && s.draft ? s.draft->kept_rows : w.n_tokens);
     decided_.push_back({&w, std::move(decided).value()});
   }
@@ -66,21 +70,41 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
   std::vector<SpecTail::DraftJob> jobs;
   for (auto& [w, tokens] : decided_) {
     Session& s = st_.sessions_.at(w->session);
-    if (s.draft != nullptr && tokens.back().token.finished == 0) {
+    // A last token with `more` confirmed the guessed window behind: it is fed already.
+    if (s.draft != nullptr && tokens.back().token.finished == 0 && !tokens.back().more) {
       jobs.push_back({s.tail.get(), s.draft.get(), &s.sampling, &tokens.back()});
     }
   }
   if (!jobs.empty()) st_.spec_->DraftAll(jobs, n_ctx);
+  auto send = [&](const TokenMsg& t) {
+    if (st_.head_) {
+      st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
+    } else {
+      TraceTiming(st_.options_.name, "token_out", "session={} pos={}", t.token.session,
+                  t.token.pos);
+      st_.SendNext(t);
+    }
+  };
   for (auto& [w, tokens] : decided_) {
     st_.CommitRows(*w, nullptr, tokens.back().token.id);
-    for (const TokenMsg& t : tokens) {
-      if (st_.head_) {
-        st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
-      } else {
-        TraceTiming(st_.options_.name, "token_out", "session={} pos={}", w->session, t.token.pos);
-        st_.SendNext(t);
-      }
+    for (const TokenMsg& t : tokens) send(t);
+  }
+  // Overlap: the windows guessed to follow go behind, drafted while those tokens travel.
+  std::vector<std::vector<TokenMsg>> further(decided_.size());
+  std::vector<SpecTail::FurtherJob> ahead;
+  for (size_t i = 0; i < decided_.size() && st_.spec_ != nullptr; ++i) {
+    const auto& [w, tokens] = decided_[i];
+    auto it = st_.sessions_.find(w->session);
+    if (tokens.back().token.finished != 0 || it == st_.sessions_.end() ||
+        it->second.draft == nullptr || it->second.closing) {
+      continue;
     }
+    Session& s = it->second;
+    ahead.push_back({w->session, s.tail.get(), s.draft.get(), &s.sampling, &further[i]});
+  }
+  if (!ahead.empty()) st_.spec_->DraftFurtherAll(ahead, n_ctx);
+  for (const std::vector<TokenMsg>& windows : further) {
+    for (const TokenMsg& t : windows) send(t);
   }
   decided_.clear();
 }

@@ -17,4 +17,12 @@ Result<int> KeepBeforeChunk(const VerifySpan& last, int length, int pos0) {
   return Error("rows from position {}, but the session holds {} positions", pos0, length);
 }
 
+VerifySpan ExtendVerifySpan(const VerifySpan& last, int pos0, int n_rows, int max_rows) {
+  VerifySpan span{pos0, n_rows};
+  if (last.n_rows > 0 && pos0 == last.pos0 + last.n_rows) span = {last.pos0, last.n_rows + n_rows};
+  const int cap = max_rows + 1;
+  if (span.n_rows > cap) span = {span.pos0 + span.n_rows - cap, cap};
+  return span;
+}
+
 }  // namespace kvasir::ring

@@ -9,8 +9,13 @@
 
 namespace kvasir::ring {
 
-// The last verify chunk a session ran on a stage: positions [pos0, pos0 + n_rows); n_rows 0 when
-// its last chunk was not one.
+// Rows every stage's window can roll back (WindowOptions::max_checkpoints): the verify chunks of a
+// session in flight at once hold at most this many rows past their first.
+inline constexpr int kStageRollbackRows = 16;
+
+// The verify chunks a session ran last on a stage, one after another with nothing between them
+// (with overlap, several of a session's chunks are in flight): positions [pos0, pos0 + n_rows);
+// n_rows 0 when its last chunk was not one.
 struct VerifySpan {
   int pos0 = 0;
   int n_rows = 0;
@@ -23,5 +28,12 @@ struct VerifySpan {
 // always kept). Anything else is refused, naming the positions: a peer may not make a stage undo
 // rows that were not drafts.
 Result<int> KeepBeforeChunk(const VerifySpan& last, int length, int pos0);
+
+// The span after a verify chunk of `n_rows` rows from `pos0` ran, `last` being the span before:
+// the chunk extends `last` when it starts where `last` ends, else starts a span of its own. A
+// span keeps at most `max_rows` + 1 rows (its oldest dropped), so that any length it lets a
+// chunk keep lies within the `max_rows` rows a window can roll back
+// (WindowOptions::max_checkpoints).
+VerifySpan ExtendVerifySpan(const VerifySpan& last, int pos0, int n_rows, int max_rows);
 
 }  // namespace kvasir::ring

@@ -222,7 +222,7 @@ struct TokenBody {
   uint8_t finished;      // 1 on the last token of the session
   uint8_t reason;        // FinishReason
   uint8_t n_logprobs;    // LogprobWire entries after the piece (kSamplingLogprobs sessions)
-  uint8_t flags;         // kTokenCached, kTokenDrafts, kTokenMore
+  uint8_t flags;         // kTokenCached, kTokenDrafts, kTokenMore, kTokenAhead
   uint32_t piece_bytes;  // tail: the token's text (head -> client only)
   uint32_t n_prompt;     // prompt tokens (head -> client; 0 elsewhere)
   float logit;           // the token's raw logit where it was sampled (f32 bits unchanged)
@@ -239,6 +239,10 @@ inline constexpr uint8_t kTokenDrafts = 2;
 // Last stage -> head, speculation: another token decided by the same verify chunk follows this
 // one; the head streams this one and feeds only the last (the one without kTokenMore).
 inline constexpr uint8_t kTokenMore = 4;
+// Last stage -> head, speculation with overlap (with kTokenDrafts): not a decided token but the
+// last stage's guess of the one at this position, made while the verify chunks before it travel;
+// the head streams nothing and feeds it and its drafts as a verify chunk behind them.
+inline constexpr uint8_t kTokenAhead = 8;
 
 // A TOKEN's log-probabilities: the sampled token's first, then its top alternatives, most likely
 // first; each followed by its text (head -> client only, else piece_bytes is 0).

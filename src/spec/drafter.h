@@ -49,6 +49,10 @@ struct DraftOptions {
   int n_threads = 1;       // the draft model's window
   std::string backend = "cpu";
   int seq_id = 0;  // mtp: the target window's sequence the session decodes
+  // The ring's last stage (ring/spec_tail.h): verify windows of a session in flight at once
+  // (--draft-windows), and the acceptance a session needs before it drafts past the first.
+  int windows = 1;
+  double overlap_min_acceptance = 0.8;
 };
 
 // The drafter the options ask for next to `target` (auto: a draft model when model_path is set,

@@ -42,7 +42,9 @@ TEST(CliRingSpecTest, RunDraftsOnTheLastStageAndPrintsTheSameText) {
   ASSERT_EQ(plain.code, 0) << Describe(plain);
   for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
            {"--draft", "ngram"},
-           {"--draft", "model", "--draft-model", AssetPath(kStories), "--draft-max", "3"}}) {
+           {"--draft", "model", "--draft-model", AssetPath(kStories), "--draft-max", "3"},
+           {"--draft", "model", "--draft-model", AssetPath(kStories), "--draft-max", "3",
+            "--draft-windows", "3"}}) {
     TempDir dir;
     std::vector<std::string> extra = flags;
     extra.insert(extra.end(), {"--stats", dir.File("stats.json")});
@@ -161,6 +163,8 @@ TEST(CliRingSpecTest, ImpossibleDrafterChoicesAreRefusedFirst) {
       {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft", "bogus"}, "not a drafter"},
       {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft", "model"}, "needs --draft-model"},
       {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft-max", "17"}, "--draft-max 17"},
+      {{"run", "-m", "/nonexistent.gguf", "-p", "x", "--draft-windows", "5"},
+       "--draft-windows 5: must be from 1 to 4"},
       {{"serve", "-m", "/nonexistent.gguf", "--draft", "ngram", "--draft-model", "/x.gguf"},
        "goes with --draft model or auto"},
       {{"bench", "-m", "/nonexistent.gguf", "--draft", "ngram"}, "--draft needs --stages"},

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "gguf/gguf_file.h"
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
@@ -255,6 +256,35 @@ FakeNeighbours::~FakeNeighbours() {
   inbox_.reset();
   if (stage_) stage_->Stop();
   if (runner_.joinable()) runner_.join();
+}
+
+std::vector<float> TeacherForcedLogits(const std::string& model, const std::string& prompt,
+                                       const std::vector<int32_t>& ids) {
+  auto file = GgufFile::Open(model);
+  EXPECT_TRUE(file.ok());
+  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
+  auto cfg = LoadModelConfig(*shared);
+  WindowOptions opt;
+  opt.n_ctx = 256;
+  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, opt);
+  EXPECT_TRUE(w.ok()) << w.status().message();
+  auto tok = Tokenizer::FromGguf(shared->header(), model);
+  std::vector<int32_t> seq = (*tok)->Encode(prompt, true, true);
+  const size_t n_prompt = seq.size();
+  seq.insert(seq.end(), ids.begin(), ids.end());
+  EXPECT_TRUE((*w)->OpenSequence(0).ok());
+  ForwardInput in;
+  in.chunks = {{0, 0, static_cast<int>(seq.size())}};
+  in.tokens = seq;
+  in.all_logits = true;
+  ForwardOutput out;
+  EXPECT_TRUE((*w)->Forward(in, &out).ok());
+  const size_t n_vocab = static_cast<size_t>(cfg->n_vocab);
+  std::vector<float> logits;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    logits.push_back(out.logits[(n_prompt - 1 + i) * n_vocab + static_cast<size_t>(ids[i])]);
+  }
+  return logits;
 }
 
 Generation GenerateLocally(const std::string& model, const std::string& prompt,

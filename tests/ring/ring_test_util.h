@@ -197,6 +197,11 @@ struct Generation {
 
 // Greedy or sampled generation in one process with the whole model, as `kvasir generate` does
 // (with `ignore_eog`, as `--ignore-eos`: an end-of-generation token is kept and generation goes on).
+// The raw logit of each of `ids` after `prompt` and the ids before it, from one forward pass of
+// the whole model over the sequence (rows of a batch give the bits of single rows).
+std::vector<float> TeacherForcedLogits(const std::string& model, const std::string& prompt,
+                                       const std::vector<int32_t>& ids);
+
 Generation GenerateLocally(const std::string& model, const std::string& prompt,
                            const SamplingParams& params, int n_predict, int n_ctx = 256,
                            bool ignore_eog = false);

@@ -27,6 +27,7 @@ using testing::GenerateLocally;
 using testing::GenerateOnRing;
 using testing::Greedy;
 using testing::LocalRing;
+using testing::TeacherForcedLogits;
 
 // A ring of `model` over `n_stages` whose last stage drafts with `kind` (the draft model: `draft`).
 std::unique_ptr<LocalRing> StartDraftingRing(const std::string& model, int n_stages,
@@ -181,37 +182,6 @@ TEST(SpecRingSampling, TemperatureTokensFollowTheNonSpeculativeDistribution) {
     RecordProperty("tv_token_" + std::to_string(s + 1), std::to_string(tv));
   }
   EXPECT_GT(totals.drafted - totals.accepted, 50u) << "rejection sampling must reject some";
-}
-
-// The raw logit of each of `ids` after `prompt` and the ids before it, from one forward pass of
-// the whole model over the sequence (rows of a batch give the bits of single rows).
-std::vector<float> TeacherForcedLogits(const std::string& model, const std::string& prompt,
-                                       const std::vector<int32_t>& ids) {
-  auto file = GgufFile::Open(model);
-  EXPECT_TRUE(file.ok());
-  auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-  auto cfg = LoadModelConfig(*shared);
-  WindowOptions opt;
-  opt.n_ctx = 256;
-  auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, opt);
-  EXPECT_TRUE(w.ok()) << w.status().message();
-  auto tok = Tokenizer::FromGguf(shared->header(), model);
-  std::vector<int32_t> seq = (*tok)->Encode(prompt, true, true);
-  const size_t n_prompt = seq.size();
-  seq.insert(seq.end(), ids.begin(), ids.end());
-  EXPECT_TRUE((*w)->OpenSequence(0).ok());
-  ForwardInput in;
-  in.chunks = {{0, 0, static_cast<int>(seq.size())}};
-  in.tokens = seq;
-  in.all_logits = true;
-  ForwardOutput out;
-  EXPECT_TRUE((*w)->Forward(in, &out).ok());
-  const size_t n_vocab = static_cast<size_t>(cfg->n_vocab);
-  std::vector<float> logits;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    logits.push_back(out.logits[(n_prompt - 1 + i) * n_vocab + static_cast<size_t>(ids[i])]);
-  }
-  return logits;
 }
 
 // A draft model that often disagrees (another quantisation of the model) makes every stage roll
