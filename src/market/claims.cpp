@@ -53,7 +53,8 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
       return Error(StatusCode::kForbidden, "{}", *banned);
     }
   }
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
+  // Only the ring claimed: a claim costs the same however many windows its model has.
+  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model, std::max(0, req.ring)));
   if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
   ModelState& m = models[0];
   if (req.ring < 0 || static_cast<size_t>(req.ring) >= m.rings.size()) {
