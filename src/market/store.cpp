@@ -419,10 +419,13 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       }
     }
     {
-      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT ring, window, first, last, bytes, memory "
-                                               "FROM windows WHERE model = ?1 AND (?2 < 0 OR "
-                                               "ring = ?2) ORDER BY ring, window"));
-      s.Bind(1, rows[i]).Bind(2, only_ring);
+      // The ring as its own condition (not `?2 < 0 OR ring = ?2`), so the key finds its rows.
+      KV_ASSIGN_OR_RETURN(
+          auto s, db_->Prepare(fmt::format("SELECT ring, window, first, last, bytes, memory FROM "
+                                           "windows WHERE model = ?1{} ORDER BY ring, window",
+                                           only_ring >= 0 ? " AND ring = ?2" : "")));
+      s.Bind(1, rows[i]);
+      if (only_ring >= 0) s.Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
@@ -441,9 +444,10 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       // Every claim left after the sweep is live.
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format(
                                       "SELECT {} FROM claims c JOIN models m ON m.id = c.model "
-                                      "WHERE c.model = ?1 AND (?2 < 0 OR c.ring = ?2)",
-                                      kClaimColumns)));
-      s.Bind(1, rows[i]).Bind(2, only_ring);
+                                      "WHERE c.model = ?1{}",
+                                      kClaimColumns, only_ring >= 0 ? " AND c.ring = ?2" : "")));
+      s.Bind(1, rows[i]);
+      if (only_ring >= 0) s.Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
