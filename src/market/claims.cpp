@@ -177,9 +177,17 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
 }
 
 Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t claim,
-                                        int64_t serving_epoch, double now, double lease_s,
-                                        const ProofAnswer* proof) {
+                                            int64_t serving_epoch, double now, double lease_s,
+                                            const ProofAnswer* proof, const RequestNonce* nonce) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  if (nonce != nullptr) {
+    // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could.
+    KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
+    if (!fresh) {
+      return Error(StatusCode::kUnauthenticated,
+                   "X-Kvasir-Nonce: used before by node {}: a replayed request", Short(node));
+    }
+  }
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
   if (c.node != node) {

@@ -551,12 +551,17 @@ Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& non
   // No sweep: a nonce is the first of a request's two transactions, and the second sweeps (a
   // nonce expired but not yet swept is refused as used, which its request's time refuses anyway).
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce, now, keep_s));
+  KV_RETURN_IF_ERROR(txn->Commit());
+  return fresh;
+}
+
+Result<bool> Store::InsertNonce(const std::string& node, const std::string& nonce, double now,
+                                double keep_s) {
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO nonces(node, nonce, expires) VALUES(?, "
                                            "?, ?) ON CONFLICT DO NOTHING"));
   KV_RETURN_IF_ERROR(s.Bind(1, node).Bind(2, nonce).Bind(3, now + keep_s).Run());
-  const bool fresh = db_->Changes() == 1;
-  KV_RETURN_IF_ERROR(txn->Commit());
-  return fresh;
+  return db_->Changes() == 1;
 }
 
 Result<std::pair<int64_t, int64_t>> Store::CountsOnce(double now) {

@@ -164,6 +164,13 @@ struct HeartbeatReply {
   std::vector<AuditRequest> audits;
 };
 
+// The nonce of a signed request (signed_request.h), recorded in the transaction of the request's
+// own work so that a heartbeat is one transaction, not two; kept keep_s seconds.
+struct RequestNonce {
+  std::string nonce;  // 32 hex digits
+  double keep_s = 0;
+};
+
 // A holder's answer to its claim's challenge, sent with a heartbeat.
 struct ProofAnswer {
   std::string nonce;                 // 32 hex digits, the challenge's
@@ -239,9 +246,11 @@ class Store {
   // Renews the node's claim and records the epoch it serves (-1: not serving). kNotFound when
   // the claim is gone, kForbidden when it is another node's. The first heartbeat after a silence
   // gives every claim a full lease from `now`. `proof` answers the claim's challenge: a wrong
-  // answer evicts the claim (kForbidden, naming the range that did not match).
+  // answer evicts the claim (kForbidden, naming the range that did not match). With `nonce`, the
+  // request's nonce is recorded first, as UseNonce does (kUnauthenticated when it was used).
   Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
-                                   double now, double lease_s, const ProofAnswer* proof = nullptr);
+                                   double now, double lease_s, const ProofAnswer* proof = nullptr,
+                                   const RequestNonce* nonce = nullptr);
   // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
   Status Release(const std::string& node, int64_t claim, double now);
 
@@ -324,7 +333,7 @@ class Store {
   Result<ClaimGrant> ClaimOnce(const ClaimRequest& request, double now, double lease_s);
   Result<HeartbeatReply> HeartbeatOnce(const std::string& node, int64_t claim,
                                        int64_t serving_epoch, double now, double lease_s,
-                                       const ProofAnswer* proof);
+                                       const ProofAnswer* proof, const RequestNonce* nonce);
   Status ReleaseOnce(const std::string& node, int64_t claim, double now);
   Result<std::vector<ModelState>> MapOnce(double now);
   Result<std::pair<ModelState, RingState>> PickRingOnce(const std::string& model,
@@ -339,6 +348,9 @@ class Store {
                                           const std::string& payload, double now,
                                           const std::function<Status()>& verify);
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
+  // Inside a transaction: records `node`'s nonce; false when it was used before.
+  Result<bool> InsertNonce(const std::string& node, const std::string& nonce, double now,
+                           double keep_s);
   Status AnswerAuditsOnce(const std::string& node, const std::vector<AuditAnswer>& answers,
                           double now);
   Status RecordRecomputeOnce(int64_t id, const std::string& note, const std::string& failure,

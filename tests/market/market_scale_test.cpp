@@ -77,5 +77,28 @@ TEST_F(MarketScaleTest, TheUncoveredCountFollowsClaimsReleasesExpiriesAndAReopen
   ExpectUncovered(8, 4, again->claim.id, now);
 }
 
+// A heartbeat records its nonce in its own transaction: a replay is refused as before, and renews
+// nothing.
+TEST_F(MarketScaleTest, AReplayedHeartbeatIsRefusedAndRenewsNothing) {
+  ApiResponse r = Claim(keys_[0], 0, kT0);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const int64_t claim = kvasir::testing::Body(r)["claim"].get<int64_t>();
+  const ApiRequest beat = kvasir::testing::Signed(
+      keys_[0], "POST", "/v1/heartbeat",
+      nlohmann::json{{"claim", claim}, {"serving_epoch", -1}}.dump(), kT0 + 5);
+  ASSERT_EQ(api_->Handle(beat, kT0 + 5).status, 200);
+  const ApiResponse again = api_->Handle(beat, kT0 + 6);
+  EXPECT_EQ(again.status, 401) << again.body;
+  EXPECT_NE(Reason(again).find("replayed"), std::string::npos) << Reason(again);
+  auto map = store_->Map(kT0 + 6);
+  ASSERT_TRUE(map.ok());
+  EXPECT_DOUBLE_EQ((*map)[0].rings[0].windows[0].claim->last_beat, kT0 + 5);
+  // A malformed body is refused for its replay too, once its nonce was seen.
+  const ApiRequest bad =
+      kvasir::testing::Signed(keys_[0], "POST", "/v1/heartbeat", "{\"claim\": 0}", kT0 + 7);
+  EXPECT_EQ(api_->Handle(bad, kT0 + 7).status, 400);
+  EXPECT_EQ(api_->Handle(bad, kT0 + 8).status, 401);
+}
+
 }  // namespace
 }  // namespace kvasir::market
