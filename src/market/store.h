@@ -365,6 +365,10 @@ class Store {
   // and took in with those its neighbours revealed; where they disagree, both audits are disputed.
   Status CompareNeighbours(int64_t id, const std::string& receipt, int64_t line,
                            const ring::RowReveal& reveal);
+  // After disputed audit `id` failed its recomputation: the neighbour it was disputed with is
+  // cleared of the dispute (its held credit given back, the audit passed again, still to be
+  // recomputed itself).
+  Status ReleaseDisputeOf(int64_t id);
   // Holds the audited line's credit (taken from the balance) while the audit is disputed.
   Status Dispute(int64_t id, const std::string& node, int64_t work, double credit,
                  const std::string& reason);
