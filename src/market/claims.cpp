@@ -180,6 +180,10 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
                                             int64_t serving_epoch, double now, double lease_s,
                                             const ProofAnswer* proof, const RequestNonce* nonce) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  // A renewal need not wait for its own flush to disk (SQLite's WAL is synced at checkpoints
+  // anyway): a database server that loses its last commits loses renewals, which the grace of a
+  // restarted market covers (docs/MARKET.md, "Grace").
+  if (db_->postgres()) KV_RETURN_IF_ERROR(db_->Exec("SET LOCAL synchronous_commit = off"));
   if (nonce != nullptr) {
     // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could.
     KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
