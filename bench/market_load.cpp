@@ -1,22 +1,30 @@
-// market_load: how many nodes one `kvasir market` can keep, from a process of its own (the market
-// runs in another). --nodes simulated nodes, each with its own node key, are spread over --threads
-// threads (default: one thread per node, at most 64); each claims one window of the model --model
+// market_load: how many nodes `kvasir market` keeps, from a process of its own (the markets run in
+// others). --nodes simulated nodes, each with its own node key, are spread over --threads threads
+// (default: one thread per node, at most 64); each claims one window of the model --model
 // (registered with at least that many windows in all its rings) for each of its nodes, then
-// heartbeats for them in turn as fast as the market answers for --seconds; with --map, a last
-// thread reads GET /v1/map in a loop. Prints the claims per second (all nodes claiming at once),
-// the signed heartbeats per second, their median and 99th-percentile latency, and the map's.
-// A real node heartbeats every lease/3, at most --poll (2 s) apart.
+// heartbeats for them in turn for --seconds: as fast as the market answers, or with --rate R at R
+// heartbeats a second in all (each latency then counts from when its heartbeat was due, so a
+// market that falls behind shows it); with --map, a last thread reads GET /v1/map in a loop.
+// Several --market URLs (processes on one database) share the nodes: node i talks to URL i mod
+// their number. With --gguf (the model's file) each node answers its claim's challenge, as a real
+// holder does, so the heartbeats are those of proven claims. Prints the claims per second (all
+// nodes claiming at once), the signed heartbeats per second, their median and 99th-percentile
+// latency, and the map's. A real node heartbeats every lease/3, at most --poll (2 s) apart.
 // Example: market_load --market http://127.0.0.1:8080 --model load --nodes 1000 --threads 16
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "gguf/gguf_file.h"
 #include "market/market_client.h"
+#include "market/proof.h"
+#include "market/signed_request.h"
 
 namespace {
 
@@ -29,15 +37,58 @@ double Percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
+struct Node {
+  std::unique_ptr<MarketClient> client;
+  int64_t claim = 0;
+};
+
+// Heartbeats once for the challenge and once more with its answer, read from `file`.
+bool Prove(Node* n, const kvasir::GgufFile& file) {
+  auto beat = n->client->PostSigned("/v1/heartbeat", {{"claim", n->claim}, {"serving_epoch", -1}});
+  if (!beat.ok()) {
+    std::fprintf(stderr, "market_load: heartbeat: %s\n", beat.status().message().c_str());
+    return false;
+  }
+  if (!beat->contains("challenge")) return true;
+  const auto& ch = (*beat)["challenge"];
+  std::vector<kvasir::market::ProofRange> ranges;
+  for (const auto& r : ch["ranges"]) {
+    ranges.push_back(
+        {r["tensor"].get<std::string>(), r["offset"].get<uint64_t>(), r["length"].get<uint32_t>()});
+  }
+  const std::string nonce_hex = ch["nonce"].get<std::string>();
+  auto nonce = kvasir::market::FromHex(nonce_hex, kvasir::market::kProofNonceBytes);
+  if (!nonce.ok()) return false;
+  auto digests = kvasir::market::AnswerChallenge(file, *nonce, ranges);
+  if (!digests.ok()) {
+    std::fprintf(stderr, "market_load: %s\n", digests.status().message().c_str());
+    return false;
+  }
+  auto proven = n->client->PostSigned("/v1/heartbeat",
+                                      {{"claim", n->claim},
+                                       {"serving_epoch", -1},
+                                       {"proof", {{"nonce", nonce_hex}, {"digests", *digests}}}});
+  if (!proven.ok() || proven->contains("challenge")) {
+    std::fprintf(stderr, "market_load: the proof was not taken: %s\n",
+                 proven.ok() ? proven->dump().c_str() : proven.status().message().c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Heartbeat and map load on a kvasir market."};
-  std::string market, model = "load";
+  std::vector<std::string> markets;
+  std::string model = "load", gguf;
   int nodes = 16, rings = 1, threads_n = 0;
-  double seconds = 5;
+  double seconds = 5, rate = 0;
   bool map_reader = true;
-  app.add_option("--market", market, "http://HOST:PORT")->required();
+  app.add_option("--market", markets, "http://HOST:PORT (several: nodes are spread over them)")
+      ->required();
+  app.add_option("--rate", rate, "heartbeats a second in all (0: as fast as the market answers)");
+  app.add_option("--gguf", gguf, "the model's file: answer the claims' challenges with it");
   app.add_option("--model", model, "model to claim windows of")->capture_default_str();
   app.add_option("--nodes", nodes, "nodes (threads), one window each")->capture_default_str();
   app.add_option("--rings", rings, "rings of the model to spread the nodes over")
@@ -50,7 +101,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  auto reader = MarketClient::Create(market, nullptr);
+  std::optional<kvasir::GgufFile> file;
+  if (!gguf.empty()) {
+    auto f = kvasir::GgufFile::Open(gguf);
+    if (!f.ok()) {
+      std::fprintf(stderr, "market_load: %s\n", f.status().message().c_str());
+      return 2;
+    }
+    file = std::move(f).value();
+  }
+  auto reader = MarketClient::Create(markets[0], nullptr);
   if (!reader.ok()) {
     std::fprintf(stderr, "market_load: %s\n", reader.status().message().c_str());
     return 2;
@@ -76,7 +136,7 @@ int main(int argc, char** argv) {
   }
   const int n_threads = threads_n > 0 ? std::min(threads_n, nodes) : std::min(nodes, 64);
   std::atomic<bool> go{false}, stop{false};
-  std::atomic<int> failed{0}, claimed{0};
+  std::atomic<int> failed{0}, claimed{0}, proved{0};
   std::vector<std::vector<double>> beats(static_cast<size_t>(n_threads));
   std::vector<double> map_ms;
   std::vector<std::thread> threads;
@@ -84,14 +144,10 @@ int main(int argc, char** argv) {
   std::atomic<int64_t> claims_done_ns{0};
   for (int t = 0; t < n_threads; ++t) {
     threads.emplace_back([&, t] {
-      struct Node {
-        std::unique_ptr<MarketClient> client;
-        int64_t claim = 0;
-      };
       std::vector<Node> mine;
       for (int i = t; i < nodes; i += n_threads) {
         auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
-        auto c = MarketClient::Create(market, key);
+        auto c = MarketClient::Create(markets[static_cast<size_t>(i) % markets.size()], key);
         auto grant =
             c->PostSigned("/v1/claims", {{"model", model},
                                          {"ring", windows[static_cast<size_t>(i)].first},
@@ -102,17 +158,29 @@ int main(int argc, char** argv) {
           ++failed;
           continue;
         }
-        mine.push_back({std::make_unique<MarketClient>(std::move(c).value()),
-                        (*grant)["claim"].get<int64_t>()});
+        Node n{std::make_unique<MarketClient>(std::move(c).value()),
+               (*grant)["claim"].get<int64_t>()};
+        mine.push_back(std::move(n));
       }
       if (++claimed == n_threads) {
         claims_done_ns =
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - claims_t0).count();
-        go = true;
       }
+      // After every claim is timed: the proofs, then the heartbeats (once every node proved).
+      for (size_t k = 0; file && k < mine.size(); ++k) {
+        if (!Prove(&mine[k], *file)) ++failed;
+      }
+      if (++proved == n_threads) go = true;
       while (!go) std::this_thread::yield();
+      // With --rate, this thread's share of it, each heartbeat due at its time.
+      const double period = rate > 0 ? n_threads / rate : 0;
+      auto due = Clock::now();
       for (size_t k = 0; !stop && !mine.empty(); k = (k + 1) % mine.size()) {
-        const auto t0 = Clock::now();
+        if (period > 0) {
+          due += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(period));
+          std::this_thread::sleep_until(due);
+        }
+        const auto t0 = period > 0 ? due : Clock::now();
         auto r = mine[k].client->PostSigned("/v1/heartbeat",
                                             {{"claim", mine[k].claim}, {"serving_epoch", -1}});
         if (!r.ok()) {
@@ -148,6 +216,7 @@ int main(int argc, char** argv) {
               Percentile(all, 0.5), Percentile(all, 0.99));
   std::printf("%-22s %10.0f %10.2f %10.2f\n", "GET /v1/map", map_ms.size() / seconds,
               Percentile(map_ms, 0.5), Percentile(map_ms, 0.99));
-  std::printf("nodes %d on %d threads, failed requests %d\n", nodes, n_threads, failed.load());
+  std::printf("nodes %d on %d threads, %zu market(s), failed requests %d\n", nodes, n_threads,
+              markets.size(), failed.load());
   return failed > 0 ? 1 : 0;
 }

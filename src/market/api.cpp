@@ -133,14 +133,24 @@ Result<std::string> CompleteAddress(const std::string& text, const std::string& 
                                              : fmt::format("{}:{}", host, port);
 }
 
-// On success also names the node in `*verified`.
+// How long a nonce is remembered: as long as its request's time is accepted, on either side.
+double NonceKeepSeconds(const MarketConfig& config) {
+  return 2.0 * static_cast<double>(config.clock_skew_s);
+}
+
+// On success also names the node in `*verified`. With `defer_nonce`, the nonce is not recorded
+// here: the caller records it in the transaction of the request's work (RequestNonce).
 Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const ApiRequest& req,
-                              double now, std::string* verified) {
+                              double now, std::string* verified, bool defer_nonce = false) {
   KV_ASSIGN_OR_RETURN(SignedBy by,
                       VerifySignedRequest(req.headers, req.method, req.target, req.body,
                                           static_cast<int64_t>(now), config.clock_skew_s));
-  KV_ASSIGN_OR_RETURN(bool fresh, store->UseNonce(by.node_hex, by.nonce, now,
-                                                  2.0 * static_cast<double>(config.clock_skew_s)));
+  if (defer_nonce) {
+    *verified = by.node_hex;
+    return by;
+  }
+  KV_ASSIGN_OR_RETURN(bool fresh,
+                      store->UseNonce(by.node_hex, by.nonce, now, NonceKeepSeconds(config)));
   if (!fresh) {
     return Error(StatusCode::kUnauthenticated,
                  "X-Kvasir-Nonce: used before by node {}: a replayed request", by.node_hex.substr(0, 8));
@@ -366,26 +376,47 @@ ApiResponse MarketApi::Claim(const ApiRequest& req, double now) {
 }
 
 ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
-  auto by = Authenticate(store_, config_, req, now, &verified_node_);
+  // The nonce goes into the heartbeat's own transaction (one transaction per heartbeat), unless
+  // the body answers audits, which are a transaction of their own before it.
+  auto by = Authenticate(store_, config_, req, now, &verified_node_, /*defer_nonce=*/true);
   if (!by.ok()) return ErrorResponse(by.status());
+  const RequestNonce nonce{by->nonce, NonceKeepSeconds(config_)};
+  // Every answer but a heartbeat's own records the nonce on its own first (a replayed request is
+  // refused as such, whatever else is wrong with it).
+  auto use_nonce = [&]() -> Status {
+    KV_ASSIGN_OR_RETURN(bool fresh, store_->UseNonce(by->node_hex, by->nonce, now, nonce.keep_s));
+    if (!fresh) {
+      return Error(StatusCode::kUnauthenticated,
+                   "X-Kvasir-Nonce: used before by node {}: a replayed request",
+                   by->node_hex.substr(0, 8));
+    }
+    return Status::Ok();
+  };
+  auto refuse = [&](ApiResponse bad) {
+    if (Status s = use_nonce(); !s.ok()) return ErrorResponse(s);
+    return bad;
+  };
   auto body = ParseBody(req.body);
-  if (!body.ok()) return ErrorResponse(body.status());
+  if (!body.ok()) return refuse(ErrorResponse(body.status()));
   auto claim = IntField(*body, "claim", 1, INT64_MAX);
-  if (!claim.ok()) return ErrorResponse(claim.status());
+  if (!claim.ok()) return refuse(ErrorResponse(claim.status()));
   auto epoch = IntField(*body, "serving_epoch", -1, INT64_MAX);
-  if (!epoch.ok()) return ErrorResponse(epoch.status());
+  if (!epoch.ok()) return refuse(ErrorResponse(epoch.status()));
   auto proof = ProofField(*body);
-  if (!proof.ok()) return ErrorResponse(proof.status());
+  if (!proof.ok()) return refuse(ErrorResponse(proof.status()));
   auto answers = ParseAuditAnswers(*body);
-  if (!answers.ok()) return ErrorResponse(400, "bad_request", answers.status().message());
-  if (!answers->empty()) {
+  if (!answers.ok()) return refuse(ErrorResponse(400, "bad_request", answers.status().message()));
+  const bool own_nonce = !answers->empty();
+  if (own_nonce) {
+    if (Status s = use_nonce(); !s.ok()) return ErrorResponse(s);
     // Before the heartbeat: a failed audit evicts the claim, and the heartbeat then says so.
     if (Status s = store_->AnswerAudits(by->node_hex, *answers, now); !s.ok()) {
       return ErrorResponse(s);
     }
   }
-  auto reply = store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s,
-                                 proof->has_value() ? &**proof : nullptr);
+  auto reply =
+      store_->Heartbeat(by->node_hex, *claim, *epoch, now, config_.lease_s,
+                        proof->has_value() ? &**proof : nullptr, own_nonce ? nullptr : &nonce);
   if (!reply.ok()) return ErrorResponse(reply.status());
   RequestChecks(reply->model_id, reply->ring);
   return Json(200, HeartbeatToJson(*reply, now, config_.relay_url, config_.relay_secret));

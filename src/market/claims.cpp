@@ -53,7 +53,8 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
       return Error(StatusCode::kForbidden, "{}", *banned);
     }
   }
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model));
+  // Only the ring claimed: a claim costs the same however many windows its model has.
+  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, req.model, std::max(0, req.ring)));
   if (models.empty()) return Error(StatusCode::kNotFound, "no model named '{}'", req.model);
   ModelState& m = models[0];
   if (req.ring < 0 || static_cast<size_t>(req.ring) >= m.rings.size()) {
@@ -198,9 +199,21 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
 }
 
 Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t claim,
-                                        int64_t serving_epoch, double now, double lease_s,
-                                        const ProofAnswer* proof) {
+                                            int64_t serving_epoch, double now, double lease_s,
+                                            const ProofAnswer* proof, const RequestNonce* nonce) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
+  // A renewal need not wait for its own flush to disk (SQLite's WAL is synced at checkpoints
+  // anyway): a database server that loses its last commits loses renewals, which the grace of a
+  // restarted market covers (docs/MARKET.md, "Grace").
+  if (db_->postgres()) KV_RETURN_IF_ERROR(db_->Exec("SET LOCAL synchronous_commit = off"));
+  if (nonce != nullptr) {
+    // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could.
+    KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
+    if (!fresh) {
+      return Error(StatusCode::kUnauthenticated,
+                   "X-Kvasir-Nonce: used before by node {}: a replayed request", Short(node));
+    }
+  }
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
   if (c.node != node) {

@@ -47,37 +47,48 @@ Status Store::EvictIdle(double now) {
     uint64_t bytes;
   };
   struct RingRows {
-    int64_t windows = 0;
-    std::vector<Row> claims, standbys;
+    bool complete = false, all_proven = true;
+    double complete_since = 0;          // its newest claim
+    std::vector<Row> claims, standbys;  // those that may be due: not proven, or not serving
   };
   std::map<std::pair<int64_t, int>, RingRows> rings;
   {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
-        "SELECT c.id, c.model, c.ring, c.node, c.created, CASE WHEN c.serving_epoch = r.epoch "
-        "THEN 1 ELSE 0 END, c.proven, "
-        "w.bytes, (SELECT count(*) FROM windows x WHERE x.model = c.model AND x.ring = c.ring), "
-        "c.standby "
-        "FROM claims c JOIN rings r ON r.model = c.model AND r.ring = c.ring JOIN windows w ON "
-        "w.model = c.model AND w.ring = c.ring AND w.window = c.window"));
+    // Claims that prove and serve are never due: only the others are read, and only their
+    // rings are counted (a scan of the claims, not of every window for each).
+    KV_ASSIGN_OR_RETURN(
+        auto s,
+        db_->Prepare(
+            "SELECT c.id, c.model, c.ring, c.node, c.created, CASE WHEN c.serving_epoch = r.epoch "
+            "THEN 1 ELSE 0 END, c.proven, w.bytes, c.standby FROM claims c JOIN rings r ON "
+            "r.model = c.model AND r.ring = c.ring JOIN windows w ON w.model = c.model AND "
+            "w.ring = c.ring AND w.window = c.window "
+            "WHERE c.proven = 0 OR c.serving_epoch <> r.epoch"));
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
       RingRows& r = rings[{s.Int(1), static_cast<int>(s.Int(2))}];
-      r.windows = s.Int(8);
-      (s.Int(9) > 0 ? r.standbys : r.claims)
+      (s.Int(8) > 0 ? r.standbys : r.claims)
           .push_back({s.Int(0), s.Text(3), s.Real(4), s.Int(5) != 0, s.Int(6) != 0,
                       static_cast<uint64_t>(s.Int(7))});
     }
   }
+  for (auto& [key, r] : rings) {
+    KV_ASSIGN_OR_RETURN(
+        auto s,
+        db_->Prepare(
+            "SELECT (SELECT count(*) FROM windows WHERE model = ?1 AND ring = ?2), count(*), "
+            "max(created), min(proven) FROM claims WHERE model = ?1 AND ring = ?2 AND standby = "
+            "0"));
+    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, key.first).Bind(2, key.second).Step());
+    if (!row) continue;
+    r.complete = s.Int(1) == s.Int(0);
+    r.complete_since = s.Real(2);
+    r.all_proven = s.Int(3) != 0;
+  }
   const double origin = std::max(resumed_at, silence_end);
   for (auto& [key, r] : rings) {
-    const bool complete = static_cast<int64_t>(r.claims.size()) == r.windows;
-    double complete_since = origin;
-    bool all_proven = true;
-    for (const Row& c : r.claims) {
-      complete_since = std::max(complete_since, c.created);
-      all_proven = all_proven && c.proven;
-    }
+    const bool complete = r.complete, all_proven = r.all_proven;
+    const double complete_since = std::max(origin, r.complete_since);
     for (const Row& c : r.claims) {
       // Proving the bytes needs no neighbour: a holder has its deadline for that from its own
       // claim, complete ring or not (so keys that come and go cannot keep a squatter's deadline
@@ -119,9 +130,10 @@ Status Store::EvictIdle(double now) {
 }
 
 Result<Store::Challenge> Store::LoadChallenge(int64_t claim) {
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(
-      "SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN windows w ON w.model = "
-      "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
+  KV_ASSIGN_OR_RETURN(
+      auto s, db_->Prepare("SELECT c.proof_nonce, c.proof_picks, w.samples FROM claims c JOIN "
+                           "windows w ON w.model = "
+                           "c.model AND w.ring = c.ring AND w.window = c.window WHERE c.id = ?"));
   KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, claim).Step());
   if (!row) return Error(StatusCode::kNotFound, "claim {} is gone", claim);
   Challenge out;

@@ -2,6 +2,10 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "market/sql.h"
 
 namespace kvasir::market {
@@ -13,7 +17,7 @@ class SqliteStmt final : public StmtImpl {
  public:
   SqliteStmt(SqliteDb* db, sqlite3* raw, sqlite3_stmt* stmt, std::string sql)
       : db_(db), raw_(raw), stmt_(stmt), sql_(std::move(sql)) {}
-  ~SqliteStmt() override { sqlite3_finalize(stmt_); }
+  ~SqliteStmt() override;
   Status BindInt(int i, int64_t v) override { return Check(sqlite3_bind_int64(stmt_, i, v), i); }
   Status BindReal(int i, double v) override { return Check(sqlite3_bind_double(stmt_, i, v), i); }
   Status BindText(int i, std::string_view v) override {
@@ -45,14 +49,36 @@ class SqliteStmt final : public StmtImpl {
 class SqliteDb final : public Db {
  public:
   SqliteDb(sqlite3* db, std::string path) : Db(std::move(path)), db_(db) {}
-  ~SqliteDb() override { sqlite3_close(db_); }
+  ~SqliteDb() override {
+    for (auto& [sql, stmts] : cache_) {
+      for (sqlite3_stmt* stmt : stmts) sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db_);
+  }
+  // Statements are kept once compiled (a store runs the same few hundred again and again): a
+  // statement done with is reset and waits here for the next Prepare of the same text.
   Result<Stmt> Prepare(std::string_view sql) override {
+    std::string text(sql);
     sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) !=
-        SQLITE_OK) {
+    auto it = cache_.find(text);
+    if (it != cache_.end() && !it->second.empty()) {
+      stmt = it->second.back();
+      it->second.pop_back();
+    } else if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr) !=
+               SQLITE_OK) {
       return Fail(fmt::format("prepare '{}'", sql.substr(0, 60)));
     }
-    return Stmt(std::make_unique<SqliteStmt>(this, db_, stmt, std::string(sql)));
+    return Stmt(std::make_unique<SqliteStmt>(this, db_, stmt, std::move(text)));
+  }
+  void Keep(std::string sql, sqlite3_stmt* stmt) {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+    // Bounded: texts built with values (a LIMIT) are few, but not a fixed set.
+    if (cache_.size() >= kMaxCached && cache_.find(sql) == cache_.end()) {
+      sqlite3_finalize(stmt);
+      return;
+    }
+    cache_[std::move(sql)].push_back(stmt);
   }
   Status Exec(std::string_view sql) override {
     char* err = nullptr;
@@ -79,8 +105,12 @@ class SqliteDb final : public Db {
   }
 
  private:
+  static constexpr size_t kMaxCached = 512;
   sqlite3* db_;
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> cache_;
 };
+
+SqliteStmt::~SqliteStmt() { db_->Keep(std::move(sql_), stmt_); }
 
 Status SqliteStmt::Check(int rc, int i) {
   if (rc == SQLITE_OK) return Status::Ok();

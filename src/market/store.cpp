@@ -17,7 +17,8 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS models(
   id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, model_id TEXT NOT NULL, url TEXT NOT NULL,
   n_layer INT NOT NULL, ctx INT NOT NULL, demand_total INT NOT NULL DEFAULT 0, added REAL,
-  max_rows_per_s REAL NOT NULL DEFAULT 0);
+  max_rows_per_s REAL NOT NULL DEFAULT 0, n_windows INT NOT NULL DEFAULT 0,
+  n_held INT NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS rings(
   model INT NOT NULL REFERENCES models(id) ON DELETE CASCADE, ring INT NOT NULL,
   epoch INT NOT NULL DEFAULT 0, bucket REAL NOT NULL DEFAULT 0,
@@ -94,17 +95,19 @@ constexpr AddedColumn kAddedColumns[] = {
     {"claims", "proof_nonce", "TEXT NOT NULL DEFAULT ''"},
     {"claims", "proof_picks", "TEXT NOT NULL DEFAULT ''"},
     {"audits", "recompute", "TEXT NOT NULL DEFAULT ''"},
+    {"models", "n_windows", "INT NOT NULL DEFAULT 0"},
+    {"models", "n_held", "INT NOT NULL DEFAULT 0"},
 };
 
 // Standbys (docs/MARKET.md, "Standbys") are claims with a standby number above 0, so a window
 // has one serving claim and any number of standbys. A claims table made before them has
 // UNIQUE(model, ring, window), which no added column can relax: it is copied into the table
 // of the schema above.
-Status AddStandbyColumn(Db* db) {
+Result<bool> AddStandbyColumn(Db* db) {
   KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT 1 FROM pragma_table_info('claims') WHERE name = "
                                           "'standby'"));
   KV_ASSIGN_OR_RETURN(bool has, s.Step());
-  if (has) return Status::Ok();
+  if (has) return false;
   constexpr const char* kColumns =
       "id, model, ring, window, node, address, behind_nat, rate, created, expires, last_beat, "
       "serving_epoch, serving_since, verified_epoch, verified_at, check_error, proven, "
@@ -116,12 +119,45 @@ Status AddStandbyColumn(Db* db) {
                                           "claims_before_standbys; DROP TABLE "
                                           "claims_before_standbys",
                                           kColumns)));
-  return Status::Ok();
+  return true;
 }
 
 // After the claims table has its standby column (a table made before it gets it first).
 constexpr const char* kStandbyIndex =
     "CREATE INDEX IF NOT EXISTS claims_standby ON claims(standby)";
+// models.n_held follows the serving claims (not the standbys), so a claim or a heartbeat learns
+// how many windows of its model are uncovered (for the reward rate) without reading every claim
+// of the model. A standby promoted to its window's claim counts from then on.
+constexpr const char* kSqliteTriggers = R"sql(
+CREATE TRIGGER IF NOT EXISTS claims_held_insert AFTER INSERT ON claims WHEN NEW.standby = 0
+BEGIN UPDATE models SET n_held = n_held + 1 WHERE id = NEW.model; END;
+CREATE TRIGGER IF NOT EXISTS claims_held_delete AFTER DELETE ON claims WHEN OLD.standby = 0
+BEGIN UPDATE models SET n_held = n_held - 1 WHERE id = OLD.model; END;
+CREATE TRIGGER IF NOT EXISTS claims_held_update AFTER UPDATE OF standby ON claims
+WHEN (OLD.standby = 0) <> (NEW.standby = 0) BEGIN
+  UPDATE models SET n_held = n_held + (CASE WHEN NEW.standby = 0 THEN 1 ELSE -1 END)
+  WHERE id = NEW.model; END;
+)sql";
+constexpr const char* kPostgresTriggers = R"sql(
+CREATE OR REPLACE FUNCTION claims_held() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    IF NEW.standby = 0 THEN UPDATE models SET n_held = n_held + 1 WHERE id = NEW.model; END IF;
+  ELSIF TG_OP = 'DELETE' THEN
+    IF OLD.standby = 0 THEN UPDATE models SET n_held = n_held - 1 WHERE id = OLD.model; END IF;
+  ELSIF (OLD.standby = 0) <> (NEW.standby = 0) THEN
+    UPDATE models SET n_held = n_held + (CASE WHEN NEW.standby = 0 THEN 1 ELSE -1 END)
+    WHERE id = NEW.model;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER claims_held AFTER INSERT OR DELETE OR UPDATE OF standby ON claims
+  FOR EACH ROW EXECUTE FUNCTION claims_held();
+)sql";
+// The counts of a database made before them: set from the tables when the columns are added.
+constexpr const char* kRecount =
+    "UPDATE models SET n_windows = (SELECT count(*) FROM windows w WHERE w.model = models.id), "
+    "n_held = (SELECT count(*) FROM claims c WHERE c.model = models.id AND c.standby = 0)";
 
 // The same schema in PostgreSQL's types: 64-bit integers, doubles, bytea, serial ids, and the
 // column `window` quoted (a reserved word there).
@@ -133,6 +169,26 @@ std::string PostgresSchema() {
   s = std::regex_replace(s, std::regex("\\bREAL\\b"), "DOUBLE PRECISION");
   s = std::regex_replace(s, std::regex("\\bBLOB\\b"), "BYTEA");
   return std::regex_replace(s, std::regex("\\bwindow\\b"), "\"window\"");
+}
+
+// Creates the schema on PostgreSQL, or adds to a database made by an older market what it lacks.
+Status PostgresUpgrade(Db* db) {
+  bool had_counts = false;
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT 1 FROM information_schema.columns WHERE "
+                                            "table_name = 'models' AND column_name = 'n_held'"));
+    KV_ASSIGN_OR_RETURN(had_counts, s.Step());
+  }
+  KV_RETURN_IF_ERROR(db->Exec(PostgresSchema()));
+  if (had_counts) return db->Exec(kPostgresTriggers);
+  for (const AddedColumn& c : kAddedColumns) {
+    std::string definition = std::regex_replace(c.definition, std::regex("\\bINT\\b"), "BIGINT");
+    definition = std::regex_replace(definition, std::regex("\\bREAL\\b"), "DOUBLE PRECISION");
+    KV_RETURN_IF_ERROR(db->Exec(
+        fmt::format("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}", c.table, c.name, definition)));
+  }
+  KV_RETURN_IF_ERROR(db->Exec(kPostgresTriggers));
+  return db->Exec(kRecount);
 }
 
 }  // namespace
@@ -180,13 +236,14 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // Processes starting together must not create the tables at once (the catalog's own unique
     // keys would refuse one of them).
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_lock(7305)"));
-    Status made = db->Exec(PostgresSchema());
+    Status made = PostgresUpgrade(db.get());
     if (made.ok()) made = db->Exec(kStandbyIndex);
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_unlock(7305)"));
     KV_RETURN_IF_ERROR(made);
     return std::unique_ptr<Store>(new Store(std::move(db)));
   }
   KV_RETURN_IF_ERROR(db->Exec(kSchema));
+  bool recount = false;
   for (const AddedColumn& c : kAddedColumns) {
     KV_ASSIGN_OR_RETURN(auto s, db->Prepare(fmt::format("SELECT 1 FROM pragma_table_info('{}') "
                                                         "WHERE name = ?",
@@ -195,10 +252,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     if (!has) {
       KV_RETURN_IF_ERROR(
           db->Exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {}", c.table, c.name, c.definition)));
+      recount = recount || std::string_view(c.name) == "n_held";
     }
   }
-  KV_RETURN_IF_ERROR(AddStandbyColumn(db.get()));
+  // A migrated claims table is a new table: its triggers are made after it, and its counts
+  // taken again.
+  KV_ASSIGN_OR_RETURN(const bool migrated, AddStandbyColumn(db.get()));
   KV_RETURN_IF_ERROR(db->Exec(kStandbyIndex));
+  KV_RETURN_IF_ERROR(db->Exec(kSqliteTriggers));
+  if (recount || migrated) KV_RETURN_IF_ERROR(db->Exec(kRecount));
   return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 
@@ -247,8 +309,10 @@ Status Store::Sweep(double now) {
     const double origin = std::max(silence_start, resumed_at);
     lease_clock = silence_start + std::max(0.0, now - origin - kMaxForgivenSilenceSeconds);
   }
+  // The lease clock is never ahead of `now`: the first bound lets the index on expires find the
+  // claims due without reading the others.
   constexpr const char* kDue =
-      "expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
+      "expires <= ?3 AND expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
   {
     // A standby leaving changes no ring's set of serving claims.
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE "
@@ -311,16 +375,19 @@ Status Store::AddModelOnce(const ModelSpec& spec, bool replace, double now) {
     }
   }
   KV_ASSIGN_OR_RETURN(auto ins, db_->Prepare("INSERT INTO models(name, model_id, url, n_layer, "
-                                             "ctx, added, max_rows_per_s) VALUES(?, ?, ?, ?, ?, "
-                                             "?, ?) RETURNING id"));
+                                             "ctx, added, max_rows_per_s, n_windows) VALUES(?, ?, "
+                                             "?, ?, ?, ?, ?, ?) RETURNING id"));
+  int64_t n_windows = 0;
+  for (const auto& r : spec.rings) n_windows += static_cast<int64_t>(r.size());
   KV_ASSIGN_OR_RETURN(const bool inserted, ins.Bind(1, spec.name)
-                         .Bind(2, spec.model_id)
-                         .Bind(3, spec.url)
-                         .Bind(4, spec.n_layer)
-                         .Bind(5, spec.ctx)
-                         .Bind(6, now)
-                         .Bind(7, spec.max_rows_per_s)
-                         .Step());
+                                               .Bind(2, spec.model_id)
+                                               .Bind(3, spec.url)
+                                               .Bind(4, spec.n_layer)
+                                               .Bind(5, spec.ctx)
+                                               .Bind(6, now)
+                                               .Bind(7, spec.max_rows_per_s)
+                                               .Bind(8, n_windows)
+                                               .Step());
   if (!inserted) return Error("{}: model '{}': no id returned", db_->path(), spec.name);
   const int64_t model_row = ins.Int(0);
   KV_RETURN_IF_ERROR(ins.Run());  // SQLite commits no statement left halfway
@@ -353,10 +420,11 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
                                                   int only_ring) {
   std::vector<ModelState> models;
   std::vector<int64_t> rows;
+  std::vector<std::pair<int64_t, int64_t>> counts;  // windows, held
   {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT id, name, model_id, url, n_layer, ctx, "
-                                             "demand_total, max_rows_per_s FROM models WHERE ? = "
-                                             "'' OR name = ? ORDER BY name"));
+                                             "demand_total, max_rows_per_s, n_windows, n_held FROM "
+                                             "models WHERE ? = '' OR name = ? ORDER BY name"));
     s.Bind(1, only).Bind(2, only);
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -370,6 +438,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       m.ctx = static_cast<int>(s.Int(5));
       m.demand_total = s.Int(6);
       m.max_rows_per_s = s.Real(7);
+      counts.emplace_back(s.Int(8), s.Int(9));
       models.push_back(std::move(m));
     }
   }
@@ -399,10 +468,13 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       }
     }
     {
-      KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT ring, window, first, last, bytes, memory "
-                                               "FROM windows WHERE model = ?1 AND (?2 < 0 OR "
-                                               "ring = ?2) ORDER BY ring, window"));
-      s.Bind(1, rows[i]).Bind(2, only_ring);
+      // The ring as its own condition (not `?2 < 0 OR ring = ?2`), so the key finds its rows.
+      KV_ASSIGN_OR_RETURN(
+          auto s, db_->Prepare(fmt::format("SELECT ring, window, first, last, bytes, memory FROM "
+                                           "windows WHERE model = ?1{} ORDER BY ring, window",
+                                           only_ring >= 0 ? " AND ring = ?2" : "")));
+      s.Bind(1, rows[i]);
+      if (only_ring >= 0) s.Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
@@ -421,9 +493,10 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
       // Every claim left after the sweep is live.
       KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format(
                                       "SELECT {} FROM claims c JOIN models m ON m.id = c.model "
-                                      "WHERE c.model = ?1 AND (?2 < 0 OR c.ring = ?2) ORDER BY c.id",
-                                      kClaimColumns)));
-      s.Bind(1, rows[i]).Bind(2, only_ring);
+                                      "WHERE c.model = ?1{} ORDER BY c.id",
+                                      kClaimColumns, only_ring >= 0 ? " AND c.ring = ?2" : "")));
+      s.Bind(1, rows[i]);
+      if (only_ring >= 0) s.Bind(2, only_ring);
       while (true) {
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
@@ -439,14 +512,10 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         }
       }
     }
-    int total = 0, uncovered = 0;
-    for (const RingState& r : m.rings) {
-      for (const WindowState& w : r.windows) {
-        ++total;
-        if (!w.claim) ++uncovered;
-      }
-    }
-    const double rate_now = RewardRate(m.demand_recent, uncovered, total);
+    // Over the whole model, even when only one ring was read.
+    const auto [total, held] = counts[i];
+    const double rate_now =
+        RewardRate(m.demand_recent, static_cast<int>(total - held), static_cast<int>(total));
     for (RingState& r : m.rings) {
       r.complete = !r.windows.empty();
       r.serving = r.ready = r.complete;
@@ -533,14 +602,20 @@ Result<std::pair<ModelState, RingState>> Store::PickRingOnce(const std::string& 
 
 Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& nonce, double now,
                              double keep_s) {
+  // No sweep: a nonce is the first of a request's two transactions, and the second sweeps (a
+  // nonce expired but not yet swept is refused as used, which its request's time refuses anyway).
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
-  KV_RETURN_IF_ERROR(Sweep(now));
+  KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce, now, keep_s));
+  KV_RETURN_IF_ERROR(txn->Commit());
+  return fresh;
+}
+
+Result<bool> Store::InsertNonce(const std::string& node, const std::string& nonce, double now,
+                                double keep_s) {
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO nonces(node, nonce, expires) VALUES(?, "
                                            "?, ?) ON CONFLICT DO NOTHING"));
   KV_RETURN_IF_ERROR(s.Bind(1, node).Bind(2, nonce).Bind(3, now + keep_s).Run());
-  const bool fresh = db_->Changes() == 1;
-  KV_RETURN_IF_ERROR(txn->Commit());
-  return fresh;
+  return db_->Changes() == 1;
 }
 
 Result<std::pair<int64_t, int64_t>> Store::CountsOnce(double now) {

@@ -170,6 +170,13 @@ struct HeartbeatReply {
   std::vector<AuditRequest> audits;
 };
 
+// The nonce of a signed request (signed_request.h), recorded in the transaction of the request's
+// own work so that a heartbeat is one transaction, not two; kept keep_s seconds.
+struct RequestNonce {
+  std::string nonce;  // 32 hex digits
+  double keep_s = 0;
+};
+
 // A holder's answer to its claim's challenge, sent with a heartbeat.
 struct ProofAnswer {
   std::string nonce;                 // 32 hex digits, the challenge's
@@ -245,9 +252,11 @@ class Store {
   // Renews the node's claim and records the epoch it serves (-1: not serving). kNotFound when
   // the claim is gone, kForbidden when it is another node's. The first heartbeat after a silence
   // gives every claim a full lease from `now`. `proof` answers the claim's challenge: a wrong
-  // answer evicts the claim (kForbidden, naming the range that did not match).
+  // answer evicts the claim (kForbidden, naming the range that did not match). With `nonce`, the
+  // request's nonce is recorded first, as UseNonce does (kUnauthenticated when it was used).
   Result<HeartbeatReply> Heartbeat(const std::string& node, int64_t claim, int64_t serving_epoch,
-                                   double now, double lease_s, const ProofAnswer* proof = nullptr);
+                                   double now, double lease_s, const ProofAnswer* proof = nullptr,
+                                   const RequestNonce* nonce = nullptr);
   // Releases the node's claim (kNotFound, kForbidden as for Heartbeat).
   Status Release(const std::string& node, int64_t claim, double now);
 
@@ -330,7 +339,7 @@ class Store {
   Result<ClaimGrant> ClaimOnce(const ClaimRequest& request, double now, double lease_s);
   Result<HeartbeatReply> HeartbeatOnce(const std::string& node, int64_t claim,
                                        int64_t serving_epoch, double now, double lease_s,
-                                       const ProofAnswer* proof);
+                                       const ProofAnswer* proof, const RequestNonce* nonce);
   Status ReleaseOnce(const std::string& node, int64_t claim, double now);
   Result<std::vector<ModelState>> MapOnce(double now);
   Result<std::pair<ModelState, RingState>> PickRingOnce(const std::string& model,
@@ -345,6 +354,9 @@ class Store {
                                           const std::string& payload, double now,
                                           const std::function<Status()>& verify);
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
+  // Inside a transaction: records `node`'s nonce; false when it was used before.
+  Result<bool> InsertNonce(const std::string& node, const std::string& nonce, double now,
+                           double keep_s);
   Status AnswerAuditsOnce(const std::string& node, const std::vector<AuditAnswer>& answers,
                           double now);
   Status RecordRecomputeOnce(int64_t id, const std::string& note, const std::string& failure,
@@ -359,6 +371,10 @@ class Store {
   // and took in with those its neighbours revealed; where they disagree, both audits are disputed.
   Status CompareNeighbours(int64_t id, const std::string& receipt, int64_t line,
                            const ring::RowReveal& reveal);
+  // After disputed audit `id` failed its recomputation: the neighbour it was disputed with is
+  // cleared of the dispute (its held credit given back, the audit passed again, still to be
+  // recomputed itself).
+  Status ReleaseDisputeOf(int64_t id);
   // Holds the audited line's credit (taken from the balance) while the audit is disputed.
   Status Dispute(int64_t id, const std::string& node, int64_t work, double credit,
                  const std::string& reason);

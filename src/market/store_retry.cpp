@@ -27,8 +27,9 @@ Result<ClaimGrant> Store::Claim(const ClaimRequest& request, double now, double 
 }
 Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
                                         int64_t serving_epoch, double now, double lease_s,
-                                        const ProofAnswer* proof) {
-  return Retry([&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof); });
+                                        const ProofAnswer* proof, const RequestNonce* nonce) {
+  return Retry(
+      [&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof, nonce); });
 }
 Status Store::Release(const std::string& node, int64_t claim, double now) {
   return Retry([&] { return ReleaseOnce(node, claim, now); });

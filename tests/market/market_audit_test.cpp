@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "market/audit.h"
+#include "market/sql.h"
 #include "market_fixture.h"
 #include "market_test_util.h"
 #include "ring/row_store.h"
@@ -229,6 +230,82 @@ TEST_F(AuditTest, SilenceIsARefusalAndEachOffenceBansLonger) {
   }
   EXPECT_EQ(BalanceOf(0, now)["audits_passed"], 3);
   EXPECT_EQ(BalanceOf(1, now)["credit"].get<double>(), 0.0);
+}
+
+// A disputed pair is settled when the recomputation fails one of them: that one forfeits, and the
+// other gets its held credit back (its audit passes again, still to be recomputed itself).
+TEST_F(AuditTest, ADisputeSettledByRecomputationGivesTheOtherSideItsCreditBack) {
+  const auto ids = FillRing(kT0);
+  const int64_t epoch = MakeReady(ids, kT0);
+  const ring::Receipt r = RunSession(1, 20, /*odd_in=*/2);
+  ASSERT_EQ(Submit(r, kT0 + 10).status, 200);
+  const double earned1 = BalanceOf(1, kT0 + 10)["credit"].get<double>();
+  ASSERT_GT(earned1, 0);
+  for (int w : {2, 0, 1}) {
+    const std::vector<AuditRequest> asked = Requests(w, ids[w], epoch, kT0 + 11);
+    ASSERT_EQ(asked.size(), 1u);
+    ASSERT_EQ(BeatWith(w, ids[w], epoch, kT0 + 12, Answer(w, asked[0], r)).status, 200);
+  }
+  ASSERT_EQ(BalanceOf(1, kT0 + 12)["audits_disputed"], 1);
+  auto jobs = store_->PendingRecomputes("tiny", 10);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_EQ(jobs->size(), 3u);
+  const std::string node2 = kvasir::testing::Hex(keys_[2]);
+  int64_t audit2 = 0;
+  for (const RecomputeJob& j : *jobs) {
+    if (j.node == node2) audit2 = j.audit;
+  }
+  ASSERT_NE(audit2, 0);
+  ASSERT_TRUE(store_->RecordRecompute(audit2, "", "row 3 is 0.2 away", kT0 + 13).ok());
+  const json b1 = BalanceOf(1, kT0 + 13), b2 = BalanceOf(2, kT0 + 13);
+  EXPECT_EQ(b1["audits_disputed"], 0) << b1.dump();
+  EXPECT_EQ(b1["audits_passed"], 1) << b1.dump();
+  EXPECT_DOUBLE_EQ(b1["credit"].get<double>(), earned1) << "given back: " << b1.dump();
+  EXPECT_EQ(b2["audits_failed"], 1) << b2.dump();
+  EXPECT_EQ(b2["credit"].get<double>(), 0.0) << b2.dump();
+  // Holder 1 is still recomputed; when it fails too, it forfeits what it was given back.
+  auto left = store_->PendingRecomputes("tiny", 10);
+  ASSERT_TRUE(left.ok()) << left.status().message();
+  ASSERT_EQ(left->size(), 2u);
+  for (const RecomputeJob& j : *left) {
+    if (j.node != kvasir::testing::Hex(keys_[1])) continue;
+    ASSERT_TRUE(store_->RecordRecompute(j.audit, "", "row 1 is 0.3 away", kT0 + 14).ok());
+  }
+  EXPECT_EQ(BalanceOf(1, kT0 + 14)["audits_failed"], 1);
+  EXPECT_EQ(BalanceOf(1, kT0 + 14)["credit"].get<double>(), 0.0);
+}
+
+// A stored reveal that does not parse fails its own audit and keeps no other from the auditor.
+TEST_F(AuditTest, AStoredRevealThatDoesNotParseFailsAloneAndTheOthersGoOn) {
+  const auto ids = FillRing(kT0);
+  const int64_t epoch = MakeReady(ids, kT0);
+  const ring::Receipt r = RunSession(1);
+  ASSERT_EQ(Submit(r, kT0 + 10).status, 200);
+  for (int w = 0; w < 3; ++w) {
+    const std::vector<AuditRequest> asked = Requests(w, ids[w], epoch, kT0 + 11);
+    ASSERT_EQ(asked.size(), 1u);
+    ASSERT_EQ(BeatWith(w, ids[w], epoch, kT0 + 12, Answer(w, asked[0], r)).status, 200);
+  }
+  {
+    auto db = Db::Open(db_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    auto s = (*db)->Prepare("UPDATE audits SET revealed = ? WHERE node = ?");
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_TRUE(s->Bind(1, std::string_view("{\"audit\": 1, \"n\": "))
+                    .Bind(2, kvasir::testing::Hex(keys_[1]))
+                    .Run()
+                    .ok());
+  }
+  for (int round = 0; round < 2; ++round) {
+    auto jobs = store_->PendingRecomputes("tiny", 10);
+    ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+    ASSERT_EQ(jobs->size(), 2u) << round;
+    for (const RecomputeJob& j : *jobs) EXPECT_NE(j.node, kvasir::testing::Hex(keys_[1]));
+  }
+  const json b1 = BalanceOf(1, kT0 + 13);
+  EXPECT_EQ(b1["audits_failed"], 1) << b1.dump();
+  EXPECT_EQ(b1["credit"].get<double>(), 0.0) << b1.dump();
+  EXPECT_EQ(BalanceOf(0, kT0 + 13)["audits_passed"], 1);
 }
 
 }  // namespace

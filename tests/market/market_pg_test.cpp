@@ -1,5 +1,6 @@
 // Several `kvasir market` processes on one PostgreSQL database (docs/MARKET.md, "The store"):
-// 32 claimers racing through two processes for one window, exactly one wins; a process killed
+// 32 claimers racing through two processes for one window, exactly one wins; 32 racing for every
+// window of a model get one winner each (and the reward of the rest agrees); a process killed
 // (SIGKILL) while claims go through it loses none it answered, and the other process goes on.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -85,6 +86,64 @@ TEST_F(MarketPostgresTest, ExactlyOneOf32ClaimersRacingThroughTwoProcessesWins) 
     auto map = Client(m, nullptr).Get("/v1/map");
     ASSERT_TRUE(map.ok());
     EXPECT_EQ((*map)["models"][0]["rings"][0]["windows"][1]["state"], "claimed");
+  }
+}
+
+// 32 claimers, half through each process, each trying the 48 windows (16 rings of 3) from a place
+// of its own until it holds one: every window has at most one holder, every claimer exactly one,
+// and both processes see the same map, with the reward of the 16 windows left.
+TEST_F(MarketPostgresTest, ThirtyTwoClaimersRacingForEveryWindowGetOneWinnerEach) {
+  constexpr int kClaimers = 32, kWindows = 48;
+  std::atomic<bool> go{false};
+  std::mutex mu;
+  std::vector<int> held(kClaimers, -1);
+  std::string errors;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaimers; ++i) {
+    threads.emplace_back([&, i] {
+      MarketClient c = Client(i % 2, std::make_shared<const ring::NodeKey>(KeyN(500 + i)));
+      while (!go) std::this_thread::yield();
+      for (int k = 0; k < kWindows; ++k) {
+        const int w = (i * 7 + k) % kWindows;
+        auto r = c.PostSigned(
+            "/v1/claims",
+            {{"model", "tiny"}, {"ring", w / 3}, {"window", w % 3}, {"address", ":7001"}});
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.ok()) {
+          held[static_cast<size_t>(i)] = w;
+          return;
+        }
+        if (r.status().code() != StatusCode::kConflict) errors += r.status().message() + "\n";
+      }
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors, "");
+  std::vector<int> holders(kWindows, 0);
+  for (int i = 0; i < kClaimers; ++i) {
+    ASSERT_GE(held[static_cast<size_t>(i)], 0) << "claimer " << i << " holds nothing";
+    ++holders[static_cast<size_t>(held[static_cast<size_t>(i)])];
+  }
+  for (int w = 0; w < kWindows; ++w) EXPECT_LE(holders[static_cast<size_t>(w)], 1) << w;
+  const double rate = RewardRate(0, kWindows - kClaimers, kWindows);
+  for (int m = 0; m < 2; ++m) {
+    auto map = Client(m, nullptr).Get("/v1/map");
+    ASSERT_TRUE(map.ok()) << map.status().message();
+    int claimed = 0;
+    for (const auto& r : (*map)["models"][0]["rings"]) {
+      for (const auto& w : r["windows"]) {
+        const int index = 3 * r["ring"].get<int>() + w["window"].get<int>();
+        const bool has = w.value("holder", std::string()) != "";
+        EXPECT_EQ(has, holders[static_cast<size_t>(index)] == 1) << "market " << m << ": " << w;
+        if (has) {
+          ++claimed;
+        } else {
+          EXPECT_DOUBLE_EQ(w["rate"].get<double>(), rate) << w;
+        }
+      }
+    }
+    EXPECT_EQ(claimed, kClaimers) << "market " << m;
   }
 }
 
