@@ -51,9 +51,12 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
 }
 
 void HeadRole::OnReturned(Message& m) {
-  // OPEN_SESSION and HIDDEN that come back are this head's own: nothing to do.
+  // OPEN_SESSION and HIDDEN that come back are this head's own: only a replay's tells it that the
+  // tokens behind it were drawn after the replay.
   if (auto* t = std::get_if<TokenMsg>(&m)) {
     HandleToken(*t);
+  } else if (auto* o = std::get_if<OpenSessionMsg>(&m)) {
+    if (o->replay) st_.ReplayCameBack(o->session);
   } else if (auto* c = std::get_if<CloseMsg>(&m)) {
     auto it = st_.sessions_.find(c->session);
     if (it != st_.sessions_.end() && it->second.closing) st_.sessions_.erase(it);
@@ -249,7 +252,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   if (t.ahead) {
     // Overlap: the last stage's guess of a later window, fed right behind the chunks before it
     // and never streamed; rows that turn out wrong are dropped before the session's next chunk.
-    if (!st_.holds_.held(s.id)) st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
+    if (!st_.DrawnBeforeReplay(s)) st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
     return;
   }
   if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)

@@ -116,6 +116,9 @@ struct Session {
   // and when the session was replayed, since when its client has waited for a token.
   SamplingExtra extra;
   std::optional<Clock::time_point> paused_since;
+  // Head: the replay's OPEN_SESSION is on its way around; every TOKEN before it comes back was
+  // drawn before the replay.
+  bool replay_out = false;
   // A replay that kept this stage's state (stage_replay.cpp): positions below this are not run
   // again; their rows are sent on from the kept ones.
   uint32_t replay_skip = 0;
@@ -267,6 +270,12 @@ class StageImpl final : public Stage {
   bool SkipReplayed(Session& s, HiddenMsg& h);
   // Head: whether a TOKEN for `s` is the one it waits for (not held, not from before a replay).
   bool AcceptsToken(Session& s, const TokenMsg& t);
+  // Head: whether TOKENs of `s` arriving now were drawn before its replay (it is held, or the
+  // replay's OPEN_SESSION has not come back around): none of them is streamed or fed.
+  bool DrawnBeforeReplay(const Session& s) const;
+  // Head: a replay's OPEN_SESSION of `session` came back around; the TOKENs behind it are the
+  // replay's own.
+  void ReplayCameBack(uint32_t session);
   // A standby that a predecessor adopted starts dialing its successor (compute thread).
   void MaybeStartDialing();
   // The compute loop's previous turn began at `last_turn`: a process stopped for longer than the
@@ -346,7 +355,7 @@ class StageImpl final : public Stage {
   // stage_standby.cpp: the neighbours' standbys the market lists (SetStandbys), and the
   // successor's dial over every address and standby in turn.
   std::mutex standby_mu_;
-  std::vector<StandbyPeer> next_standbys_;   // guarded by standby_mu_
+  std::vector<StandbyPeer> next_standbys_;    // guarded by standby_mu_
   std::vector<PublicKey> pred_standby_keys_;  // guarded by standby_mu_
   // A relayed predecessor standby's edge, kept dialed (served as an accepted predecessor) until
   // the standby leaves the market's list (`retired`: no more redials) or the stage stops.

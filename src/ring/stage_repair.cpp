@@ -126,6 +126,7 @@ void StageImpl::ReplayHeld() {
     open.keep = s.keep;
     open.replay = true;
     open.n_generated = static_cast<uint32_t>(s.n_generated);
+    s.replay_out = true;
     if (!SendNext(open) || !SendKeptRows(id, skip, n)) {
       // The link dropped again: held again by the event that tells it.
       holds_.Hold(std::span<const uint32_t>(&id, 1), since.value_or(Clock::now()));
@@ -176,10 +177,25 @@ Result<std::unique_ptr<TailSampler>> StageImpl::ReplaySampler(const OpenSessionM
   return t;
 }
 
+bool StageImpl::DrawnBeforeReplay(const Session& s) const {
+  // Links keep their order, every stage handles what its predecessor sends in order, and drops
+  // the session's queued rows when the replay's OPEN_SESSION reaches it: whatever the last stage
+  // drew before the replay reaches the head before that OPEN_SESSION, and what it draws after,
+  // behind it. Drawn before, a token may carry drafts or a guessed window the last stage, which
+  // started drafting afresh, no longer has in flight, or come from a verify chunk whose rows the
+  // replay did not run: the replay draws the same tokens again.
+  return holds_.held(s.id) || s.replay_out;
+}
+
+void StageImpl::ReplayCameBack(uint32_t session) {
+  auto it = sessions_.find(session);
+  if (it != sessions_.end() && it->second.originated) it->second.replay_out = false;
+}
+
 bool StageImpl::AcceptsToken(Session& s, const TokenMsg& t) {
-  // Held: the replay will sample it again. Another position: drawn before the replay, which
-  // draws the same token again at the same position.
-  if (holds_.held(s.id) || t.token.pos != s.history.size()) return false;
+  // From before the replay, or another position than the one it waits for: the replay draws
+  // the token at that position again.
+  if (DrawnBeforeReplay(s) || t.token.pos != s.history.size()) return false;
   if (s.paused_since) {
     const double ms = MsSince(*s.paused_since);
     KV_LOG_INFO("{}: session {} resumed after a pause of {:.0f} ms", options_.name, s.id, ms);
