@@ -24,6 +24,11 @@ int StageImpl::KeepForReplay(Session& s, int n) {
   const int held = window_->SequenceLength(static_cast<int>(s.id));
   if (held <= 0 || n <= 0 || options_.replay_bytes == 0) return 0;  // --replay-mb 0: run all
   int keep = std::min(held, n);
+  if (s.verify.n_rows > 0 && held == s.verify.pos0 + s.verify.n_rows) {
+    // The last rows run were verify chunks, not yet rolled back: past their first row (the token
+    // fed) they may be drafts the last stage rejected, where the replay has other ids.
+    keep = std::min(keep, s.verify.pos0 + 1);
+  }
   if (tail_) {
     keep = std::min(keep, n - 1);  // the last position's logits draw the next token
   } else {
