@@ -48,7 +48,8 @@ struct StageSpec {
   std::vector<uint16_t> next;  // the successor's address, then its standbys
   bool standby = false;
   double repair_timeout_s = 20;
-  int replay_mb = -1;  // --replay-mb; -1: the default
+  int replay_mb = -1;              // --replay-mb; -1: the default
+  std::vector<std::string> extra;  // more flags (the last stages': drafting)
 };
 
 std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::TempDir& logs) {
@@ -81,6 +82,7 @@ std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::Temp
     args.push_back("--replay-mb");
     args.push_back(fmt::format("{}", s.replay_mb));
   }
+  args.insert(args.end(), s.extra.begin(), s.extra.end());
   for (std::string& a : testing::StageTrustArgs(s.name)) args.push_back(std::move(a));
   return std::make_unique<ChildProcess>(args, logs.File(s.name + ".log"), SIGTERM);
 }
@@ -118,8 +120,9 @@ struct ClientRun {
   int seen_at_disturb = -1;
 };
 
-std::vector<ClientRun> StreamWhile(const std::string& head, int n, int before,
-                                   const std::function<void()>& disturb) {
+std::vector<ClientRun> StreamWhile(
+    const std::string& head, int n, int before, const std::function<void()>& disturb,
+    const std::function<SamplingParams(int)>& sampling = ClientSampling) {
   std::vector<ClientRun> runs(static_cast<size_t>(n));
   std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -138,7 +141,7 @@ std::vector<ClientRun> StreamWhile(const std::string& head, int n, int before,
       }
       ring::GenerateMsg req;
       req.prompt = ClientPrompt(i);
-      req.sampling = ring::SamplingToWire(ClientSampling(i), kTokens, /*ignore_eog=*/true);
+      req.sampling = ring::SamplingToWire(sampling(i), kTokens, /*ignore_eog=*/true);
       Clock::time_point last = Clock::now();
       auto res = (*client)->Generate(req, [&](const ring::TokenMsg& t) {
         const auto now = Clock::now();
@@ -171,13 +174,14 @@ std::vector<ClientRun> StreamWhile(const std::string& head, int n, int before,
 }
 
 // Every client got its reference output, and was mid-stream when the ring was disturbed.
-void ExpectUndisturbed(const std::vector<ClientRun>& runs, const std::string& what) {
+void ExpectUndisturbed(const std::vector<ClientRun>& runs, const std::string& what,
+                       const std::function<SamplingParams(int)>& sampling = ClientSampling) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const ClientRun& r = runs[i];
     EXPECT_EQ(r.error, "") << what << ", client " << i;
     EXPECT_LT(r.seen_at_disturb, kTokens) << what << ", client " << i << " had finished";
-    EXPECT_EQ(r.ids, Reference(ClientPrompt(static_cast<int>(i)),
-                               ClientSampling(static_cast<int>(i)), kTokens))
+    EXPECT_EQ(r.ids,
+              Reference(ClientPrompt(static_cast<int>(i)), sampling(static_cast<int>(i)), kTokens))
         << what << ", client " << i;
     std::printf("%s: client %zu paused %.0f ms (%d tokens before)\n", what.c_str(), i, r.pause_ms,
                 r.seen_at_disturb);
@@ -225,12 +229,14 @@ void DumpLogsOnFailure(const std::vector<std::unique_ptr<ChildProcess>>& stages)
 }
 
 // The ring of these tests: H 0:1 -> A 1:2 -> B 2:4 -> T 4:5 -> H, each window after the head with
-// a hot standby (A2, B2, T2); the predecessors list the standby after the stage.
+// a hot standby (A2, B2, T2); the predecessors list the standby after the stage. `tail_flags` go
+// to T and T2.
 struct HealingRing {
   testing::TempDir logs;
   std::vector<uint16_t> ports = FreePorts(7);  // H, A, B, T, A2, B2, T2
   std::vector<std::unique_ptr<ChildProcess>> stages;
-  explicit HealingRing(double repair_timeout_s = 20, bool standbys = true, int replay_mb = -1) {
+  explicit HealingRing(double repair_timeout_s = 20, bool standbys = true, int replay_mb = -1,
+                       const std::vector<std::string>& tail_flags = {}) {
     const uint16_t h = ports[0], a = ports[1], b = ports[2], t = ports[3];
     const uint16_t a2 = ports[4], b2 = ports[5], t2 = ports[6];
     auto with = [&](uint16_t p, uint16_t standby) {
@@ -249,6 +255,7 @@ struct HealingRing {
     }
     for (StageSpec& s : specs) {
       s.replay_mb = replay_mb;
+      if (s.layers == "4:5") s.extra = tail_flags;
       stages.push_back(StartStage(s, logs));
     }
   }
@@ -273,6 +280,42 @@ TEST(HealProcessTest, KilledStagesAreReplacedByStandbysAndClientsLoseNothing) {
     ExpectUndisturbed(runs, fmt::format("kill -9 {}", name));
   }
   ExpectIdle(ring.head(), 4);
+}
+
+// Speculation meets a repair: the last stage drafts by prompt lookup and keeps guessed windows in
+// flight (--draft-windows 3) when a middle stage, then the last stage, is killed. Tokens with
+// drafts, chains of tokens from one verify chunk, and guessed windows drawn before each replay
+// still reach the head after it began, and stages hold rows of drafts not yet rolled back: every
+// client (greedy: a session drafted at a temperature cannot be resumed) gets exactly one
+// process's tokens, and no session fails.
+TEST(HealProcessTest, ADraftingRingIsRepairedAndClientsLoseNothing) {
+  KV_REQUIRE_ASSET(kModel);
+  HealingRing ring(20, true, -1, {"--draft", "ngram", "--draft-max", "4", "--draft-windows", "3"});
+  {
+    auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ASSERT_TRUE((*client)->WaitReady(30000).ok());
+  }
+  auto greedy = [](int) { return testing::Greedy(); };
+  const std::pair<size_t, const char*> victims[] = {{2, "B (middle)"}, {3, "T (last)"}};
+  for (const auto& [index, name] : victims) {
+    // Far enough into the sessions for prompt lookup to find repeats, and to guess ahead.
+    auto runs = StreamWhile(
+        ring.head(), 8, 40, [&] { ring.stage(index).Kill(SIGKILL); }, greedy);
+    ExpectUndisturbed(runs, fmt::format("drafting, kill -9 {}", name), greedy);
+  }
+  ExpectIdle(ring.head(), 4);
+  auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  auto stats = (*client)->StatsMessage();
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_EQ(stats->drafts.size(), 4u);
+  const wire::DraftStatsWire& drafts = stats->drafts.back();  // T2, the last stage now
+  std::printf("T2 after the repair: %llu verify chunks, %llu drafted, %llu accepted\n",
+              static_cast<unsigned long long>(drafts.steps),
+              static_cast<unsigned long long>(drafts.drafted),
+              static_cast<unsigned long long>(drafts.accepted));
+  EXPECT_GT(drafts.accepted, 0u) << "the sessions replayed on T2 drafted nothing";
 }
 
 // Each stage's repair counts (STATS), by name.
