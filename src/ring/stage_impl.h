@@ -355,7 +355,7 @@ class StageImpl final : public Stage {
   // stage_standby.cpp: the neighbours' standbys the market lists (SetStandbys), and the
   // successor's dial over every address and standby in turn.
   std::mutex standby_mu_;
-  std::vector<StandbyPeer> next_standbys_;    // guarded by standby_mu_
+  std::vector<StandbyPeer> next_standbys_;   // guarded by standby_mu_
   std::vector<PublicKey> pred_standby_keys_;  // guarded by standby_mu_
   // A relayed predecessor standby's edge, kept dialed (served as an accepted predecessor) until
   // the standby leaves the market's list (`retired`: no more redials) or the stage stops.
