@@ -7,6 +7,7 @@
 // the replay are streamed and fed as in a run never interrupted.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,8 +38,12 @@ struct Head {
 // The next message the head sends on that satisfies `want`, skipping others (within 10 s).
 std::optional<ring::Message> NextSent(Head& h,
                                       const std::function<bool(const ring::Message&)>& want) {
-  for (int i = 0; i < 1000; ++i) {
-    auto m = h.fake->inbox().Next(10000);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    auto m = h.fake->inbox().Next(static_cast<int>(left.count()));
     if (!m) break;
     if (want(*m)) return m;
   }
