@@ -148,43 +148,14 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
                            .Bind(5, claim_id)
                            .Run());
   } else {
-    // The challenge: a fresh nonce and kRangesPerChallenge of the window's samples.
-    std::string nonce(kProofNonceBytes, '\0');
-    randombytes_buf(nonce.data(), nonce.size());
-    std::string picks;
-    const size_t n = grant.window.samples.size();
-    for (int i = 0; n > 0 && i < kRangesPerChallenge; ++i) {
-      if (!picks.empty()) picks += ',';
-      picks += std::to_string(randombytes_uniform(static_cast<uint32_t>(n)));
-    }
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, "
-                                             "address, behind_nat, rate, created, expires, "
-                                             "last_beat, proven, proof_nonce, proof_picks) "
-                                             "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                                             "RETURNING id"));
-    s.Bind(1, model_row)
-        .Bind(2, req.ring)
-        .Bind(3, req.window)
-        .Bind(4, req.node)
-        .Bind(5, req.address)
-        .Bind(6, req.behind_nat ? 1 : 0)
-        .Bind(7, w.rate)
-        .Bind(8, now)
-        .Bind(9, now + lease_s)
-        .Bind(10, now)
-        .Bind(11, n == 0 ? 1 : 0)
-        .Bind(12, ToHex(nonce))
-        .Bind(13, picks);
+    auto inserted = InsertClaim(req, model_row, w.rate, grant.window.samples.size(), now, lease_s);
     grant.window.samples.clear();  // the market's secret: never sent
-    auto inserted = s.Step();
-    if (!inserted.ok() || !*inserted) {
-      const Status st = inserted.ok() ? Error("no id returned") : inserted.status();
+    if (!inserted.ok()) {
       // Another process took it between our read and our write (UNIQUE constraints).
       return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
-                   req.window, req.ring, req.model, st.message());
+                   req.window, req.ring, req.model, inserted.status().message());
     }
-    claim_id = s.Int(0);
-    KV_RETURN_IF_ERROR(s.Run());  // SQLite commits no statement left halfway
+    claim_id = *inserted;
     KV_RETURN_IF_ERROR(BumpEpoch(model_row, req.ring));
   }
   KV_ASSIGN_OR_RETURN(grant.claim, ReadClaim(claim_id));
@@ -303,6 +274,44 @@ Status Store::RecordCheckOnce(int64_t claim, const std::string& node, const std:
   }
   KV_RETURN_IF_ERROR(s.Run());
   return txn->Commit();
+}
+
+Result<int64_t> Store::InsertClaim(const ClaimRequest& req, int64_t model_row, double rate,
+                                   size_t n_samples, double now, double lease_s) {
+  // The challenge: a fresh nonce and kRangesPerChallenge of the window's samples.
+  std::string nonce(kProofNonceBytes, '\0');
+  randombytes_buf(nonce.data(), nonce.size());
+  std::string picks;
+  for (int i = 0; n_samples > 0 && i < kRangesPerChallenge; ++i) {
+    if (!picks.empty()) picks += ',';
+    picks += std::to_string(randombytes_uniform(static_cast<uint32_t>(n_samples)));
+  }
+  KV_ASSIGN_OR_RETURN(
+      auto s, db_->Prepare(fmt::format(
+                  "INSERT INTO claims(model, ring, window, node, address, behind_nat, rate, "
+                  "created, expires, last_beat, proven, proof_nonce, proof_picks, standby) "
+                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {}) RETURNING id",
+                  req.standby ? "(SELECT COALESCE(MAX(standby), 0) + 1 FROM claims WHERE model = "
+                                "?1 AND ring = ?2 AND window = ?3)"
+                              : "0")));
+  s.Bind(1, model_row)
+      .Bind(2, req.ring)
+      .Bind(3, req.window)
+      .Bind(4, req.node)
+      .Bind(5, req.address)
+      .Bind(6, req.behind_nat ? 1 : 0)
+      .Bind(7, rate)
+      .Bind(8, now)
+      .Bind(9, now + lease_s)
+      .Bind(10, now)
+      .Bind(11, n_samples == 0 ? 1 : 0)
+      .Bind(12, ToHex(nonce))
+      .Bind(13, picks);
+  KV_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return Error("no id returned");
+  const int64_t id = s.Int(0);
+  KV_RETURN_IF_ERROR(s.Run());  // SQLite commits no statement left halfway
+  return id;
 }
 
 }  // namespace kvasir::market

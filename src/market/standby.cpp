@@ -2,13 +2,10 @@
 // window has a claim of its own with a standby number above 0 (a lease, a challenge to prove its
 // bytes, the same deadlines as any claim), and the oldest proven standby of a window whose claim
 // is gone becomes that window's claim, keeping its id, before any new claimer can take it.
-#include <fmt/format.h>
-#include <sodium.h>
 
 #include <set>
 #include <tuple>
 
-#include "market/signed_request.h"
 #include "market/store.h"
 #include "market/store_rows.h"
 
@@ -25,40 +22,17 @@ Result<std::pair<int64_t, bool>> Store::StandBy(const ClaimRequest& req, int64_t
         s.Bind(1, now + lease_s).Bind(2, now).Bind(3, req.address).Bind(4, c.id).Run());
     return std::pair<int64_t, bool>(c.id, true);
   }
-  std::string nonce(kProofNonceBytes, '\0');
-  randombytes_buf(nonce.data(), nonce.size());
-  std::string picks;
-  for (int i = 0; n_samples > 0 && i < kRangesPerChallenge; ++i) {
-    if (!picks.empty()) picks += ',';
-    picks += std::to_string(randombytes_uniform(static_cast<uint32_t>(n_samples)));
+  if (w.standbys.size() >= kMaxStandbysPerWindow) {
+    return Error(StatusCode::kConflict,
+                 "window {} of ring {} of '{}' has {} standbys already, the most a window has",
+                 req.window, req.ring, req.model, w.standbys.size());
   }
-  KV_ASSIGN_OR_RETURN(
-      auto s, db_->Prepare("INSERT INTO claims(model, ring, window, node, address, behind_nat, "
-                           "rate, created, expires, last_beat, proven, proof_nonce, proof_picks, "
-                           "standby) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                           "?13, (SELECT COALESCE(MAX(standby), 0) + 1 FROM claims WHERE model = "
-                           "?1 AND ring = ?2 AND window = ?3)) RETURNING id"));
-  s.Bind(1, model_row)
-      .Bind(2, req.ring)
-      .Bind(3, req.window)
-      .Bind(4, req.node)
-      .Bind(5, req.address)
-      .Bind(6, req.behind_nat ? 1 : 0)
-      .Bind(7, w.rate)
-      .Bind(8, now)
-      .Bind(9, now + lease_s)
-      .Bind(10, now)
-      .Bind(11, n_samples == 0 ? 1 : 0)
-      .Bind(12, ToHex(nonce))
-      .Bind(13, picks);
-  auto inserted = s.Step();
-  if (!inserted.ok() || !*inserted) {
-    const Status st = inserted.ok() ? Error("no id returned") : inserted.status();
+  auto inserted = InsertClaim(req, model_row, w.rate, n_samples, now, lease_s);
+  if (!inserted.ok()) {
     return Error(StatusCode::kConflict, "standby for window {} of ring {} of '{}': {}", req.window,
-                 req.ring, req.model, st.message());
+                 req.ring, req.model, inserted.status().message());
   }
-  const int64_t id = s.Int(0);
-  KV_RETURN_IF_ERROR(s.Run());  // SQLite commits no statement left halfway
+  const int64_t id = *inserted;
   return std::pair<int64_t, bool>(id, false);
 }
 

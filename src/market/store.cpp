@@ -100,9 +100,9 @@ constexpr AddedColumn kAddedColumns[] = {
 };
 
 // Standbys (docs/MARKET.md, "Standbys") are claims with a standby number above 0, so a window
-// has one serving claim and any number of standbys. A claims table made before them has
-// UNIQUE(model, ring, window), which no added column can relax: it is copied into the table
-// of the schema above.
+// has one serving claim and up to kMaxStandbysPerWindow standbys. A claims table made before them
+// has UNIQUE(model, ring, window), which no added column can relax: it is copied into the table of
+// the schema above.
 Result<bool> AddStandbyColumn(Db* db) {
   KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT 1 FROM pragma_table_info('claims') WHERE name = "
                                           "'standby'"));

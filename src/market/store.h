@@ -36,6 +36,9 @@ inline constexpr double kMaxForgivenSilenceSeconds = 600;
 inline constexpr double kCreditBurstSeconds = 60;
 // The longest cool-down an evicted key waits before it may claim again.
 inline constexpr double kMaxCooldownSeconds = 86400;
+// Standbys a window may have at once: keys are free, and every heartbeat of a neighbour names
+// them all (and its stage may dial each), so a flood of keys must not grow either.
+inline constexpr size_t kMaxStandbysPerWindow = 4;
 
 // When claims that do not serve are evicted (docs/MARKET.md, "Claims must serve"). A claim in a
 // complete ring must serve the ring's epoch (and have proved that it holds its window's bytes)
@@ -401,6 +404,11 @@ class Store {
   Result<std::pair<int64_t, bool>> StandBy(const ClaimRequest& req, int64_t model_row,
                                            const WindowState& w, size_t n_samples, double now,
                                            double lease_s);
+  // Inserts the claim (standby: the window's next standby number) of `req` with a fresh challenge
+  // of kRangesPerChallenge of its `n_samples` range samples (proven at once when it has none);
+  // returns its id, or the database's refusal (another node took the place first).
+  Result<int64_t> InsertClaim(const ClaimRequest& req, int64_t model_row, double rate,
+                              size_t n_samples, double now, double lease_s);
   // Deletes a claim as evicted (epoch bumped, the node's cool-down started).
   Status Evict(int64_t claim, int64_t model_row, int ring, const std::string& node, double now);
   // A claim's challenge: its nonce (hex) and the samples it picked, with their

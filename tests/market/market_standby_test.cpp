@@ -157,6 +157,22 @@ TEST_F(StandbyTest, AStandbyNeedsAHeldWindowOtherThanTheHeadAndHoldsNothingElse)
   EXPECT_EQ(w["standbys"][1]["node"], Hex(keys_[4]));
 }
 
+TEST_F(StandbyTest, AWindowTakesAtMostFourStandbysAndTheyCoverNothing) {
+  ASSERT_EQ(Claim(keys_[1], 1, kT0).status, 201);
+  // An uncovered window's rate counts the uncovered windows of the model: standbys are not held
+  // windows, so windows 0 and 2 keep the rate they had.
+  const json rate0 = Window(kT0, 0)["rate"];
+  for (int k = 2; k < 6; ++k) StandById(keys_[k], 1, kT0);
+  EXPECT_EQ(Window(kT0, 0)["rate"], rate0);
+  EXPECT_EQ(Window(kT0, 2)["rate"], rate0);
+  // Keys are free: a fifth would make every neighbour's heartbeat name one more.
+  ApiResponse r = StandBy(keys_[6], 1, kT0);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_NE(Reason(r).find("has 4 standbys already"), std::string::npos) << Reason(r);
+  EXPECT_EQ(Window(kT0, 1)["standbys"].size(), 4u);
+  EXPECT_EQ(StandBy(keys_[2], 1, kT0 + 1).status, 200);  // one of the four still renews
+}
+
 TEST_F(StandbyTest, AWindowWhoseLeaseLapsesGoesToItsOldestStandbyBeforeAnyClaimer) {
   const auto ids = FillRing(kT0);
   const int64_t s1 = StandById(keys_[3], 1, kT0);
