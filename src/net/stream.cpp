@@ -206,7 +206,9 @@ Result<Listener> Listener::Bind(const std::string& host, uint16_t port) {
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+    // The kernel's whole accept queue (capped by net.core.somaxconn): a flood of connections
+    // that overflows a short queue drops honest SYNs, and each costs its client a 1 s retransmit.
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
       l.fd_ = fd;
       break;
     }
