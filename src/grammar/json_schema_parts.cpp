@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "base/json_escape.h"
+
 namespace kvasir::grammar::json_parts {
 namespace {
 
@@ -128,35 +130,7 @@ std::string Magnitude(const std::string& a, const std::optional<std::string>& b,
 
 }  // namespace
 
-std::string Literal(std::string_view bytes) {
-  std::string out = "\"";
-  for (unsigned char c : bytes) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          out += fmt::format("\\x{:02X}", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string Literal(std::string_view bytes) { return "\"" + JsonEscape(bytes) + "\""; }
 
 std::string Class(const CodePointSet& set) {
   std::string out = "[";

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/json_escape.h"
 #include "grammar/json_schema.h"
 #include "ring/tail_sampler.h"
 #include "ring/wire.h"
@@ -78,20 +79,7 @@ std::string FreeRuleName(const std::string& text) {
 }
 
 // `text` as a grammar literal.
-std::string Literal(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string Literal(std::string_view text) { return "\"" + JsonEscape(text) + "\""; }
 
 // A string parameter's value: text without "</" (without "<" when its minLength or maxLength
 // bound its characters), or

@@ -3,11 +3,10 @@
 // The arguments object is built as the markup arrives, in the compact form the JSON calls are
 // returned in ({"P":VALUE,...}), and every byte added to it is shown at once, so the pieces of a
 // call joined are its arguments.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/json_escape.h"
 #include "serve/tool_output.h"
 
 namespace kvasir::serve {
@@ -35,38 +34,6 @@ size_t PartialMarker(std::string_view s, std::string_view marker) {
     if (marker.starts_with(s.substr(s.size() - n))) return n;
   }
   return 0;
-}
-
-// Bytes of a JSON string's contents: quotes, backslashes and control characters escaped, other
-// bytes as they are (so a character split across pieces stays whole once joined).
-std::string EscapeJson(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 // The types a parameter's schema names ("type": "x" or ["x", ...]); empty when none.
@@ -106,7 +73,7 @@ std::string ValueJson(const std::vector<std::string>& types, std::string_view te
         v.is_string() && std::find(types.begin(), types.end(), "string") != types.end();
     if (!v.is_discarded() && !is_text) return v.dump();
   }
-  return "\"" + EscapeJson(text) + "\"";
+  return "\"" + JsonEscape(text) + "\"";
 }
 
 }  // namespace
@@ -250,13 +217,13 @@ bool ToolCallParser::XmlStep(bool final, Output* out) {
       if (end == std::string::npos) {
         if (xml_.value_is_string) {  // shows what cannot be the start of the end marker
           const size_t shown = h.size() - PartialMarker(h, kParameterEnd);
-          XmlArgs(EscapeJson(h.substr(0, shown)), out);
+          XmlArgs(JsonEscape(h.substr(0, shown)), out);
           take(shown);
         }
         return wait();
       }
       if (xml_.value_is_string) {
-        XmlArgs(EscapeJson(h.substr(0, end)) + "\"", out);
+        XmlArgs(JsonEscape(h.substr(0, end)) + "\"", out);
       } else {
         const auto types = ParamTypes(FindTool(xml_.call.name), xml_.param);
         XmlArgs(ValueJson(types, h.substr(0, end)), out);
