@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -24,7 +23,7 @@
 #include "net/nginx_fixture.h"
 #include "ring/client.h"
 #include "ring/ring_test_util.h"
-#include "ring/sampling_wire.h"
+#include "ring/streaming_clients.h"
 #include "test_assets.h"
 
 namespace kvasir::market {
@@ -37,28 +36,9 @@ using testing::ChildProcess;
 constexpr int kTokens = 160;  // per session: long enough to be mid-stream when a node dies
 constexpr double kLeaseS = 8;
 
-SamplingParams ClientSampling(int i) {
-  SamplingParams p = testing::Greedy();
-  if (i % 2 == 1) {
-    p.temperature = 0.9f;
-    p.top_k = 20;
-    p.seed = 2000 + static_cast<uint64_t>(i);
-  }
-  return p;
-}
-
-std::string ClientPrompt(int i) {
-  const char* prompts[] = {"Once upon a time", "The little dog", "Lily went to the park",
-                           "One day, a bird"};
-  return prompts[i % 4];
-}
-
-struct ClientRun {
-  std::vector<int32_t> ids;
-  std::string error;
-  double pause_ms = 0;
-  int seen_at_disturb = -1;
-};
+SamplingParams ClientSampling(int i) { return testing::StreamSampling(i, 2000); }
+using testing::ClientRun;
+using testing::StreamPrompt;
 
 class StandbyRingTest : public ::testing::Test {
  protected:
@@ -173,75 +153,24 @@ class StandbyRingTest : public ::testing::Test {
   }
 
   // `n` clients stream from the ring's head at once; once each has `before` tokens, `disturb`
-  // runs. Each client's ids, error and longest wait between two tokens come back.
+  // runs.
   std::vector<ClientRun> StreamWhile(int n, int before, const std::function<void()>& disturb) {
     auto ring = client_->Get("/v1/rings/stories260K");
     EXPECT_TRUE(ring.ok()) << ring.status().message();
     if (!ring.ok()) return {};
-    const std::string head = (*ring)["head"]["address"].get<std::string>();
     ring::ClientOptions co;
     co.head_key = *ring::ParsePublicKey((*ring)["head"]["node"].get<std::string>());
     co.token_timeout_ms = 60000;
     co.link_timeout_ms = 2000;
-    std::vector<ClientRun> runs(static_cast<size_t>(n));
-    std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        ClientRun& r = runs[static_cast<size_t>(i)];
-        auto c = ring::RingClient::Connect(head, co);
-        if (!c.ok()) {
-          r.error = c.status().message();
-          seen[static_cast<size_t>(i)] = kTokens;
-          return;
-        }
-        ring::GenerateMsg req;
-        req.prompt = ClientPrompt(i);
-        req.sampling = ring::SamplingToWire(ClientSampling(i), kTokens, /*ignore_eog=*/true);
-        Clock::time_point last = Clock::now();
-        auto res = (*c)->Generate(req, [&](const ring::TokenMsg& t) {
-          const auto now = Clock::now();
-          if (!r.ids.empty()) {
-            r.pause_ms =
-                std::max(r.pause_ms, std::chrono::duration<double, std::milli>(now - last).count());
-          }
-          last = now;
-          r.ids.push_back(t.token.id);
-          seen[static_cast<size_t>(i)] = static_cast<int>(r.ids.size());
-        });
-        if (!res.ok()) r.error = res.status().message();
-        seen[static_cast<size_t>(i)] = kTokens;
-      });
-    }
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    auto all_seen = [&] {
-      for (auto& s : seen) {
-        if (s.load() < before) return false;
-      }
-      return true;
-    };
-    while (!all_seen() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    for (int i = 0; i < n; ++i) runs[static_cast<size_t>(i)].seen_at_disturb = seen[i].load();
-    disturb();
-    for (auto& t : threads) t.join();
-    return runs;
+    return testing::StreamWhile((*ring)["head"]["address"].get<std::string>(), co, n, kTokens,
+                                before, disturb, ClientSampling);
   }
   void ExpectUndisturbed(const std::vector<ClientRun>& runs, const std::string& what) {
-    ASSERT_FALSE(runs.empty());
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const ClientRun& r = runs[i];
-      const int c = static_cast<int>(i);
-      EXPECT_EQ(r.error, "") << what << ", client " << i;
-      EXPECT_LT(r.seen_at_disturb, kTokens) << what << ", client " << i << " had finished";
-      EXPECT_EQ(r.ids, testing::GenerateLocally(model_, ClientPrompt(c), ClientSampling(c), kTokens,
-                                                /*n_ctx=*/256, /*ignore_eog=*/true)
-                           .ids)
-          << what << ", client " << i;
-      std::printf("%s: client %zu paused %.0f ms (%d tokens before)\n", what.c_str(), i, r.pause_ms,
-                  r.seen_at_disturb);
-    }
+    testing::ExpectUndisturbed(runs, what, kTokens, [&](int c) {
+      return testing::GenerateLocally(model_, StreamPrompt(c), ClientSampling(c), kTokens,
+                                      /*n_ctx=*/256, /*ignore_eog=*/true)
+          .ids;
+    });
   }
 
   testing::TempDir dir_;

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -15,8 +14,8 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "ring/client.h"
-#include "ring/sampling_wire.h"
 #include "ring_test_util.h"
+#include "streaming_clients.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -95,97 +94,27 @@ std::vector<int32_t> Reference(const std::string& prompt, const SamplingParams& 
 }
 
 // Client i's request: greedy for even i, seeded sampling at temperature 0.9 for odd i.
-SamplingParams ClientSampling(int i) {
-  SamplingParams p = testing::Greedy();
-  if (i % 2 == 1) {
-    p.temperature = 0.9f;
-    p.top_k = 20;
-    p.seed = 1000 + static_cast<uint64_t>(i);
-  }
-  return p;
-}
-
-std::string ClientPrompt(int i) {
-  const char* prompts[] = {"Once upon a time", "The little dog", "Lily went to the park",
-                           "One day, a bird"};
-  return prompts[i % 4];
-}
+SamplingParams ClientSampling(int i) { return testing::StreamSampling(i, 1000); }
+std::string ClientPrompt(int i) { return testing::StreamPrompt(i); }
+using testing::ClientRun;
 
 // `n` clients stream at once; once each has `before` tokens, `disturb` runs (a stage is killed
-// or frozen). Each client's ids, error and longest wait between two tokens come back.
-struct ClientRun {
-  std::vector<int32_t> ids;
-  std::string error;
-  double pause_ms = 0;
-  int seen_at_disturb = -1;
-};
-
+// or frozen).
 std::vector<ClientRun> StreamWhile(
     const std::string& head, int n, int before, const std::function<void()>& disturb,
     const std::function<SamplingParams(int)>& sampling = ClientSampling) {
-  std::vector<ClientRun> runs(static_cast<size_t>(n));
-  std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      ClientRun& r = runs[static_cast<size_t>(i)];
-      ring::ClientOptions opt;
-      opt.ring_secret = testing::kTestRingSecret;
-      opt.token_timeout_ms = 60000;
-      opt.link_timeout_ms = 2000;  // as the stages': its keepalives keep the head's link up
-      auto client = ring::RingClient::Connect(head, opt);
-      if (!client.ok()) {
-        r.error = client.status().message();
-        seen[static_cast<size_t>(i)] = kTokens;
-        return;
-      }
-      ring::GenerateMsg req;
-      req.prompt = ClientPrompt(i);
-      req.sampling = ring::SamplingToWire(sampling(i), kTokens, /*ignore_eog=*/true);
-      Clock::time_point last = Clock::now();
-      auto res = (*client)->Generate(req, [&](const ring::TokenMsg& t) {
-        const auto now = Clock::now();
-        if (!r.ids.empty()) {
-          r.pause_ms =
-              std::max(r.pause_ms, std::chrono::duration<double, std::milli>(now - last).count());
-        }
-        last = now;
-        r.ids.push_back(t.token.id);
-        seen[static_cast<size_t>(i)] = static_cast<int>(r.ids.size());
-      });
-      if (!res.ok()) r.error = res.status().message();
-      seen[static_cast<size_t>(i)] = kTokens;  // done either way
-    });
-  }
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  auto all_seen = [&] {
-    for (auto& s : seen) {
-      if (s.load() < before) return false;
-    }
-    return true;
-  };
-  while (!all_seen() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (int i = 0; i < n; ++i) runs[static_cast<size_t>(i)].seen_at_disturb = seen[i].load();
-  disturb();
-  for (auto& t : threads) t.join();
-  return runs;
+  ring::ClientOptions opt;
+  opt.ring_secret = testing::kTestRingSecret;
+  opt.token_timeout_ms = 60000;
+  opt.link_timeout_ms = 2000;  // as the stages': its keepalives keep the head's link up
+  return testing::StreamWhile(head, opt, n, kTokens, before, disturb, sampling);
 }
 
 // Every client got its reference output, and was mid-stream when the ring was disturbed.
 void ExpectUndisturbed(const std::vector<ClientRun>& runs, const std::string& what,
                        const std::function<SamplingParams(int)>& sampling = ClientSampling) {
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const ClientRun& r = runs[i];
-    EXPECT_EQ(r.error, "") << what << ", client " << i;
-    EXPECT_LT(r.seen_at_disturb, kTokens) << what << ", client " << i << " had finished";
-    EXPECT_EQ(r.ids,
-              Reference(ClientPrompt(static_cast<int>(i)), sampling(static_cast<int>(i)), kTokens))
-        << what << ", client " << i;
-    std::printf("%s: client %zu paused %.0f ms (%d tokens before)\n", what.c_str(), i, r.pause_ms,
-                r.seen_at_disturb);
-  }
+  testing::ExpectUndisturbed(
+      runs, what, kTokens, [&](int i) { return Reference(ClientPrompt(i), sampling(i), kTokens); });
 }
 
 // Waits until every stage of the ring reports no session open; returns their records then.
