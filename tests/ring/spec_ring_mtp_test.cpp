@@ -4,7 +4,6 @@
 // with one nextn block (`kvasir synth --nextn 1`), rings of 1 and 3 stages, 8 sessions at once.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,16 +14,13 @@
 #include "model/layer_window.h"
 #include "ring/spec_tail.h"
 #include "ring_test_util.h"
-#include "spec_prompts.h"
+#include "spec_ring_util.h"
 #include "test_assets.h"
 
 namespace kvasir {
 namespace {
 
 using testing::AssetPath;
-using testing::GenerateLocally;
-using testing::GenerateOnRing;
-using testing::Greedy;
 using testing::LocalRing;
 using testing::TempDir;
 
@@ -49,15 +45,8 @@ std::string SynthWithNextn(const TempDir& dir) {
 
 std::unique_ptr<LocalRing> StartMtpRing(const std::string& model, int n_stages,
                                         spec::DraftKind kind) {
-  return LocalRing::Start(model, n_stages, wire::Dtype::kF32, 256, 64, 256,
-                          [&](int i, ring::StageOptions& o) {
-                            if (i != n_stages - 1) return;
-                            o.draft.kind = kind;
-                            o.draft.max_tokens = 4;
-                          });
+  return testing::StartDraftingRing(model, n_stages, testing::DraftWith(kind));
 }
-
-const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
 // Eight sessions at once on rings of 1 and 3 stages, with --draft mtp and with auto (which picks
 // mtp on a model with a nextn block): the greedy tokens and their logits are exactly those of
@@ -67,26 +56,13 @@ TEST(SpecRingMtp, GreedyOutputEqualsNonSpeculative) {
   TempDir dir;
   const std::string model = SynthWithNextn(dir);
   const int n_predict = 40;
-  std::vector<testing::Generation> local;
-  for (const std::string& prompt : Prompts()) {
-    local.push_back(GenerateLocally(model, prompt, Greedy(), n_predict));
-  }
+  const std::vector<testing::Generation> local = testing::GreedyLocally(model, n_predict);
   for (int n_stages : {1, 3}) {
     for (spec::DraftKind kind : {spec::DraftKind::kMtp, spec::DraftKind::kAuto}) {
       auto ring = StartMtpRing(model, n_stages, kind);
       ASSERT_NE(ring, nullptr);
-      std::vector<std::future<testing::Generation>> futures;
-      for (const std::string& prompt : Prompts()) {
-        futures.push_back(std::async(std::launch::async, [&, prompt] {
-          return GenerateOnRing(ring->head(), prompt, Greedy(), n_predict);
-        }));
-      }
-      for (size_t i = 0; i < Prompts().size(); ++i) {
-        const auto got = futures[i].get();
-        EXPECT_EQ(got.ids, local[i].ids) << n_stages << " stages: " << Prompts()[i];
-        EXPECT_EQ(got.logits, local[i].logits) << "verify rows give the logits of single rows";
-        EXPECT_EQ(got.text, local[i].text);
-      }
+      testing::ExpectGreedySessionsEqual(ring->head(), local, n_predict,
+                                         std::to_string(n_stages) + " stages");
       const ring::DraftTotals totals = ring->stage(n_stages - 1).draft_totals();
       EXPECT_EQ(totals.drafter, "mtp") << n_stages << " stages";
       EXPECT_GT(totals.steps, 0u) << n_stages << " stages: no verify chunk ran";

@@ -6,12 +6,11 @@
 // disagrees); rollback across two windows leaves nothing behind, hybrid states included.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <string>
 #include <vector>
 
 #include "ring_test_util.h"
-#include "spec_prompts.h"
+#include "spec_ring_util.h"
 #include "test_assets.h"
 
 namespace kvasir {
@@ -29,24 +28,15 @@ std::unique_ptr<LocalRing> StartOverlapRing(const std::string& model, int n_stag
                                             spec::DraftKind kind, const std::string& draft,
                                             int windows, double min_acceptance,
                                             int max_tokens = 4) {
-  return LocalRing::Start(model, n_stages, wire::Dtype::kF32, 256, 64, 256,
-                          [&](int i, ring::StageOptions& o) {
-                            if (i != n_stages - 1) return;
-                            o.draft.kind = kind;
-                            o.draft.model_path = draft;
-                            o.draft.max_tokens = max_tokens;
-                            o.draft.windows = windows;
-                            o.draft.overlap_min_acceptance = min_acceptance;
-                          });
+  spec::DraftOptions o = testing::DraftWith(kind, draft, max_tokens);
+  o.windows = windows;
+  o.overlap_min_acceptance = min_acceptance;
+  return testing::StartDraftingRing(model, n_stages, o);
 }
 
 const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
-struct OverlapCase {
-  std::string model;
-  int n_stages;
-  spec::DraftKind kind;
-};
+using OverlapCase = testing::SpecCase;
 
 class OverlapRingTest : public ::testing::TestWithParam<OverlapCase> {};
 
@@ -61,19 +51,9 @@ TEST_P(OverlapRingTest, GreedyOutputEqualsNonSpeculative) {
   auto ring = StartOverlapRing(model, c.n_stages, c.kind, self ? model : "", 3, self ? 0.8 : 0.0);
   ASSERT_NE(ring, nullptr);
   const int n_predict = 40;
-  std::vector<std::future<testing::Generation>> futures;
-  for (const std::string& prompt : Prompts()) {
-    futures.push_back(std::async(std::launch::async, [&, prompt] {
-      return GenerateOnRing(ring->head(), prompt, Greedy(), n_predict);
-    }));
-  }
-  for (size_t i = 0; i < Prompts().size(); ++i) {
-    const auto got = futures[i].get();
-    const auto local = GenerateLocally(model, Prompts()[i], Greedy(), n_predict);
-    EXPECT_EQ(got.ids, local.ids) << c.model << ", " << c.n_stages << " stages: " << Prompts()[i];
-    EXPECT_EQ(got.logits, local.logits);
-    EXPECT_EQ(got.text, local.text);
-  }
+  testing::ExpectGreedySessionsEqual(ring->head(), testing::GreedyLocally(model, n_predict),
+                                     n_predict,
+                                     c.model + ", " + std::to_string(c.n_stages) + " stages");
   const ring::DraftTotals t = ring->stage(c.n_stages - 1).draft_totals();
   EXPECT_GT(t.guessed, 0u) << "windows were guessed ahead";
   if (self) {
@@ -96,14 +76,7 @@ std::vector<OverlapCase> Cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OverlapRingTest, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) {
-                           std::string s = info.param.model.substr(0, info.param.model.size() - 5);
-                           for (char& ch : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return s + "_" + std::to_string(info.param.n_stages) + "_stages_" +
-                                  (info.param.kind == spec::DraftKind::kModel ? "model" : "ngram");
-                         });
+                         [](const auto& info) { return testing::SpecCaseName(info.param); });
 
 // A draft model that often disagrees, with windows guessed at any acceptance: most guesses fail,
 // and every stage drops the rows of two windows at a time. Every token equals a fresh run's, and
@@ -136,20 +109,8 @@ TEST(OverlapRingRollback, HybridStatesAfterFailedGuessesEqualOnePass) {
   for (int n_stages : {1, 3, 4}) {
     auto ring = StartOverlapRing(model, n_stages, spec::DraftKind::kModel, model, 2, 0.0);
     ASSERT_NE(ring, nullptr);
-    std::vector<std::future<testing::Generation>> futures;
-    for (size_t i = 0; i < Prompts().size(); ++i) {
-      futures.push_back(std::async(std::launch::async, [&, i] {
-        SamplingParams p;
-        p.temperature = 1.0f;
-        p.seed = 77 + i;
-        return GenerateOnRing(ring->head(), Prompts()[i], p, 40);
-      }));
-    }
-    for (size_t i = 0; i < Prompts().size(); ++i) {
-      const auto got = futures[i].get();
-      EXPECT_EQ(got.logits, testing::TeacherForcedLogits(model, Prompts()[i], got.ids))
-          << n_stages << " stages: " << Prompts()[i];
-    }
+    testing::ExpectSampledSessionsEqualOnePass(ring->head(), model,
+                                               std::to_string(n_stages) + " stages");
     const ring::DraftTotals t = ring->stage(n_stages - 1).draft_totals();
     // (Guesses that hold on the hybrid model: the greedy cases of OverlapRingTest.)
     EXPECT_GT(t.guessed - t.confirmed, 10u) << n_stages << " stages: too few failed guesses";

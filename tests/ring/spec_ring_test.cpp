@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,7 +14,7 @@
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "ring_test_util.h"
-#include "spec_prompts.h"
+#include "spec_ring_util.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,28 +26,17 @@ using testing::GenerateLocally;
 using testing::GenerateOnRing;
 using testing::Greedy;
 using testing::LocalRing;
-using testing::TeacherForcedLogits;
 
 // A ring of `model` over `n_stages` whose last stage drafts with `kind` (the draft model: `draft`).
 std::unique_ptr<LocalRing> StartDraftingRing(const std::string& model, int n_stages,
                                              spec::DraftKind kind, const std::string& draft = "",
                                              int max_tokens = 4) {
-  return LocalRing::Start(model, n_stages, wire::Dtype::kF32, 256, 64, 256,
-                          [&](int i, ring::StageOptions& o) {
-                            if (i != n_stages - 1) return;
-                            o.draft.kind = kind;
-                            o.draft.model_path = draft;
-                            o.draft.max_tokens = max_tokens;
-                          });
+  return testing::StartDraftingRing(model, n_stages, testing::DraftWith(kind, draft, max_tokens));
 }
 
 const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
-struct SpecCase {
-  std::string model;
-  int n_stages;
-  spec::DraftKind kind;
-};
+using testing::SpecCase;
 
 class SpecRingTest : public ::testing::TestWithParam<SpecCase> {};
 
@@ -63,19 +51,9 @@ TEST_P(SpecRingTest, GreedyOutputEqualsNonSpeculative) {
       StartDraftingRing(model, c.n_stages, c.kind, c.kind == spec::DraftKind::kModel ? model : "");
   ASSERT_NE(ring, nullptr);
   const int n_predict = 40;
-  std::vector<std::future<testing::Generation>> futures;
-  for (const std::string& prompt : Prompts()) {
-    futures.push_back(std::async(std::launch::async, [&, prompt] {
-      return GenerateOnRing(ring->head(), prompt, Greedy(), n_predict);
-    }));
-  }
-  for (size_t i = 0; i < Prompts().size(); ++i) {
-    const auto got = futures[i].get();
-    const auto local = GenerateLocally(model, Prompts()[i], Greedy(), n_predict);
-    EXPECT_EQ(got.ids, local.ids) << c.model << ", " << c.n_stages << " stages: " << Prompts()[i];
-    EXPECT_EQ(got.logits, local.logits) << "verify rows give the logits of single rows";
-    EXPECT_EQ(got.text, local.text);
-  }
+  testing::ExpectGreedySessionsEqual(ring->head(), testing::GreedyLocally(model, n_predict),
+                                     n_predict,
+                                     c.model + ", " + std::to_string(c.n_stages) + " stages");
   const ring::DraftTotals totals = ring->stage(c.n_stages - 1).draft_totals();
   EXPECT_EQ(totals.drafter, c.kind == spec::DraftKind::kModel ? "model" : "ngram");
   // The synthetic models' random weights never repeat a phrase, so prompt lookup finds nothing.
@@ -103,14 +81,8 @@ std::vector<SpecCase> Cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SpecRingTest, ::testing::ValuesIn(Cases()), [](const auto& info) {
-  std::string s = info.param.model.substr(0, info.param.model.size() - 5);
-  for (char& ch : s) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return s + "_" + std::to_string(info.param.n_stages) + "_stages_" +
-         (info.param.kind == spec::DraftKind::kModel ? "model" : "ngram");
-});
+INSTANTIATE_TEST_SUITE_P(Models, SpecRingTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return testing::SpecCaseName(info.param); });
 
 // With temperature, speculative rejection sampling draws from the seeded RNG in a fixed order:
 // the same request gives the same tokens again.
@@ -214,20 +186,8 @@ TEST(SpecRingRollback, HybridStatesAfterRejectionsEqualOnePass) {
   for (int n_stages : {1, 3, 4}) {
     auto ring = StartDraftingRing(model, n_stages, spec::DraftKind::kModel, model, 4);
     ASSERT_NE(ring, nullptr);
-    std::vector<std::future<testing::Generation>> futures;
-    for (size_t i = 0; i < Prompts().size(); ++i) {
-      futures.push_back(std::async(std::launch::async, [&, i] {
-        SamplingParams p;
-        p.temperature = 1.0f;
-        p.seed = 77 + i;
-        return GenerateOnRing(ring->head(), Prompts()[i], p, 40);
-      }));
-    }
-    for (size_t i = 0; i < Prompts().size(); ++i) {
-      const auto got = futures[i].get();
-      EXPECT_EQ(got.logits, TeacherForcedLogits(model, Prompts()[i], got.ids))
-          << n_stages << " stages: " << Prompts()[i];
-    }
+    testing::ExpectSampledSessionsEqualOnePass(ring->head(), model,
+                                               std::to_string(n_stages) + " stages");
     const ring::DraftTotals totals = ring->stage(n_stages - 1).draft_totals();
     EXPECT_GT(totals.drafted - totals.accepted, 10u) << n_stages << " stages: too few rejections";
     EXPECT_GT(totals.accepted, 0u);
