@@ -15,10 +15,13 @@
 #include "ring/sampling_wire.h"
 #include "ring/spec_tail.h"
 #include "ring/verify_rows.h"
+#include "tail_test_util.h"
 #include "test_assets.h"
 
 namespace kvasir::ring {
 namespace {
+
+using testing::RoundTrip;
 
 TEST(ExtendVerifySpan, ChunksBackToBackMakeOneSpan) {
   VerifySpan span = ExtendVerifySpan({}, 5, 5, 16);
@@ -42,17 +45,6 @@ TEST(ExtendVerifySpan, AChunkElsewhereStartsAnewAndTheSpanIsBounded) {
   EXPECT_EQ(span.n_rows, 17);
   EXPECT_EQ(*KeepBeforeChunk(span, 50, 34), 34);
   EXPECT_FALSE(KeepBeforeChunk(span, 50, 33).ok());
-}
-
-Result<Message> RoundTrip(const Message& m) {
-  KV_RETURN_IF_ERROR(CheckEncodable(m));
-  const std::vector<uint8_t> bytes = EncodeMessage(m);
-  FrameDecoder decoder;
-  decoder.Feed(bytes);
-  auto frame = decoder.Next();
-  if (!frame.ok()) return frame.status();
-  if (!frame->has_value()) return Error("no frame");
-  return DecodeMessage(**frame);
 }
 
 TEST(OverlapWire, AGuessedWindowIsATokenWithItsDraftsAndTheAheadFlag) {
@@ -96,9 +88,7 @@ TEST(OverlapWire, AGuessedWindowIsATokenWithItsDraftsAndTheAheadFlag) {
 constexpr int kVocab = 16;
 
 std::vector<float> Rows(const std::vector<int32_t>& argmax) {
-  std::vector<float> l(argmax.size() * kVocab, 0.0f);
-  for (size_t i = 0; i < argmax.size(); ++i) l[i * kVocab + static_cast<size_t>(argmax[i])] = 5.0f;
-  return l;
+  return testing::ArgmaxRows(argmax, kVocab);
 }
 
 bool NoEog(int32_t) { return false; }
@@ -107,11 +97,7 @@ class OverlapTailTest : public ::testing::Test {
  protected:
   void SetUp() override {
     KV_REQUIRE_ASSET("models/stories260K.gguf");
-    auto file = GgufFile::Open(testing::AssetPath("models/stories260K.gguf"));
-    ASSERT_TRUE(file.ok());
-    auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-    auto cfg = LoadModelConfig(*shared);
-    auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, WindowOptions{});
+    auto w = testing::LoadWholeModel(testing::AssetPath("models/stories260K.gguf"));
     ASSERT_TRUE(w.ok()) << w.status().message();
     window_ = std::move(w).value();
     spec_ = Spec(3, 0.0);

@@ -13,6 +13,7 @@
 #include "ring/batch_drafter.h"
 #include "ring/sampling_wire.h"
 #include "spec/model_drafter.h"
+#include "tail_test_util.h"
 #include "test_assets.h"
 
 namespace kvasir::ring {
@@ -22,20 +23,14 @@ constexpr int kVocab = 16;
 
 // Rows of logits whose argmax is `argmax[i]`.
 std::vector<float> Rows(const std::vector<int32_t>& argmax) {
-  std::vector<float> l(argmax.size() * kVocab, 0.0f);
-  for (size_t i = 0; i < argmax.size(); ++i) l[i * kVocab + static_cast<size_t>(argmax[i])] = 5.0f;
-  return l;
+  return testing::ArgmaxRows(argmax, kVocab);
 }
 
 class SpecTailTest : public ::testing::Test {
  protected:
   void SetUp() override {
     KV_REQUIRE_ASSET("models/stories260K.gguf");
-    auto file = GgufFile::Open(testing::AssetPath("models/stories260K.gguf"));
-    ASSERT_TRUE(file.ok());
-    auto shared = std::make_shared<const GgufFile>(std::move(file).value());
-    auto cfg = LoadModelConfig(*shared);
-    auto w = LayerWindow::Load(shared, {0, cfg->n_layer, true, true}, WindowOptions{});
+    auto w = testing::LoadWholeModel(testing::AssetPath("models/stories260K.gguf"));
     ASSERT_TRUE(w.ok()) << w.status().message();
     window_ = std::move(w).value();
     spec::DraftOptions o;

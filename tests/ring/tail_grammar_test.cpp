@@ -18,6 +18,7 @@
 #include "ring/tail_sampler.h"
 #include "ring/vocab_trie.h"
 #include "ring_test_util.h"
+#include "tail_test_util.h"
 #include "test_assets.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,16 +59,6 @@ std::string SchemaGrammar() {
   auto text = grammar::JsonSchemaGrammarText(*schema);
   EXPECT_TRUE(text.ok()) << text.status().message();
   return text.ok() ? *text : "";
-}
-
-Result<Message> RoundTrip(const Message& m) {
-  KV_RETURN_IF_ERROR(ring::CheckEncodable(m));
-  std::vector<uint8_t> bytes = ring::EncodeMessage(m);
-  ring::FrameDecoder dec;
-  dec.Feed(bytes);
-  auto frame = dec.Next();
-  if (!frame.ok()) return frame.status();
-  return ring::DecodeMessage(**frame);
 }
 
 // The frame of `m` with its payload changed by `edit`, decoded.

@@ -8,9 +8,12 @@
 
 #include "ring/frame.h"
 #include "ring/messages.h"
+#include "tail_test_util.h"
 
 namespace kvasir::ring {
 namespace {
+
+using testing::RoundTrip;
 
 TEST(KeepBeforeChunk, AChunkThatContinuesTheSessionUndoesNothing) {
   EXPECT_EQ(*KeepBeforeChunk({}, 10, 10), 10);
@@ -32,17 +35,6 @@ TEST(KeepBeforeChunk, RowsThatWereNotDraftsAreNeverUndone) {
   EXPECT_FALSE(KeepBeforeChunk({5, 5}, 12, 8).ok()) << "rows ran after the verify chunk";
   const Status s = KeepBeforeChunk({5, 5}, 10, 2).status();
   EXPECT_NE(s.message().find("position 2"), std::string::npos) << s.message();
-}
-
-Result<Message> RoundTrip(const Message& m) {
-  KV_RETURN_IF_ERROR(CheckEncodable(m));
-  const std::vector<uint8_t> bytes = EncodeMessage(m);
-  FrameDecoder decoder;
-  decoder.Feed(bytes);
-  auto frame = decoder.Next();
-  if (!frame.ok()) return frame.status();
-  if (!frame->has_value()) return Error("no frame");
-  return DecodeMessage(**frame);
 }
 
 TEST(SpeculationWire, TokenCarriesItsDraftsAndTheMoreFlag) {
