@@ -83,6 +83,28 @@ inline std::vector<std::string> SynthArgs(const std::string& out, const std::str
           AssetPath("models/stories260K.gguf"), "--type", type, "--seed", seed, "-o", out};
 }
 
+// `kvasir synth` arguments for a small Qwen3.5 hybrid with the stories260K tokenizer: `layers`
+// layers 64 wide (4 query heads and 2 KV heads of 32, SSM state 16 in 2 groups, 4 value heads);
+// as FFN, 4 experts of 64 with 2 used (qwen35moe) or a dense one `dense_ff` wide (qwen35).
+inline std::vector<std::string> HybridSynthArgs(const std::string& out, const std::string& arch,
+                                                const std::string& type, const std::string& seed,
+                                                const std::string& layers = "4",
+                                                const std::string& dense_ff = "96") {
+  std::vector<std::string> v = {"synth", "--arch", arch, "--layers", layers, "--type",
+                                type,    "--seed", seed, "-o",       out};
+  for (const char* a : {"--embd", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "32",
+                        "--ssm-state", "16", "--ssm-groups", "2", "--ssm-v-heads", "4"}) {
+    v.push_back(a);
+  }
+  v.insert(v.end(), {"--vocab-from", AssetPath("models/stories260K.gguf")});
+  if (arch == "qwen35moe") {
+    v.insert(v.end(), {"--experts", "4", "--experts-used", "2", "--expert-ff", "64"});
+  } else {
+    v.insert(v.end(), {"--ff", dense_ff});
+  }
+  return v;
+}
+
 // A usage error: exit 2, nothing on stdout, one line "kvasir <cmd>: ..." naming `mentions` and
 // pointing to --help.
 inline void ExpectUsageError(const RunResult& r, const std::string& cmd,

@@ -33,20 +33,7 @@ RunResult Kvasir(const std::vector<std::string>& args) { return testing::RunKvas
 // A small qwen35moe: 8 layers (attention at 3 and 7), 4 experts of which 2 are used.
 std::vector<std::string> HybridArgs(const std::string& out, const std::string& arch,
                                     const std::string& type) {
-  std::vector<std::string> v = {"synth", "--arch", arch, "--layers", "8", "--embd", "64",
-                                "--heads", "4", "--kv-heads", "2", "--head-dim", "32",
-                                "--ssm-state", "16", "--ssm-groups", "2", "--ssm-v-heads", "4",
-                                "--vocab-from", AssetPath(kVocab), "--type", type, "--seed", "3",
-                                "-o", out};
-  if (arch == "qwen35moe") {
-    for (const char* a : {"--experts", "4", "--experts-used", "2", "--expert-ff", "64"}) {
-      v.push_back(a);
-    }
-  } else {
-    v.push_back("--ff");
-    v.push_back("128");
-  }
-  return v;
+  return testing::HybridSynthArgs(out, arch, type, "3", "8", "128");
 }
 
 TEST(CliHybridTest, SynthQwen35MoeGeneratesSlicesAndRunsAsARing) {

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,13 +72,8 @@ TEST(CliRingSpecTest, RunDraftsWithTheModelsOwnNextnBlock) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
   const std::string model = dir.File("nextn.gguf");
-  std::vector<std::string> synth;
-  std::istringstream words(
-      "synth --arch qwen35moe --layers 4 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 "
-      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 24 --nextn 1 "
-      "--experts 4 --experts-used 2 --expert-ff 64");
-  for (std::string w; words >> w;) synth.push_back(w);
-  synth.insert(synth.end(), {"--vocab-from", AssetPath(kStories), "-o", model});
+  std::vector<std::string> synth = testing::HybridSynthArgs(model, "qwen35moe", "f32", "24");
+  synth.insert(synth.end(), {"--nextn", "1"});
   ASSERT_EQ(RunKvasir(synth).code, 0);
   auto run = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"run",      "-m", model, "-t",     "1", "-p",

@@ -145,41 +145,9 @@ TEST(CliSpecTest, SynthWritesNextnBlocksAfterTheStack) {
   KV_REQUIRE_ASSET(kStories);
   TempDir dir;
   auto synth = [&](const std::string& out, const std::string& nextn) {
-    return Kvasir({"synth",
-                   "--arch",
-                   "qwen35moe",
-                   "--layers",
-                   "4",
-                   "--embd",
-                   "64",
-                   "--heads",
-                   "4",
-                   "--kv-heads",
-                   "2",
-                   "--head-dim",
-                   "32",
-                   "--ssm-state",
-                   "16",
-                   "--ssm-groups",
-                   "2",
-                   "--ssm-v-heads",
-                   "4",
-                   "--experts",
-                   "4",
-                   "--experts-used",
-                   "2",
-                   "--expert-ff",
-                   "64",
-                   "--vocab-from",
-                   AssetPath(kStories),
-                   "--type",
-                   "q8_0",
-                   "--seed",
-                   "5",
-                   "--nextn",
-                   nextn,
-                   "-o",
-                   out});
+    std::vector<std::string> args = testing::HybridSynthArgs(out, "qwen35moe", "q8_0", "5");
+    args.insert(args.end(), {"--nextn", nextn});
+    return Kvasir(args);
   };
   const std::string plain = dir.File("plain.gguf"), mtp = dir.File("mtp.gguf");
   RunResult a = synth(plain, "0");

@@ -4,7 +4,6 @@
 // with one nextn block (`kvasir synth --nextn 1`), rings of 1 and 3 stages, 8 sessions at once.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,13 +30,8 @@ constexpr char kStories[] = "models/stories260K.gguf";
 // is accepted, so a verify chunk keeps more than its first row.
 std::string SynthWithNextn(const TempDir& dir) {
   const std::string out = dir.File("qwen35moe-nextn.gguf");
-  std::vector<std::string> args;
-  std::istringstream words(
-      "synth --arch qwen35moe --layers 4 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 "
-      "--ssm-state 16 --ssm-groups 2 --ssm-v-heads 4 --type f32 --seed 24 --nextn 1 "
-      "--experts 4 --experts-used 2 --expert-ff 64");
-  for (std::string w; words >> w;) args.push_back(w);
-  args.insert(args.end(), {"--vocab-from", AssetPath(kStories), "-o", out});
+  std::vector<std::string> args = testing::HybridSynthArgs(out, "qwen35moe", "f32", "24");
+  args.insert(args.end(), {"--nextn", "1"});
   const testing::RunResult r = testing::RunKvasir(args);
   EXPECT_EQ(r.code, 0) << r.err;
   return out;

@@ -32,40 +32,8 @@ constexpr char kStories[] = "models/stories260K.gguf";
 // block, f32 weights so the float64 reference reads them as they are.
 std::string Synth(const TempDir& dir, const std::string& arch, const std::string& type = "f32") {
   const std::string out = dir.File(arch + ".gguf");
-  std::vector<std::string> args = {"synth",
-                                   "--arch",
-                                   arch,
-                                   "--layers",
-                                   "4",
-                                   "--embd",
-                                   "64",
-                                   "--heads",
-                                   "4",
-                                   "--kv-heads",
-                                   "2",
-                                   "--head-dim",
-                                   "32",
-                                   "--ssm-state",
-                                   "16",
-                                   "--ssm-groups",
-                                   "2",
-                                   "--ssm-v-heads",
-                                   "4",
-                                   "--vocab-from",
-                                   AssetPath(kStories),
-                                   "--type",
-                                   type,
-                                   "--seed",
-                                   "11",
-                                   "--nextn",
-                                   "1",
-                                   "-o",
-                                   out};
-  if (arch == "qwen35moe") {
-    args.insert(args.end() - 2, {"--experts", "4", "--experts-used", "2", "--expert-ff", "64"});
-  } else {
-    args.insert(args.end() - 2, {"--ff", "96"});
-  }
+  std::vector<std::string> args = testing::HybridSynthArgs(out, arch, type, "11");
+  args.insert(args.end(), {"--nextn", "1"});
   const testing::RunResult r = RunKvasir(args);
   EXPECT_EQ(r.code, 0) << r.err;
   return out;
