@@ -17,98 +17,22 @@ model="$assets/models/stories260K.gguf"
 pids=()
 # shellcheck source=netns_lib.sh
 source "$(dirname "$0")/netns_lib.sh"
+# shellcheck source=market_lib.sh
+source "$(dirname "$0")/market_lib.sh"
 
 require_netns nft "nftables (nft)"
 command -v nginx >/dev/null || missing "nginx is not installed"
 command -v curl >/dev/null || missing "curl is not installed"
 command -v python3 >/dev/null || missing "python3 is not installed"
 
-tag=$$
-pub=kv-spub-$tag
-phone=kv-sphone-$tag
-two_hosts "$pub" "$phone" 79 "sp$tag" "sf$tag"
-ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
-table inet carrier_nat {
-  chain input {
-    type filter hook input priority 0; policy accept;
-    iif lo accept
-    ct state established,related accept
-    tcp flags syn ct state new drop
-  }
-}
-NFT
-in_pub() { ip netns exec "$pub" "$@"; }
-dump_logs() {
-  for f in "$work"/*.log; do echo "--- $(basename "$f")"; tail -n 30 "$f"; done
-}
-die() { dump_logs; fail "$*"; }
-
-mkdir -p "$work/files" "$work/nginx"
-cp "$model" "$work/files/stories260K.gguf"
-cat >"$work/nginx/nginx.conf" <<EOF
-user root;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
-  server { listen 10.79.0.1:8081; root $work/files; }
-}
-EOF
-ip netns exec "$pub" nginx -c "$work/nginx/nginx.conf" &
-pids+=($!)
-
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-  -subj /CN=10.79.0.1 -addext subjectAltName=IP:10.79.0.1 \
-  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
-(umask 077 && head -c 32 /dev/urandom >"$work/relay.secret")
-ip netns exec "$pub" "$bin" relay --listen 10.79.0.1:8443 --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
-  --secret-file "$work/relay.secret" 2>"$work/relay.log" &
-pids+=($!)
-
-db="$work/market.sqlite"
-"$bin" market add-model --db "$db" --model "$model" --url http://10.79.0.1:8081/stories260K.gguf \
-  --windows 3 --ctx 256 >/dev/null 2>"$work/add-model.log" || die "add-model failed"
-market_url=https://10.79.0.1:8080
+market_hosts sp 79
 lease=8
-ip netns exec "$pub" "$bin" market --db "$db" --listen 10.79.0.1:8080 --relay wss://10.79.0.1:8443 \
-  --relay-secret-file "$work/relay.secret" --lease $lease --tls-cert "$work/cert.pem" \
-  --tls-key "$work/key.pem" 2>>"$work/market.log" &
-pids+=($!)
-get() { in_pub curl -fsS --max-time 10 --cacert "$work/cert.pem" "$market_url$1"; }
-for _ in $(seq 100); do get /health >/dev/null 2>&1 && break; sleep 0.1; done
-get /health >/dev/null || die "the market does not answer on $market_url"
+start_market
+join_flags=(--link-timeout 2 --repair-timeout 20)
 
-map() { get /v1/map; }
 # Reads ring 0 of the map with a Python expression over `r` (the ring) and prints its value.
 ring_py() { map | python3 -c "import json,sys; r=json.load(sys.stdin)['models'][0]['rings'][0]; print($1)"; }
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
-  local limit=$1 what=$2
-  shift 2
-  for _ in $(seq $((limit * 5))); do
-    "$@" && return 0
-    sleep 0.2
-  done
-  map
-  die "$what: not within $limit s"
-}
 ring_ready() { [ "$(ring_py "r['ready']")" = True ]; }
-node_key() { "$bin" id --key "$work/$1.key" 2>/dev/null; }
-join() {  # join NAME NAMESPACE [FLAGS...]
-  local name=$1 ns=$2
-  shift 2
-  ip netns exec "$ns" "$bin" join --market "$market_url" --key "$work/$name.key" --memory 1GiB \
-    --cache "$work/cache-$name" --ca "$work/cert.pem" --poll 0.5 -t 1 --link-timeout 2 \
-    --repair-timeout 20 "$@" 2>"$work/join-$name.log" &
-  pids+=($!)
-  eval "pid_$name=$!"
-}
 join a "$pub" --listen 10.79.0.1:0
 join b "$pub" --listen 10.79.0.1:0
 join c "$pub" --listen 10.79.0.1:0

@@ -26,6 +26,8 @@ model="$assets/models/stories260K.gguf"
 pids=()
 # shellcheck source=netns_lib.sh
 source "$(dirname "$0")/netns_lib.sh"
+# shellcheck source=market_lib.sh
+source "$(dirname "$0")/market_lib.sh"
 # shellcheck source=page_check.sh
 source "$(dirname "$0")/page_check.sh"
 
@@ -33,105 +35,15 @@ require_netns nft "nftables (nft)"
 command -v nginx >/dev/null || missing "nginx is not installed"
 command -v curl >/dev/null || missing "curl is not installed"
 
-tag=$$
-pub=kv-mpub-$tag
-phone=kv-mphone-$tag
-two_hosts "$pub" "$phone" 78 "mp$tag" "mf$tag"
-ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
-table inet carrier_nat {
-  chain input {
-    type filter hook input priority 0; policy accept;
-    iif lo accept
-    ct state established,related accept
-    tcp flags syn ct state new drop
-  }
-}
-NFT
-in_pub() { ip netns exec "$pub" "$@"; }
-in_phone() { ip netns exec "$phone" "$@"; }
-dump_logs() {
-  for f in "$work"/*.log; do echo "--- $(basename "$f")"; tail -n 25 "$f"; done
-}
-die() { dump_logs; fail "$*"; }
-
-# The model file, served with Range support by nginx on the public host.
-mkdir -p "$work/files" "$work/nginx"
-cp "$model" "$work/files/stories260K.gguf"
-cat >"$work/nginx/nginx.conf" <<EOF
-user root;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
-  server { listen 10.78.0.1:8081; root $work/files; }
-}
-EOF
-# Background processes are started with `ip netns exec` directly (not through a function), so
-# `pids` holds the processes themselves and the cleanup stops them.
-ip netns exec "$pub" nginx -c "$work/nginx/nginx.conf" &
-pids+=($!)
-
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-  -subj /CN=10.78.0.1 -addext subjectAltName=IP:10.78.0.1 \
-  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
-(umask 077 && head -c 32 /dev/urandom >"$work/relay.secret")
-ip netns exec "$pub" "$bin" relay --listen 10.78.0.1:8443 --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" \
-  --secret-file "$work/relay.secret" 2>"$work/relay.log" &
-pids+=($!)
-
-db="$work/market.sqlite"
-"$bin" market add-model --db "$db" --model "$model" --url http://10.78.0.1:8081/stories260K.gguf \
-  --windows 3 --ctx 256 >"$work/add-model.out" 2>"$work/add-model.log" || die "add-model failed"
+market_hosts m 78
 cat "$work/add-model.out"
-market_url=https://10.78.0.1:8080
 lease=6
-start_market() {
-  ip netns exec "$pub" "$bin" market --db "$db" --listen 10.78.0.1:8080 --relay wss://10.78.0.1:8443 \
-    --relay-secret-file "$work/relay.secret" --lease $lease --tls-cert "$work/cert.pem" \
-    --tls-key "$work/key.pem" 2>>"$work/market.log" &
-  market_pid=$!
-  pids+=($market_pid)
-  for _ in $(seq 100); do
-    get /health >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  die "the market does not answer on $market_url"
-}
-# GET PATH from the market, trusting only its own certificate.
-get() { in_pub curl -fsS --max-time 10 --cacert "$work/cert.pem" "$market_url$1"; }
 start_market
 
-map() { get /v1/map; }
 # The number of windows of ring 0 in `state`.
 count_state() { map | grep -o "\"state\":\"$1\"" | wc -l; }
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
-  local limit=$1 what=$2
-  shift 2
-  for _ in $(seq $((limit * 5))); do
-    "$@" && return 0
-    sleep 0.2
-  done
-  map
-  die "$what: not within $limit s"
-}
 ring_ready() { map | grep -q '"ready":true'; }
 
-node_key() { "$bin" id --key "$work/$1.key" 2>/dev/null; }
-join() {  # join NAME NAMESPACE [FLAGS...]
-  local name=$1 ns=$2
-  shift 2
-  ip netns exec "$ns" "$bin" join --market "$market_url" --key "$work/$name.key" --memory 1GiB \
-    --cache "$work/cache-$name" --ca "$work/cert.pem" --poll 0.5 -t 1 "$@" 2>"$work/join-$name.log" &
-  pids+=($!)
-  eval "pid_$name=$!"
-}
 join a "$pub" --listen 10.78.0.1:0
 join b "$pub" --listen 10.78.0.1:0
 join phone "$phone" --behind-nat

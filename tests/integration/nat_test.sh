@@ -24,20 +24,9 @@ pub=kv-pub-$tag
 phone=kv-phone-$tag
 two_hosts "$pub" "$phone" 77 "vp$tag" "vf$tag"
 # The phone's NAT: answers to its own connections come in, new inbound connections do not.
-ip netns exec "$phone" nft -f - <<'NFT' || fail "cannot load the nftables rules"
-table inet carrier_nat {
-  chain input {
-    type filter hook input priority 0; policy accept;
-    iif lo accept
-    ct state established,related accept
-    tcp flags syn ct state new drop
-  }
-}
-NFT
+carrier_nat "$phone"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-  -subj /CN=10.77.0.1 -addext subjectAltName=IP:10.77.0.1 \
-  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
+make_cert 10.77.0.1
 head -c 32 /dev/urandom >"$work/secret"
 
 in_pub() { ip netns exec "$pub" "$@"; }

@@ -1,5 +1,5 @@
 # Shared by the network-namespace tests (nat_test.sh, capture_test.sh, market_test.sh,
-# market_standby_nat_test.sh): source it
+# market_standby_nat_test.sh; the last two through market_lib.sh): source it
 # after setting `pids` (an array of background processes to stop on exit). A test skips (exit 77)
 # only where something it needs is missing and KVASIR_REQUIRE_ASSETS is not 1; under
 # KVASIR_REQUIRE_ASSETS=1 (CI) every missing prerequisite, root and namespaces included, fails it.
@@ -61,4 +61,26 @@ netns_cleanup() {
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
   rm -rf "$work"
+}
+
+# A simulated carrier NAT in namespace NS: an nftables input chain lets in answers to NS's own
+# connections and drops every new inbound TCP connection.
+carrier_nat() {  # carrier_nat NS
+  ip netns exec "$1" nft -f - <<'NFT' || fail "cannot load the nftables rules"
+table inet carrier_nat {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    tcp flags syn ct state new drop
+  }
+}
+NFT
+}
+
+# A self-signed certificate for IP, valid for a day: $work/cert.pem and its key $work/key.pem.
+make_cert() {  # make_cert IP
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj "/CN=$1" -addext "subjectAltName=IP:$1" \
+    -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1 || fail "openssl cannot make a certificate"
 }
