@@ -56,7 +56,7 @@ struct GenerateMsg {  // GENERATE, client -> head
   SamplingExtra extra;             // with sampling.flags & kSamplingExtra
   bool report_cached = false;      // wire::kGenerateReportCached
   // wire::kGenerateClientCount: the receipt id the client will sign its count for.
-  std::optional<std::array<uint8_t, 16>> receipt_id;
+  std::optional<std::array<uint8_t, 16>> receipt_id{};
 };
 
 struct OpenSessionMsg {  // OPEN_SESSION
@@ -115,7 +115,7 @@ struct CloseMsg {        // CLOSE_SESSION
   uint8_t reason = 0;    // wire::FinishReason
   // Client -> head only: the client's signed count for the session (a wire::ClientCount after
   // the body), when its GENERATE carried a receipt id.
-  std::optional<wire::ClientCount> count;
+  std::optional<wire::ClientCount> count{};
 };
 
 struct PingMsg {  // PING, or PONG when `pong`

@@ -39,8 +39,8 @@ struct ToolCall {
 struct ChatTurn {
   std::string role;  // "system", "user", "assistant" or "tool" ("developer" arrives as "system")
   std::string content;
-  std::vector<ToolCall> tool_calls;  // assistant: the calls it made (content may then be empty)
-  std::string tool_call_id;          // tool: the call this message answers
+  std::vector<ToolCall> tool_calls{};  // assistant: the calls it made (content may then be empty)
+  std::string tool_call_id{};          // tool: the call this message answers
 };
 
 // A function the model may call (tools[i] with type "function").

@@ -39,7 +39,9 @@ class MarketScaleTest : public MarketFixture {
     auto beat = store_->Heartbeat(kvasir::testing::Hex(keys_[k]), claim, -1, now, 30);
     ASSERT_TRUE(beat.ok()) << beat.status().message();
     for (const WindowState& w : beat->ring.windows) {
-      if (!w.claim) EXPECT_DOUBLE_EQ(w.rate, want) << "window " << w.window;
+      if (!w.claim) {
+        EXPECT_DOUBLE_EQ(w.rate, want) << "window " << w.window;
+      }
     }
   }
 };

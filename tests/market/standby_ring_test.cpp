@@ -257,7 +257,9 @@ TEST_F(StandbyRingTest, AKilledMiddleNodeIsReplacedByAMarketStandbyAndClientsLos
   }));
   EXPECT_TRUE(LogSays(standby, "is the window's claim now", 5)) << standby.log();
   for (size_t i = 0; i < 4; ++i) {
-    if (i != victim) EXPECT_EQ(restarts(i), restarts_before[i]) << "node " << i << " restarted";
+    if (i != victim) {
+      EXPECT_EQ(restarts(i), restarts_before[i]) << "node " << i << " restarted";
+    }
   }
   auto after = StreamWhile(2, 0, [] {});
   for (size_t i = 0; i < after.size(); ++i) {

@@ -234,7 +234,8 @@ TEST(RingCodecTest, StatsRepairCountsRoundTrip) {
   for (bool with_drafts : {false, true}) {
     StatsMsg s{{Stats(0), Stats(1)}};
     if (with_drafts) s.drafts = {wire::DraftStatsWire{{'n', 'g', 'r', 'a', 'm'}, 1, 2, 3}, {}};
-    s.repairs = {wire::RepairStatsWire{8, 120, 3, 8, 1600, 250}, wire::RepairStatsWire{0, 0, 123}};
+    s.repairs = {wire::RepairStatsWire{8, 120, 3, 8, 1600, 250},
+                 wire::RepairStatsWire{0, 0, 123, 0, 0, 0}};
     const auto back = std::get<StatsMsg>(RoundTrip(s));
     ExpectSameMessage(s, back);
     ASSERT_EQ(back.repairs.size(), 2u);

@@ -48,7 +48,7 @@ struct StageSpec {
   bool standby = false;
   double repair_timeout_s = 20;
   int replay_mb = -1;              // --replay-mb; -1: the default
-  std::vector<std::string> extra;  // more flags (the last stages': drafting)
+  std::vector<std::string> extra{};  // more flags (the last stages': drafting)
 };
 
 std::unique_ptr<ChildProcess> StartStage(const StageSpec& s, const testing::TempDir& logs) {

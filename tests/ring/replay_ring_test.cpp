@@ -77,7 +77,9 @@ std::unique_ptr<testing::FakeNeighbours> StartStage(int first, int last, size_t 
       o, testing::FakeStageHello(AssetPath(kModel), 0, first),
       testing::FakeStageHello(AssetPath(kModel), tail ? 0 : last, tail ? first : 5));
   EXPECT_NE(fake, nullptr);
-  if (fake != nullptr) EXPECT_TRUE(fake->WaitForwarding());
+  if (fake != nullptr) {
+    EXPECT_TRUE(fake->WaitForwarding());
+  }
   return fake;
 }
 

@@ -437,7 +437,9 @@ TEST(TailLogprobsRingTest, AreTheLogSoftmaxOfOneProcesssLogits) {
       const ring::TokenLogprob& e = t.logprobs[k];
       EXPECT_NEAR(e.logprob, lp(e.id), 1e-5);
       EXPECT_EQ(e.piece, (*tok)->TokenToPiece(e.id));
-      if (k > 1) EXPECT_LE(e.logprob, t.logprobs[k - 1].logprob);
+      if (k > 1) {
+        EXPECT_LE(e.logprob, t.logprobs[k - 1].logprob);
+      }
     }
     // Nothing outside the top five beats the fifth.
     int better = 0;

@@ -107,7 +107,9 @@ TEST(TimingTraceRingTest, EveryStageTracesTheRowsInTheOrderTheyCrossTheRing) {
   for (size_t i = 0; i < chain.size(); ++i) {
     ASSERT_NE(chain[i], nullptr) << "step " << i << " missing:\n" << err;
     EXPECT_EQ(chain[i]->fields.at("session"), open->fields.at("session")) << i;
-    if (i > 0) EXPECT_GE(chain[i]->us, chain[i - 1]->us) << "step " << i;
+    if (i > 0) {
+      EXPECT_GE(chain[i]->us, chain[i - 1]->us) << "step " << i;
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -369,8 +370,10 @@ TEST(TrustTest, SecureStreamCarriesBytesAndRejectsTampering) {
   EXPECT_EQ(s.code(), StatusCode::kUnauthenticated) << s.message();
   // Replay: the first record again after itself.
   const size_t rec1 = 4 + 100 + crypto_secretstream_xchacha20poly1305_ABYTES;
-  std::vector<uint8_t> replayed(wire.begin(), wire.begin() + 24 + rec1);
-  replayed.insert(replayed.end(), wire.begin() + 24, wire.begin() + 24 + rec1);
+  // [header (24), record 1, record 1 again]
+  std::vector<uint8_t> replayed(24 + 2 * rec1);
+  std::copy(wire.begin(), wire.begin() + 24 + rec1, replayed.begin());
+  std::copy(wire.begin() + 24, wire.begin() + 24 + rec1, replayed.begin() + 24 + rec1);
   s = open(replayed);
   EXPECT_EQ(s.code(), StatusCode::kUnauthenticated) << s.message();
   auto huge = wire;
