@@ -17,9 +17,6 @@ namespace kvasir {
 namespace {
 
 using testing::AssetPath;
-using testing::GenerateLocally;
-using testing::GenerateOnRing;
-using testing::Greedy;
 using testing::LocalRing;
 
 // A ring whose last stage drafts with `kind` and keeps `windows` verify windows in flight,
@@ -33,8 +30,6 @@ std::unique_ptr<LocalRing> StartOverlapRing(const std::string& model, int n_stag
   o.overlap_min_acceptance = min_acceptance;
   return testing::StartDraftingRing(model, n_stages, o);
 }
-
-const std::vector<std::string>& Prompts() { return testing::SpecPrompts(); }
 
 using OverlapCase = testing::SpecCase;
 
@@ -88,12 +83,7 @@ TEST(OverlapRingRollback, AfterManyFailedGuessesAContinuationEqualsAFreshRun) {
   auto ring = StartOverlapRing(model, 3, spec::DraftKind::kModel,
                                AssetPath("models/stories260K-q4_0.gguf"), 2, 0.0, 6);
   ASSERT_NE(ring, nullptr);
-  for (const std::string& prompt : {Prompts()[0], Prompts()[0], Prompts()[4]}) {
-    const auto got = GenerateOnRing(ring->head(), prompt, Greedy(), 64);
-    const auto local = GenerateLocally(model, prompt, Greedy(), 64);
-    EXPECT_EQ(got.ids, local.ids) << prompt;
-    EXPECT_EQ(got.logits, local.logits) << prompt;
-  }
+  testing::ExpectContinuationsEqualFreshRuns(ring->head(), model);
   const ring::DraftTotals t = ring->stage(2).draft_totals();
   EXPECT_GT(t.drafted - t.accepted, 10u) << "too few rejections to test";
   EXPECT_GT(t.guessed - t.confirmed, 10u) << "too few failed guesses to test";
@@ -124,15 +114,7 @@ TEST(OverlapRingSampling, SeededTemperatureRunRepeats) {
   const std::string model = AssetPath("models/stories260K.gguf");
   auto ring = StartOverlapRing(model, 3, spec::DraftKind::kModel, model, 3, 0.0);
   ASSERT_NE(ring, nullptr);
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.seed = 1234;
-  const std::string prompt = Prompts()[1];
-  const auto first = GenerateOnRing(ring->head(), prompt, p, 48);
-  const auto second = GenerateOnRing(ring->head(), prompt, p, 48);
-  EXPECT_EQ(first.ids, second.ids);
-  EXPECT_EQ(first.logits, second.logits);
-  EXPECT_EQ(first.ids.size(), 48u);
+  testing::ExpectSeededRunRepeats(ring->head());
   EXPECT_GT(ring->stage(2).draft_totals().guessed, 0u);
 }
 

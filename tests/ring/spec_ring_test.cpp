@@ -24,7 +24,6 @@ namespace {
 using testing::AssetPath;
 using testing::GenerateLocally;
 using testing::GenerateOnRing;
-using testing::Greedy;
 using testing::LocalRing;
 
 // A ring of `model` over `n_stages` whose last stage drafts with `kind` (the draft model: `draft`).
@@ -91,15 +90,7 @@ TEST(SpecRingSampling, SeededTemperatureRunRepeats) {
   const std::string model = AssetPath("models/stories260K.gguf");
   auto ring = StartDraftingRing(model, 3, spec::DraftKind::kNgram);
   ASSERT_NE(ring, nullptr);
-  SamplingParams p;
-  p.temperature = 0.8f;
-  p.seed = 1234;
-  const std::string prompt = Prompts()[1];
-  const auto first = GenerateOnRing(ring->head(), prompt, p, 48);
-  const auto second = GenerateOnRing(ring->head(), prompt, p, 48);
-  EXPECT_EQ(first.ids, second.ids);
-  EXPECT_EQ(first.logits, second.logits);
-  EXPECT_EQ(first.ids.size(), 48u);
+  testing::ExpectSeededRunRepeats(ring->head());
   EXPECT_GT(ring->stage(2).draft_totals().drafted, 0u);
   // STATS carries the counts around the ring: zeros for the stages that do not draft.
   auto client = ring::RingClient::Connect(ring->head(), 20000, testing::kTestRingSecret);
@@ -166,12 +157,7 @@ TEST(SpecRingRollback, AfterManyRejectionsAContinuationEqualsAFreshRun) {
   auto ring = StartDraftingRing(model, 3, spec::DraftKind::kModel,
                                 AssetPath("models/stories260K-q4_0.gguf"), 6);
   ASSERT_NE(ring, nullptr);
-  for (const std::string& prompt : {Prompts()[0], Prompts()[0], Prompts()[4]}) {
-    const auto got = GenerateOnRing(ring->head(), prompt, Greedy(), 64);
-    const auto local = GenerateLocally(model, prompt, Greedy(), 64);
-    EXPECT_EQ(got.ids, local.ids) << prompt;
-    EXPECT_EQ(got.logits, local.logits) << prompt;
-  }
+  testing::ExpectContinuationsEqualFreshRuns(ring->head(), model);
   const ring::DraftTotals totals = ring->stage(2).draft_totals();
   EXPECT_GT(totals.drafted - totals.accepted, 10u) << "too few rejections to test";
 }

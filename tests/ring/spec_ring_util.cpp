@@ -82,6 +82,28 @@ void ExpectSampledSessionsEqualOnePass(const std::string& head, const std::strin
   }
 }
 
+void ExpectContinuationsEqualFreshRuns(const std::string& head, const std::string& model) {
+  const std::vector<std::string>& prompts = SpecPrompts();
+  for (const std::string& prompt : {prompts[0], prompts[0], prompts[4]}) {
+    const Generation got = GenerateOnRing(head, prompt, Greedy(), 64);
+    const Generation local = GenerateLocally(model, prompt, Greedy(), 64);
+    EXPECT_EQ(got.ids, local.ids) << prompt;
+    EXPECT_EQ(got.logits, local.logits) << prompt;
+  }
+}
+
+void ExpectSeededRunRepeats(const std::string& head) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.seed = 1234;
+  const std::string& prompt = SpecPrompts()[1];
+  const Generation first = GenerateOnRing(head, prompt, p, 48);
+  const Generation second = GenerateOnRing(head, prompt, p, 48);
+  EXPECT_EQ(first.ids, second.ids);
+  EXPECT_EQ(first.logits, second.logits);
+  EXPECT_EQ(first.ids.size(), 48u);
+}
+
 std::string SpecCaseName(const SpecCase& c) {
   std::string s = c.model.ends_with(".gguf") ? c.model.substr(0, c.model.size() - 5) : c.model;
   for (char& ch : s) {

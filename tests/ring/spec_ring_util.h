@@ -42,6 +42,16 @@ void ExpectGreedySessionsEqual(const std::string& head, const std::vector<Genera
 void ExpectSampledSessionsEqualOnePass(const std::string& head, const std::string& model,
                                        const std::string& what);
 
+// Sessions one after another on the ring at `head`, greedy, 64 tokens: "Once upon a time" twice
+// (the second one continues from what the prompt cache kept of the first) and "Lily and Ben went
+// to the park"; each one's ids and logits equal a fresh run of `model` in one process.
+void ExpectContinuationsEqualFreshRuns(const std::string& head, const std::string& model);
+
+// The same request at temperature 0.8 with a seed, twice on the ring at `head`: 48 tokens, the
+// same ids and logits both times (what is drafted and guessed follows from the session's tokens,
+// never from timing).
+void ExpectSeededRunRepeats(const std::string& head);
+
 // A case of the parameterised speculation ring tests: a model file of the assets' models/, the
 // ring's stages, and what its last stage drafts with.
 struct SpecCase {
