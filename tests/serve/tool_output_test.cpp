@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "mangle.h"
+
 namespace kvasir::serve {
 namespace {
 
@@ -294,20 +296,7 @@ TEST(ToolOutputTest, MangledCallsReadTheSameWholeAndSplit) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 400; ++round) {
     std::string text = seeds[round % seeds.size()];
-    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
-      const size_t at = rng() % (text.size() + 1);
-      const char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          text.insert(at, 1, c);
-          break;
-        case 1:
-          if (at < text.size()) text.erase(at, 1);
-          break;
-        default:
-          if (at < text.size()) text[at] = c;
-      }
-    }
+    testing::Mangle(&text, alphabet, rng);
     for (ChatFamily f : {ChatFamily::kChatMl, ChatFamily::kLlama3, ChatFamily::kMistralV3}) {
       for (bool forced : {false, true}) {
         const ToolSyntax syntax = ToolSyntaxFor(f, forced);

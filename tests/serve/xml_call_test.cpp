@@ -9,6 +9,7 @@
 
 #include "grammar/grammar_test_util.h"
 #include "grammar/schema_validator.h"
+#include "mangle.h"
 #include "serve/tool_grammar.h"
 #include "serve/tool_output.h"
 #include "serve/tool_prompt.h"
@@ -189,20 +190,7 @@ TEST(XmlCallTest, MangledCallsReadTheSameWholeAndSplit) {
   for (int round = 0; round < 300; ++round) {
     std::string text =
         "ok " + kParisCall + "\n<tool_call>\n<function=now>\n</function>\n</tool_call>";
-    for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
-      const size_t at = rng() % (text.size() + 1);
-      const char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          text.insert(at, 1, c);
-          break;
-        case 1:
-          if (at < text.size()) text.erase(at, 1);
-          break;
-        default:
-          if (at < text.size()) text[at] = c;
-      }
-    }
+    testing::Mangle(&text, alphabet, rng);
     const Read whole = ReadBack(text);
     const Read split = ReadBack(text, 1 + rng() % 6);
     EXPECT_EQ(split.content, whole.content) << text;
