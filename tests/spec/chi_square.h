@@ -2,6 +2,8 @@
 // sampled distribution.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -40,5 +42,28 @@ inline double Critical(int df) {
   const double z = 3.719, h = 2.0 / (9.0 * df);
   return df * std::pow(1.0 - h + z * std::sqrt(h), 3);
 }
+
+// Token histograms of a run of steps, one per step: the draws of the plain path and of the
+// speculative path, `runs` of each.
+struct StepHistograms {
+  explicit StepHistograms(int steps) : plain(steps), spec(steps) {}
+  // Counts run `a` (plain) and run `b` (speculative), one token per step.
+  void Add(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    for (size_t s = 0; s < plain.size(); ++s) {
+      plain[s][a[s]]++;
+      spec[s][b[s]]++;
+    }
+  }
+  // At every step the two paths draw from the same distribution (the chi-square statistic under
+  // Critical, after `runs` draws of each).
+  void ExpectSameDistributions(int runs) const {
+    for (size_t s = 0; s < plain.size(); ++s) {
+      const auto [x2, df] = ChiSquare2(plain[s], spec[s], runs, runs);
+      ASSERT_GT(df, 0) << "step " << s;
+      EXPECT_LT(x2, Critical(df)) << "step " << s << ": " << df << " degrees of freedom";
+    }
+  }
+  std::vector<std::map<int32_t, int>> plain, spec;
+};
 
 }  // namespace kvasir::spec

@@ -355,7 +355,7 @@ TEST(MtpDrafterTest, SampledStepsFollowThePlainDistribution) {
   auto w = LoadWhole(path);
   ASSERT_NE(w, nullptr);
   constexpr int kRuns = 1200, kSteps = 5;
-  std::vector<std::map<int32_t, int>> plain(kSteps), spec(kSteps);
+  StepHistograms histograms(kSteps);
   DraftStats total;
   for (int r = 0; r < kRuns; ++r) {
     SamplingParams p;
@@ -371,19 +371,12 @@ TEST(MtpDrafterTest, SampledStepsFollowThePlainDistribution) {
     const auto b = Decode(*w, &mtp, 3, kSteps, &st, p);
     ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(b.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      plain[s][a[s]]++;
-      spec[s][b[s]]++;
-    }
+    histograms.Add(a, b);
     total.drafted += st.drafted;
     total.accepted += st.accepted;
   }
   EXPECT_GT(total.drafted - total.accepted, kRuns);
-  for (int s = 0; s < kSteps; ++s) {
-    const auto [x2, df] = ChiSquare2(plain[s], spec[s], kRuns, kRuns);
-    ASSERT_GT(df, 0);
-    EXPECT_LT(x2, Critical(df)) << "step " << s << ": " << df << " degrees of freedom";
-  }
+  histograms.ExpectSameDistributions(kRuns);
 }
 
 // A drafter that has been through verify steps (rejections, rolled-back chained rows) drafts the
