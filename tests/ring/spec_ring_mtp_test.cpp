@@ -1,7 +1,7 @@
 // The model's own multi-token-prediction (nextn) block drafting on the ring's last stage: the
 // stage's Forward returns the hidden rows, the rows it keeps reach each session's MtpDrafter, and
 // greedy output equals the output without speculation token for token, on a synthetic qwen35moe
-// with one nextn block (`kvasir synth --nextn 1`), rings of 1 and 3 stages, 8 sessions at once.
+// with one nextn block (`kvasir synth --nextn 1`), rings of 1, 3 and 4 stages, 8 sessions at once.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -42,7 +42,7 @@ std::unique_ptr<LocalRing> StartMtpRing(const std::string& model, int n_stages,
   return testing::StartDraftingRing(model, n_stages, testing::DraftWith(kind));
 }
 
-// Eight sessions at once on rings of 1 and 3 stages, with --draft mtp and with auto (which picks
+// Eight sessions at once on rings of 1, 3 and 4 stages, with --draft mtp and with auto (which picks
 // mtp on a model with a nextn block): the greedy tokens and their logits are exactly those of
 // one process without speculation, and the last stage drafted with its nextn block.
 TEST(SpecRingMtp, GreedyOutputEqualsNonSpeculative) {
@@ -51,7 +51,7 @@ TEST(SpecRingMtp, GreedyOutputEqualsNonSpeculative) {
   const std::string model = SynthWithNextn(dir);
   const int n_predict = 40;
   const std::vector<testing::Generation> local = testing::GreedyLocally(model, n_predict);
-  for (int n_stages : {1, 3}) {
+  for (int n_stages : {1, 3, 4}) {
     for (spec::DraftKind kind : {spec::DraftKind::kMtp, spec::DraftKind::kAuto}) {
       auto ring = StartMtpRing(model, n_stages, kind);
       ASSERT_NE(ring, nullptr);
