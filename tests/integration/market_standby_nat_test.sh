@@ -80,8 +80,8 @@ db="$work/market.sqlite"
 market_url=https://10.79.0.1:8080
 lease=8
 ip netns exec "$pub" "$bin" market --db "$db" --listen 10.79.0.1:8080 --relay wss://10.79.0.1:8443 \
-  --relay-secret-file "$work/relay.secret" --lease $lease --tls-cert "$work/cert.pem" \
-  --tls-key "$work/key.pem" 2>>"$work/market.log" &
+  --relay-secret-file "$work/relay.secret" --relay-ca "$work/cert.pem" --lease $lease \
+  --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" 2>>"$work/market.log" &
 pids+=($!)
 get() { in_pub curl -fsS --max-time 10 --cacert "$work/cert.pem" "$market_url$1"; }
 for _ in $(seq 100); do get /health >/dev/null 2>&1 && break; sleep 0.1; done
@@ -116,8 +116,9 @@ join b "$pub" --listen 10.79.0.1:0
 join c "$pub" --listen 10.79.0.1:0
 wait_for 60 "three nodes form a ready ring" ring_ready
 join phone "$phone" --behind-nat --standby
+# Ready, and checked: the market dialed it through the relay (a standby is promoted only then).
 standby_ready() {
-  [ "$(ring_py "[w['window'] for w in r['windows'] if [s for s in w['standbys'] if s['ready']]]")" != "[]" ] &&
+  [ "$(ring_py "[w['window'] for w in r['windows'] if [s for s in w['standbys'] if s['ready'] and s['checked']]]")" != "[]" ] &&
     ring_ready
 }
 wait_for 60 "the phone stands by, ready" standby_ready
@@ -126,6 +127,8 @@ standby_claim=$(ring_py "r['windows'][$window]['standbys'][0]['claim']")
 victim_key=$(ring_py "r['windows'][$window]['holder']")
 [ "$(ring_py "r['windows'][$window]['standbys'][0]['node']")" = "$(node_key phone)" ] ||
   die "the standby of window $window is not the phone"
+grep -q "market: checked claim $standby_claim ([0-9a-f]* at wss://10.79.0.1:8443/edge/" "$work/market.log" ||
+  die "the market did not check the phone through the relay"
 victim=""
 for n in a b c; do [ "$(node_key $n)" = "$victim_key" ] && victim=$n; done
 [ -n "$victim" ] || die "no node holds window $window"
@@ -215,7 +218,7 @@ echo "after the lease ($lease s): the phone's claim $standby_claim holds window 
 join d "$pub" --listen 10.79.0.1:0 --standby
 join e "$pub" --listen 10.79.0.1:0 --standby
 two_standbys() {
-  [ "$(ring_py "sum(1 for w in r['windows'] for s in w['standbys'] if s['ready'])")" = 2 ] &&
+  [ "$(ring_py "sum(1 for w in r['windows'] for s in w['standbys'] if s['ready'] and s['checked'])")" = 2 ] &&
     ring_ready
 }
 wait_for 60 "two public nodes stand by, ready" two_standbys
