@@ -65,7 +65,7 @@ TEST_F(StandbyTest, AStandbyThatTookAWindowsPlaceSignsItsSessionsForCredit) {
 }
 
 // A SQLite database made before standbys (claims UNIQUE per window) keeps its claims and takes
-// standbys once opened. (A PostgreSQL database is made with the schema of its first market.)
+// standbys once opened. (PostgreSQL: the next test.)
 TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
   if (kvasir::testing::PostgresStore()) GTEST_SKIP() << "a SQLite database's migration";
   const auto ids = FillRing(kT0);
@@ -100,6 +100,61 @@ TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
   StandById(keys_[3], 1, kT0 + 1);
   StandById(keys_[4], 1, kT0 + 1);
   EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+}
+
+// The same for a PostgreSQL database: its claims table as a market before standbys made it (no
+// standby column, UNIQUE(model, ring, "window") under the name PostgreSQL gave it, the triggers
+// of the held counts on inserts and deletes only) keeps its claims, takes standbys and promotes
+// one, its held count following.
+TEST_F(StandbyTest, AnOlderPostgresDatabaseKeepsItsClaimsAndTakesStandbys) {
+  if (!kvasir::testing::PostgresStore()) GTEST_SKIP() << "a PostgreSQL database's migration";
+  const auto ids = FillRing(kT0);
+  api_.reset();
+  store_.reset();
+  {
+    auto db = Db::Open(db_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    for (const char* sql :
+         {"DROP TRIGGER claims_held ON claims", "DROP INDEX claims_standby",
+          "ALTER TABLE claims DROP COLUMN standby",  // and the UNIQUE constraint naming it
+          "ALTER TABLE claims ADD UNIQUE(model, ring, \"window\")",
+          "CREATE TRIGGER claims_held AFTER INSERT OR DELETE ON claims FOR EACH ROW EXECUTE "
+          "FUNCTION claims_held()"}) {
+      Status s = (*db)->Exec(sql);
+      ASSERT_TRUE(s.ok()) << sql << ": " << s.message();
+    }
+    // It is the old table: a second claim of a window is refused by the old constraint.
+    Status dup = (*db)->Exec(
+        "INSERT INTO claims(model, ring, \"window\", node, address, behind_nat, rate, created, "
+        "expires, last_beat) SELECT model, ring, \"window\", 'x', '', 0, 1, 0, 0, 0 FROM claims "
+        "LIMIT 1");
+    ASSERT_FALSE(dup.ok());
+  }
+  Reopen();
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(Window(kT0 + 1, w)["claim"], ids[static_cast<size_t>(w)]);
+    EXPECT_EQ(Window(kT0 + 1, w)["holder"], Hex(keys_[w]));
+  }
+  const int64_t s1 = StandById(keys_[3], 1, kT0 + 1);
+  StandById(keys_[4], 1, kT0 + 1);
+  EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+  // Promoted: the window stays held (the count follows the standby column).
+  const int64_t epoch = RingJson(kT0 + 1)["epoch"].get<int64_t>();
+  ASSERT_EQ(Beat(keys_[3], s1, epoch, kT0 + 2).status, 200);
+  checks_.Answer(store_.get(), kT0 + 2);
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "", kT0 + 3),
+                   kT0 + 3)
+          .status,
+      200);
+  EXPECT_EQ(Window(kT0 + 3, 1)["claim"], s1);
+  // With window 2 released, one window of three is uncovered, as its rate says.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[2], "DELETE", "/v1/claims/" + std::to_string(ids[2]), "", kT0 + 4),
+                   kT0 + 4)
+          .status,
+      200);
+  EXPECT_DOUBLE_EQ(Window(kT0 + 4, 2)["rate"].get<double>(), RewardRate(0, 1, 3));
 }
 
 // Opens its own market (eviction deadlines, windows with samples to prove).
