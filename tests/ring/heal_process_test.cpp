@@ -506,6 +506,30 @@ TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
       {"run", "-m", AssetPath(kModel), "--stages", "3", "--standby", "1", "--relay", "-p", "x"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--standby works on direct links"), std::string::npos) << r.err;
+  r = testing::RunKvasir(
+      {"run", "-m", AssetPath(kModel), "--stages", "2", "--replay-mb", "-1", "-p", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb -1 must be from 0 to"), std::string::npos) << r.err;
+  r = testing::RunKvasir({"serve", "-m", AssetPath(kModel), "--replay-mb", "2000000"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb 2000000 must be from 0 to"), std::string::npos) << r.err;
+  r = testing::RunKvasir({"serve", "--ring", "127.0.0.1:1", "--replay-mb", "8"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb shape a local ring"), std::string::npos) << r.err;
+}
+
+// `kvasir run --replay-mb` reaches every stage it starts (each logs the budget it keeps).
+TEST(HealProcessTest, RunGivesItsStagesTheReplayBudget) {
+  KV_REQUIRE_ASSET(kModel);
+  for (const char* mb : {"0", "3"}) {
+    auto r = testing::RunKvasir({"run", "-m", AssetPath(kModel), "--stages", "3", "--replay-mb", mb,
+                                 "--stage-log-level", "info", "-p", "Once", "-n", "4", "-t", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string line = fmt::format("keeps {} MiB of rows sent on for replays", mb);
+    size_t n = 0;
+    for (size_t at = r.err.find(line); at != std::string::npos; at = r.err.find(line, at + 1)) ++n;
+    EXPECT_EQ(n, 3u) << "--replay-mb " << mb << "\n" << r.err;
+  }
 }
 
 }  // namespace
