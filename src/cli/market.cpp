@@ -148,6 +148,11 @@ int Serve(int argc, char** argv) {
   app.add_option("--relay-secret-file", relay_secret_file,
                  "the relay's secret: nodes get the edge tokens of their own edges")
       ->check(CLI::ExistingFile);
+  market::CheckerOptions checker_options;
+  app.add_option("--relay-ca", checker_options.relay_ca_file,
+                 "PEM certificates to trust for the wss:// relay when the market dials a standby "
+                 "behind NAT through it (default: the system's)")
+      ->check(CLI::ExistingFile);
   app.add_option("--tls-cert", so.tls_cert, "PEM certificate chain (with --tls-key): serve HTTPS")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-key", so.tls_key, "PEM private key of the certificate")
@@ -231,7 +236,10 @@ int Serve(int argc, char** argv) {
   if (!store.ok()) return Fail(kCmd, store.status());
   // The time the market was down is a silence: no lease ran out for it (docs/MARKET.md, "Grace").
   if (Status s = (*store)->Resume(market::UnixNow()); !s.ok()) return Fail(kCmd, s);
-  auto checker = market::StartStoreChecker(db);
+  if (!checker_options.relay_ca_file.empty() && config.relay_url.empty()) {
+    return UsageError(kCmd, "--relay-ca needs --relay");
+  }
+  auto checker = market::StartStoreChecker(db, checker_options);
   if (!checker.ok()) return Fail(kCmd, checker.status());
   market::MarketApi api(store->get(), config, checker->get());
   auto server = market::MarketServer::Start(so, &api);

@@ -92,6 +92,21 @@ Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
   return o;
 }
 
+void AddReplayFlag(CLI::App& app, int64_t* replay_mb) {
+  app.add_option("--replay-mb", *replay_mb,
+                 "each stage's MiB of the rows sent on for live sessions, kept so that a replay "
+                 "after a repair sends them again instead of recomputing them (0: a replay "
+                 "recomputes every position)")
+      ->capture_default_str();
+}
+
+Status CheckReplayMb(int64_t replay_mb) {
+  if (replay_mb < 0 || replay_mb > (int64_t{1} << 20)) {
+    return Error("--replay-mb {} must be from 0 to {}", replay_mb, int64_t{1} << 20);
+  }
+  return Status::Ok();
+}
+
 Status ApplyLogLevel(const std::string& text) {
   if (text == "debug") {
     SetLogLevel(LogLevel::kDebug);

@@ -60,6 +60,14 @@ void AddRevealFlags(CLI::App& app, RevealFlags* flags);
 // Checks the flags (a usage error names the flag) and gives the store's options.
 Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags);
 
+// --replay-mb of the stages a command starts (as `kvasir stage --replay-mb`): MiB of the rows
+// sent on for live sessions that each stage keeps, so that a replay after a repair sends them
+// again instead of recomputing them (docs/PROTOCOL.md, "Repair").
+inline constexpr int64_t kDefaultReplayMb = 64;
+void AddReplayFlag(CLI::App& app, int64_t* replay_mb);
+// A usage error naming the flag unless 0 <= replay_mb <= 2^20.
+Status CheckReplayMb(int64_t replay_mb);
+
 // "debug", "info", "warn" or "error".
 Status ApplyLogLevel(const std::string& text);
 

@@ -61,6 +61,8 @@ struct RunOptions {
   GrammarFlags grammar;                // --grammar-file, --json-schema-file
   DraftFlags draft;                    // speculation on the last stage
   int standby = 0;                     // hot standbys per window after the head's (--standby)
+  // Each stage's --replay-mb.
+  int64_t replay_mb = kDefaultReplayMb;
 };
 
 // The local relay of `run --relay`: a `kvasir relay` process on a free loopback port, sharing the
@@ -304,6 +306,7 @@ int RunRing(RunOptions o) {
                  std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
                  o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
                  "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(slot)});
+    args.insert(args.end(), {"--replay-mb", std::to_string(o.replay_mb)});
     if (i == n_stages - 1) {
       for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
     }
@@ -414,6 +417,7 @@ int RunMain(int argc, char** argv) {
                    "the place of a stage that dies, and the head replays the sessions")
         ->check(CLI::Range(0, 8))
         ->capture_default_str();
+    AddReplayFlag(app, &o.replay_mb);
     HopFlags hop_flags;
     AddHopFlags(app, &hop_flags);
     AddDraftFlags(app, &o.draft);
@@ -426,6 +430,7 @@ int RunMain(int argc, char** argv) {
       return UsageError(kCmd, "--standby works on direct links (not with --relay or --hop-*)");
     }
     o.hops = *hops;
+    if (Status r = CheckReplayMb(o.replay_mb); !r.ok()) return UsageError(kCmd, r.message());
     if (std::string e = CheckChatFlags(o.chat); !e.empty()) return UsageError(kCmd, e);
     if (auto grammar = LoadGrammar(o.grammar); grammar.ok()) {
       o.request.grammar = std::move(grammar).value();

@@ -36,8 +36,9 @@ struct ServeFlags {
   std::vector<std::string> backends;
   std::string boundary = "f32";
   int n_ctx = 0;
-  int64_t cache_mb = 256;  // the local ring's prompt cache, per stage
-  std::string ring;        // HOST:PORT of a running ring's head
+  int64_t cache_mb = 256;                // the local ring's prompt cache, per stage
+  int64_t replay_mb = kDefaultReplayMb;  // the local ring's --replay-mb, per stage
+  std::string ring;                      // HOST:PORT of a running ring's head
   std::string manifest_path;
   TrustFlags trust;
   std::string market;
@@ -130,10 +131,12 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
            "--model NAME";
   }
   const bool local = f.ring.empty() && f.market.empty();
-  if (!local && (f.n_stages != 1 || !f.backends.empty() || f.n_ctx != 0 || f.chunk != 0)) {
-    return "--stages, --backends, -c and --chunk shape a local ring (-m MODEL); a running ring has "
-           "its own";
+  if (!local && (f.n_stages != 1 || !f.backends.empty() || f.n_ctx != 0 || f.chunk != 0 ||
+                 f.replay_mb != kDefaultReplayMb)) {
+    return "--stages, --backends, -c, --chunk and --replay-mb shape a local ring (-m MODEL); a "
+           "running ring has its own";
   }
+  if (Status r = CheckReplayMb(f.replay_mb); !r.ok()) return r.message();
   if (f.chunk < 0)
     return fmt::format("--chunk {} must be at least 1 (0: the stages' default)", f.chunk);
   if (local && !f.vocab.empty()) return "--vocab is for --ring and --market (-m has a vocabulary)";
@@ -248,6 +251,7 @@ int Serve(ServeFlags f) {
     // Every request is one session; the serve links and the watcher's add a few.
     plan.max_sessions = std::max(64, f.serve.max_sessions + 8);
     plan.cache_mb = f.cache_mb;
+    plan.replay_mb = f.replay_mb;
     plan.stage_log_level = f.stage_log_level;
     plan.trace_timing = f.trace_timing;
     plan.chunk = f.chunk;
@@ -371,6 +375,7 @@ int ServeMain(int argc, char** argv) {
                    "the local ring's prompt cache: MiB per stage of ended requests' state, reused "
                    "by later prompts that start the same way (a chat's next turn); 0: off")
         ->capture_default_str();
+    AddReplayFlag(app, &f.replay_mb);
     app.add_option("--max-waiting", f.serve.max_waiting,
                    "requests waiting for a place before more are refused (429)")
         ->capture_default_str();

@@ -73,6 +73,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.n_ctx = plan.n_ctx;
     o.max_sessions = plan.max_sessions;
     o.cache_bytes = static_cast<uint64_t>(plan.cache_mb) << 20;
+    o.replay_bytes = static_cast<size_t>(plan.replay_mb) << 20;
     KV_RETURN_IF_ERROR(ParseBoundary(plan.boundary, &o.boundary));
     KV_ASSIGN_OR_RETURN(o.draft, CheckDraftFlags(plan.draft));
     o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
@@ -138,6 +139,8 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           std::to_string(plan_.max_sessions),
           "--cache-mb",
           std::to_string(plan_.cache_mb),
+          "--replay-mb",
+          std::to_string(plan_.replay_mb),
           "--log-level",
           plan_.stage_log_level,
           "--ring-secret-file",

@@ -32,6 +32,7 @@ struct LocalRingPlan {
   int n_ctx = 0;
   int max_sessions = 64;   // each stage's --max-sessions
   int64_t cache_mb = 256;  // each stage's --cache-mb
+  int64_t replay_mb = 64;  // each stage's --replay-mb
   std::string stage_log_level = "warn";
   bool trace_timing = false;  // the stages' --trace-timing
   int chunk = 0;              // the head's --chunk (0: the stage's default)

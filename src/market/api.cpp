@@ -13,6 +13,7 @@
 #include "market/map_json.h"
 #include "market/signed_request.h"
 #include "net/stream.h"
+#include "relay/edge_token.h"
 #include "ring/receipt.h"
 
 namespace kvasir::market {
@@ -232,10 +233,13 @@ MarketApi::MarketApi(Store* store, MarketConfig config, CheckQueue* checks)
   store_->set_lease_s(config_.lease_s);
   store_->set_eviction(config_.eviction);
   store_->set_audit(config_.audit);
+  store_->set_check_standbys(checks_ != nullptr);
 }
 
 void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring) {
-  if (checks_ == nullptr || !ring.serving || ring.ready) return;
+  if (checks_ == nullptr || !ring.complete) return;
+  RequestStandbyChecks(ring);
+  if (!ring.serving || ring.ready) return;
   for (const WindowState& w : ring.windows) {
     const ClaimInfo& c = *w.claim;  // a serving ring is complete
     if (!c.checked() || c.verified_epoch == ring.epoch) continue;
@@ -248,6 +252,38 @@ void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring
     job.model_id = model_id;
     job.last = w.last;
     checks_->Request(job);
+  }
+}
+
+void MarketApi::RequestStandbyChecks(const RingState& ring) {
+  const size_t n = ring.windows.size();
+  for (size_t i = 0; i < n; ++i) {
+    const WindowState& w = ring.windows[i];
+    const ClaimInfo& pred = *ring.windows[(i + n - 1) % n].claim;  // the ring is complete
+    for (const ClaimInfo& s : w.standbys) {
+      if (!s.proven || s.serving_epoch != ring.epoch || s.verified_epoch == ring.epoch) continue;
+      CheckJob job;
+      job.claim = s.id;
+      job.epoch = ring.epoch;
+      job.node = s.node;
+      job.address = s.address;
+      job.last = w.last;
+      if (s.behind_nat) {
+        if (config_.relay_url.empty()) continue;
+        // The edge its stage keeps dialed for the window's predecessor, which only dials it once
+        // its successor is gone: the market takes that side for the check.
+        const std::string edge = EdgeIdFor(pred.id, s.id);
+        job.via = fmt::format("{}/edge/{}", config_.relay_url, edge);
+        if (!config_.relay_secret.empty()) {
+          job.token = relay::MakeEdgeToken(
+              std::span<const uint8_t>(
+                  reinterpret_cast<const uint8_t*>(config_.relay_secret.data()),
+                  config_.relay_secret.size()),
+              edge, relay::Role::kPredecessorSide);
+        }
+      }
+      checks_->Request(job);
+    }
   }
 }
 

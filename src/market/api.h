@@ -65,6 +65,10 @@ class MarketApi {
   // Asks for the checks `ring` still needs: once every holder serves its epoch, each holder with
   // an address that has not passed a check for that epoch.
   void RequestChecks(const std::string& model_id, const RingState& ring);
+  // Asks, once a ring is complete, for the check of each proven standby that serves its epoch (up
+  // and waiting to be adopted) and has not passed one for it: dialed at its address, or through
+  // the relay when behind NAT. A standby promoted needs its last check passed (standby.cpp).
+  void RequestStandbyChecks(const RingState& ring);
   Store* store_;
   MarketConfig config_;
   CheckQueue* checks_;

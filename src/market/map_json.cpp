@@ -82,13 +82,17 @@ json MapToJson(const std::vector<ModelState>& models, double now, double lease_s
         }
         json standbys = json::array();
         for (const ClaimInfo& c : w.standbys) {
-          standbys.push_back({{"node", c.node},
-                              {"claim", c.id},
-                              {"expires_in", Seconds(c.expires - now)},
-                              {"address", c.address},
-                              {"behind_nat", c.behind_nat},
-                              {"proven", c.proven},
-                              {"ready", c.proven && c.serving_epoch == r.epoch}});
+          json js = {{"node", c.node},
+                     {"claim", c.id},
+                     {"expires_in", Seconds(c.expires - now)},
+                     {"address", c.address},
+                     {"behind_nat", c.behind_nat},
+                     {"proven", c.proven},
+                     {"ready", c.proven && c.serving_epoch == r.epoch},
+                     // Its last check passed: it may be promoted.
+                     {"checked", c.verified_at > 0 && c.check_error.empty()}};
+          if (!c.check_error.empty()) js["check_error"] = c.check_error;
+          standbys.push_back(std::move(js));
         }
         jw["standbys"] = std::move(standbys);
         windows.push_back(std::move(jw));

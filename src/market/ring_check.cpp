@@ -11,6 +11,7 @@
 #include "market/signed_request.h"
 #include "market/store.h"
 #include "net/stream.h"
+#include "relay/ws_stream.h"
 #include "ring/handshake.h"
 #include "ring/link.h"
 #include "ring/secure_stream.h"
@@ -66,21 +67,34 @@ Status CheckHead(std::unique_ptr<net::Stream> stream, const ring::HandshakeResul
   return Status::Ok();
 }
 
-}  // namespace
-
-Status CheckHolder(const CheckJob& job, int timeout_ms) {
-  // Errors start with the address (once: a dial error may name it already).
-  auto in = [&](Status s) {
-    if (s.message().starts_with(job.address)) return s;
-    return Error("{}: {}", job.address, s.message());
-  };
+Result<std::unique_ptr<net::Stream>> Dial(const CheckJob& job, int timeout_ms,
+                                          const std::string& relay_ca_file) {
+  if (!job.via.empty()) {
+    relay::RelayDialOptions o;
+    o.ca_file = relay_ca_file;
+    o.connect_timeout_ms = timeout_ms;
+    o.token = job.token;
+    return relay::DialRelayEdge(job.via, relay::Role::kPredecessorSide, {}, o);
+  }
   std::string host;
   uint16_t port = 0;
-  if (Status s = net::ParseHostPort(job.address, &host, &port); !s.ok()) return in(s);
+  KV_RETURN_IF_ERROR(net::ParseHostPort(job.address, &host, &port));
+  return net::DialTcp(host, port, timeout_ms);
+}
+
+}  // namespace
+
+Status CheckHolder(const CheckJob& job, int timeout_ms, const std::string& relay_ca_file) {
+  // Errors start with where it was dialed (once: a dial error may name it already).
+  const std::string& where = job.via.empty() ? job.address : job.via;
+  auto in = [&](Status s) {
+    if (s.message().starts_with(where)) return s;
+    return Error("{}: {}", where, s.message());
+  };
   auto key = ring::ParsePublicKey(job.node);
   if (!key.ok()) return in(key.status());
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  auto stream = net::DialTcp(host, port, timeout_ms);
+  auto stream = Dial(job, timeout_ms, relay_ca_file);
   if (!stream.ok()) return in(stream.status());
   net::Stream* raw = stream->get();
   std::unique_ptr<ring::Link> link;  // declared before the guard, so it outlives the guard
@@ -137,10 +151,10 @@ void RingChecker::Work() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status outcome = CheckHolder(job, o_.timeout_ms);
+    const Status outcome = CheckHolder(job, o_.timeout_ms, o_.relay_ca_file);
     if (outcome.ok()) {
       KV_LOG_INFO("market: checked claim {} ({} at {}) for epoch {}", job.claim,
-                  job.node.substr(0, 8), job.address, job.epoch);
+                  job.node.substr(0, 8), job.via.empty() ? job.address : job.via, job.epoch);
     } else {
       KV_LOG_WARN("market: check of claim {} ({}) failed: {}", job.claim, job.node.substr(0, 8),
                   outcome.message());

@@ -7,6 +7,7 @@
 // them and never waits for the network.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -32,12 +33,18 @@ struct CheckJob {
   bool head = false;     // window 0: also exchange HELLO as a client
   std::string model_id;  // 32 hex digits (head: what its HELLO must name)
   int last = 0;          // the head's window is [0, last)
+  // A standby behind NAT is dialed through the relay instead of `address` (empty): `via` is
+  // "wss://RELAY/edge/ID" of the edge from its window's predecessor, dialed as that side with
+  // `token` (docs/MARKET.md, "Standbys").
+  std::string via;
+  std::array<uint8_t, 32> token{};
 };
 
 // Runs one check within about `timeout_ms` (dial, handshake and HELLO together; resolving a host
 // name takes what the system resolver takes). Blocking; any thread. Errors say what failed
-// ("10.0.0.5:7001: the head: is node 3fa91c07, expected node 9e0a44b2").
-Status CheckHolder(const CheckJob& job, int timeout_ms);
+// ("10.0.0.5:7001: the head: is node 3fa91c07, expected node 9e0a44b2"). `relay_ca_file`: PEM
+// certificates to trust for a wss:// `via` instead of the system's.
+Status CheckHolder(const CheckJob& job, int timeout_ms, const std::string& relay_ca_file = "");
 
 // Where the market's API sends the checks it wants done.
 class CheckQueue {
@@ -52,7 +59,8 @@ struct CheckerOptions {
   int threads = 2;
   size_t max_queued = 64;
   int timeout_ms = 3000;
-  double retry_after_s = 2;  // a failed (claim, epoch) is not checked again for this long
+  double retry_after_s = 2;   // a failed (claim, epoch) is not checked again for this long
+  std::string relay_ca_file;  // for jobs with a `via` (CheckHolder)
 };
 
 struct CheckerStats {

@@ -1,7 +1,8 @@
 // The standby half of the Store (docs/MARKET.md, "Standbys"): a node that stands by for a held
 // window has a claim of its own with a standby number above 0 (a lease, a challenge to prove its
 // bytes, the same deadlines as any claim), and the oldest proven standby of a window whose claim
-// is gone becomes that window's claim, keeping its id, before any new claimer can take it.
+// is gone becomes that window's claim, keeping its id, before any new claimer can take it; with a
+// checker, only one the market dialed and found answering with its key.
 
 #include <set>
 #include <tuple>
@@ -43,7 +44,9 @@ Status Store::PromoteStandbys(double now) {
         auto s, db_->Prepare("SELECT s.id, s.model, s.ring, s.window FROM claims s WHERE "
                              "s.standby > 0 AND s.proven = 1 AND NOT EXISTS (SELECT 1 FROM "
                              "claims c WHERE c.model = s.model AND c.ring = s.ring AND c.window = "
-                             "s.window AND c.standby = 0) ORDER BY s.standby, s.id"));
+                             "s.window AND c.standby = 0) AND (? = 0 OR (s.verified_at > 0 AND "
+                             "s.check_error = '')) ORDER BY s.standby, s.id"));
+    s.Bind(1, check_standbys_ ? 1 : 0);
     std::set<std::tuple<int64_t, int64_t, int64_t>> taken;  // model, ring, window
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());

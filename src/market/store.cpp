@@ -171,6 +171,38 @@ std::string PostgresSchema() {
   return std::regex_replace(s, std::regex("\\bwindow\\b"), "\"window\"");
 }
 
+// The standby column on a PostgreSQL claims table made before standbys: added, and its
+// UNIQUE(model, ring, window) (named by PostgreSQL, so found by its definition) replaced by the
+// schema's UNIQUE(model, ring, window, standby). Before the triggers, which name the column.
+Status PostgresAddStandbyColumn(Db* db) {
+  {
+    KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT 1 FROM information_schema.columns WHERE "
+                                            "table_name = 'claims' AND column_name = 'standby'"));
+    KV_ASSIGN_OR_RETURN(bool has, s.Step());
+    if (has) return Status::Ok();
+  }
+  std::vector<std::string> old;
+  {
+    // Prepare quotes the column's name (postgres.cpp), even in a literal: the pattern avoids it.
+    KV_ASSIGN_OR_RETURN(auto s, db->Prepare("SELECT conname FROM pg_constraint WHERE conrelid = "
+                                            "'claims'::regclass AND contype = 'u' AND "
+                                            "pg_get_constraintdef(oid) LIKE 'UNIQUE (model, ring, "
+                                            "%' AND pg_get_constraintdef(oid) NOT LIKE "
+                                            "'%standby%'"));
+    while (true) {
+      KV_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      old.push_back(s.Text(0));
+    }
+  }
+  // Exec runs its SQL as written.
+  KV_RETURN_IF_ERROR(db->Exec("ALTER TABLE claims ADD COLUMN standby BIGINT NOT NULL DEFAULT 0"));
+  for (const std::string& name : old) {
+    KV_RETURN_IF_ERROR(db->Exec(fmt::format("ALTER TABLE claims DROP CONSTRAINT \"{}\"", name)));
+  }
+  return db->Exec("ALTER TABLE claims ADD UNIQUE(model, ring, \"window\", standby)");
+}
+
 // Creates the schema on PostgreSQL, or adds to a database made by an older market what it lacks.
 Status PostgresUpgrade(Db* db) {
   bool had_counts = false;
@@ -180,6 +212,7 @@ Status PostgresUpgrade(Db* db) {
     KV_ASSIGN_OR_RETURN(had_counts, s.Step());
   }
   KV_RETURN_IF_ERROR(db->Exec(PostgresSchema()));
+  KV_RETURN_IF_ERROR(PostgresAddStandbyColumn(db));
   if (had_counts) return db->Exec(kPostgresTriggers);
   for (const AddedColumn& c : kAddedColumns) {
     std::string definition = std::regex_replace(c.definition, std::regex("\\bINT\\b"), "BIGINT");

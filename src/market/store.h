@@ -233,6 +233,9 @@ class Store {
   // after one is all of it. MarketApi sets it from its configuration.
   void set_lease_s(double lease_s) { lease_s_ = lease_s; }
   void set_eviction(const EvictionPolicy& policy) { eviction_ = policy; }
+  // Whether a standby is promoted only once the market's check of it passed (its last check;
+  // MarketApi turns this on when it has a checker, which dials every standby that serves).
+  void set_check_standbys(bool on) { check_standbys_ = on; }
   void set_audit(const AuditPolicy& policy) {
     audit_ = policy;
     audit_rng_.seed(policy.seed);
@@ -395,7 +398,8 @@ class Store {
   Status BumpEpoch(int64_t model_row, int ring);
   // Evicts the claims of complete rings that missed their deadline to serve (EvictionPolicy).
   Status EvictIdle(double now);
-  // Gives every window without a claim to its oldest proven standby (standby.cpp): that claim
+  // Gives every window without a claim to its oldest proven standby whose last check passed
+  // (when set_check_standbys; one that did not answer is skipped) (standby.cpp): that claim
   // becomes the window's, and the ring's epoch changes.
   Status PromoteStandbys(double now);
   // The standby half of ClaimOnce (standby.cpp), inside its transaction: `w` is the window asked
@@ -431,6 +435,7 @@ class Store {
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
+  bool check_standbys_ = false;
   AuditPolicy audit_;
   std::mt19937_64 audit_rng_;  // the draws when audit_.seed is set
   double evict_scan_at_ = 0;   // `now` of the last scan for idle claims

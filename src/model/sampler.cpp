@@ -142,29 +142,12 @@ int32_t Sampler::Draw(std::span<const Weighted> weights) {
 
 Sampler::Verdict Sampler::Verify(std::span<const float> logits, std::span<const int32_t> history,
                                  int32_t draft) {
-  int32_t best = 0;
-  const size_t keep = Survivors(logits, history, &weights_, &best);
-  if (keep == 0) return {best == draft, best};
-  double total = 0.0, w_draft = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    total += weights_[i];
-    if (candidates_[i].second == draft) w_draft = weights_[i];
-  }
-  // Accept with probability p(draft) = w_draft / total (the drafter's own probability is 1).
-  std::uniform_real_distribution<double> accept(0.0, total);
-  if (accept(rng_) < w_draft) return {true, draft};
-  // Rejected: draw from max(p - q, 0), which is p without the draft.
-  const double rest = total - w_draft;
-  std::uniform_real_distribution<double> uni(0.0, rest);
-  double r = uni(rng_);
-  int32_t last = draft;
-  for (size_t i = 0; i < keep; ++i) {
-    if (candidates_[i].second == draft) continue;
-    last = candidates_[i].second;
-    r -= weights_[i];
-    if (r < 0) return {false, last};
-  }
-  return {false, last};
+  // The drafter proposes one token with certainty (q(draft) = 1), so speculative rejection
+  // sampling accepts with probability p(draft) and otherwise draws from p without the draft:
+  // exactly "draw from p, accept when the draw is the draft". Drawn as Sample draws, the token
+  // does not depend on the draft, and the RNG takes one draw per token decided.
+  const int32_t token = Sample(logits, history);
+  return {token == draft, token};
 }
 
 }  // namespace kvasir

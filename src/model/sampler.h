@@ -29,9 +29,11 @@ class Sampler {
   // Speculative verification of `draft`, a token proposed by a deterministic drafter for the
   // position these logits predict. Greedy: accepted when it is the argmax; otherwise the argmax
   // is returned. With temperature: accepted with probability p(draft) under the distribution
-  // Sample draws from; otherwise a token drawn from p with the draft removed (renormalised). Either
-  // way the returned token is distributed as Sample's (speculative rejection sampling); the RNG
-  // advances by one draw, or two on a rejection.
+  // Sample draws from; otherwise a token drawn from p with the draft removed (renormalised), which
+  // is speculative rejection sampling for a drafter certain of its token. The token is the one
+  // Sample(logits, history) returns, from the same one draw of the RNG: a seed gives the same
+  // tokens with or without drafts, and a sampler resumed with SkipDraw per token (a replay)
+  // continues them exactly.
   struct Verdict {
     bool accepted = false;
     int32_t token = 0;  // the draft when accepted

@@ -201,6 +201,8 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
       window_->weight_bytes() / 1048576.0, window_->device().address, window_->device().name,
       listener_.port());
+  KV_LOG_INFO("{}: repair: holds sessions {} ms, keeps {} MiB of rows sent on for replays",
+              options_.name, options_.repair_timeout_ms, options_.replay_bytes >> 20);
 }
 
 StageImpl::~StageImpl() { Stop(); }

@@ -159,13 +159,7 @@ void StageImpl::ResetForReplay(uint32_t session) {
 }
 
 Result<std::unique_ptr<TailSampler>> StageImpl::ReplaySampler(const OpenSessionMsg& o) {
-  // Speculative rejection sampling spends a varying number of draws per token, which the replay
-  // does not know; greedy verification spends none.
-  if (spec_ && o.sampling.temperature > 0.0f && (o.sampling.flags & wire::kSamplingGrammar) == 0) {
-    return Error(
-        "replay: a session sampled at a temperature above 0 with drafts cannot be resumed exactly "
-        "(its random draws depend on which drafts were accepted)");
-  }
+  // Drafts or not, the sampler took one draw per token (Sampler::Verify): Resume restores it.
   const size_t n_prompt = o.prompt.size() - o.n_generated;
   KV_ASSIGN_OR_RETURN(
       std::unique_ptr<TailSampler> t,

@@ -59,9 +59,10 @@ class TailSampler {
                           const std::function<bool(int32_t)>& is_eog);
   // Speculation: decides the token that takes position `pos` when the last stage drafted `draft`
   // for it, by Sampler::Verify on the logits as Sample adjusts them (greedy: the draft exactly when
-  // it is the argmax; with temperature, speculative rejection sampling, so the tokens follow the
-  // sampler's own distribution). *accepted tells whether the token is the draft. The TOKEN is what
-  // Sample returns. Not for a session with a grammar (it never drafts).
+  // it is the argmax; with temperature, speculative rejection sampling, the token Sample would
+  // draw, one draw, so a seed gives the tokens it gives without drafts). *accepted tells whether
+  // the token is the draft. The TOKEN is what Sample returns. Not for a session with a grammar (it
+  // never drafts).
   Result<TokenMsg> Verify(uint32_t session, std::span<const float> logits, int32_t draft, int pos,
                           int n_ctx, const std::function<bool(int32_t)>& is_eog, bool* accepted);
   // The prompt, then every token decided so far (what a drafter continues).

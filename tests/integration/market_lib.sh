@@ -63,8 +63,8 @@ NGINX
 # until it answers.
 start_market() {
   ip netns exec "$pub" "$bin" market --db "$db" --listen "$pub_ip:8080" --relay "wss://$pub_ip:8443" \
-    --relay-secret-file "$work/relay.secret" --lease "$lease" --tls-cert "$work/cert.pem" \
-    --tls-key "$work/key.pem" 2>>"$work/market.log" &
+    --relay-secret-file "$work/relay.secret" --relay-ca "$work/cert.pem" --lease "$lease" \
+    --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" 2>>"$work/market.log" &
   market_pid=$!
   pids+=($market_pid)
   for _ in $(seq 100); do

@@ -1,11 +1,16 @@
 // Standbys (docs/MARKET.md, "Standbys"): a node stands by for a held window, the map lists it,
 // the neighbours of the window learn it from their heartbeats (to dial and accept it), a window
-// whose claim is gone goes to its oldest proven standby before any new claimer, and a standby that
-// does not prove its bytes or serve is evicted like any claim.
+// whose claim is gone goes to its oldest proven standby that answered the market's check before any
+// new claimer, and a standby that does not prove its bytes or serve is evicted like any claim.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
 
 #include "market_fixture.h"
 #include "market_test_util.h"
+#include "relay/edge_token.h"
 
 namespace kvasir::market {
 namespace {
@@ -60,7 +65,7 @@ TEST_F(StandbyTest, AStandbyThatTookAWindowsPlaceSignsItsSessionsForCredit) {
 }
 
 // A SQLite database made before standbys (claims UNIQUE per window) keeps its claims and takes
-// standbys once opened. (A PostgreSQL database is made with the schema of its first market.)
+// standbys once opened. (PostgreSQL: the next test.)
 TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
   if (kvasir::testing::PostgresStore()) GTEST_SKIP() << "a SQLite database's migration";
   const auto ids = FillRing(kT0);
@@ -95,6 +100,74 @@ TEST_F(StandbyTest, AnOlderSqliteDatabaseKeepsItsClaimsAndTakesStandbys) {
   StandById(keys_[3], 1, kT0 + 1);
   StandById(keys_[4], 1, kT0 + 1);
   EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+}
+
+// The same for a PostgreSQL database: its claims table as a market before standbys made it (no
+// standby column, UNIQUE(model, ring, "window") under the name PostgreSQL gave it, the triggers
+// of the held counts on inserts and deletes only) keeps its claims, takes standbys and promotes
+// one, its held count following. On the test's PostgreSQL server in either run of the tests.
+TEST_F(StandbyTest, AnOlderPostgresDatabaseKeepsItsClaimsAndTakesStandbys) {
+  std::string why;
+  kvasir::testing::PgServer* pg = kvasir::testing::PgServer::Shared(&why);
+  if (pg == nullptr) KV_SKIP_OR_FAIL("PostgreSQL: " + why);
+  api_.reset();
+  store_.reset();
+  db_ = pg->NewDatabase();
+  ASSERT_FALSE(db_.empty()) << "cannot create a database on the test server";
+  {
+    auto s = Store::Open(db_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store_ = std::move(s).value();
+    ASSERT_TRUE(store_->AddModel(kvasir::testing::TestModel(), false, kT0).ok());
+    MakeApi({});
+  }
+  const auto ids = FillRing(kT0);
+  api_.reset();
+  store_.reset();
+  {
+    auto db = Db::Open(db_);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    for (const char* sql :
+         {"DROP TRIGGER claims_held ON claims", "DROP INDEX claims_standby",
+          "ALTER TABLE claims DROP COLUMN standby",  // and the UNIQUE constraint naming it
+          "ALTER TABLE claims ADD UNIQUE(model, ring, \"window\")",
+          "CREATE TRIGGER claims_held AFTER INSERT OR DELETE ON claims FOR EACH ROW EXECUTE "
+          "FUNCTION claims_held()"}) {
+      Status s = (*db)->Exec(sql);
+      ASSERT_TRUE(s.ok()) << sql << ": " << s.message();
+    }
+    // It is the old table: a second claim of a window is refused by the old constraint.
+    Status dup = (*db)->Exec(
+        "INSERT INTO claims(model, ring, \"window\", node, address, behind_nat, rate, created, "
+        "expires, last_beat) SELECT model, ring, \"window\", 'x', '', 0, 1, 0, 0, 0 FROM claims "
+        "LIMIT 1");
+    ASSERT_FALSE(dup.ok());
+  }
+  Reopen();
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_EQ(Window(kT0 + 1, w)["claim"], ids[static_cast<size_t>(w)]);
+    EXPECT_EQ(Window(kT0 + 1, w)["holder"], Hex(keys_[w]));
+  }
+  const int64_t s1 = StandById(keys_[3], 1, kT0 + 1);
+  StandById(keys_[4], 1, kT0 + 1);
+  EXPECT_EQ(Window(kT0 + 1, 1)["standbys"].size(), 2u);
+  // Promoted: the window stays held (the count follows the standby column).
+  const int64_t epoch = RingJson(kT0 + 1)["epoch"].get<int64_t>();
+  ASSERT_EQ(Beat(keys_[3], s1, epoch, kT0 + 2).status, 200);
+  checks_.Answer(store_.get(), kT0 + 2);
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "", kT0 + 3),
+                   kT0 + 3)
+          .status,
+      200);
+  EXPECT_EQ(Window(kT0 + 3, 1)["claim"], s1);
+  // With window 2 released, one window of three is uncovered, as its rate says.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[2], "DELETE", "/v1/claims/" + std::to_string(ids[2]), "", kT0 + 4),
+                   kT0 + 4)
+          .status,
+      200);
+  EXPECT_DOUBLE_EQ(Window(kT0 + 4, 2)["rate"].get<double>(), RewardRate(0, 1, 3));
 }
 
 // Opens its own market (eviction deadlines, windows with samples to prove).
@@ -178,11 +251,14 @@ TEST_F(StandbyTest, AWindowWhoseLeaseLapsesGoesToItsOldestStandbyBeforeAnyClaime
   const int64_t s1 = StandById(keys_[3], 1, kT0);
   const int64_t s2 = StandById(keys_[4], 1, kT0);
   const int64_t epoch = RingJson(kT0)["epoch"].get<int64_t>();
-  // Everyone but window 1's holder keeps beating (often enough that the market is never silent).
+  // Everyone but window 1's holder keeps beating (often enough that the market is never silent);
+  // the standbys serve the ring's epoch (up, waiting to be adopted), and the market's checks of
+  // them pass.
   for (double t = kT0 + 10; t <= kT0 + 31; t += 10) {
     for (int i : {0, 2}) ASSERT_EQ(Beat(keys_[i], ids[static_cast<size_t>(i)], -1, t).status, 200);
-    ASSERT_EQ(Beat(keys_[3], s1, -1, t).status, 200);
-    ASSERT_EQ(Beat(keys_[4], s2, -1, t).status, 200);
+    ASSERT_EQ(Beat(keys_[3], s1, epoch, t).status, 200);
+    ASSERT_EQ(Beat(keys_[4], s2, epoch, t).status, 200);
+    checks_.Answer(store_.get(), t);
   }
   const double t = kT0 + 31;  // window 1's lease (30 s) has lapsed
   ApiResponse r = Claim(keys_[5], 1, t);
@@ -204,6 +280,64 @@ TEST_F(StandbyTest, AWindowWhoseLeaseLapsesGoesToItsOldestStandbyBeforeAnyClaime
   EXPECT_EQ(Window(t, 1)["holder"], Hex(keys_[4]));
   EXPECT_EQ(Window(t, 1)["claim"], s2);
   EXPECT_EQ(Window(t, 1)["standbys"].size(), 0u);
+}
+
+TEST_F(StandbyTest, TheMarketDialsAStandbyAndSkipsOneThatDoesNotAnswer) {
+  MarketConfig c;
+  c.relay_url = "wss://relay.example.org";
+  c.relay_secret = std::string(32, 's');
+  MakeApi(c);
+  const auto ids = FillRing(kT0);
+  const int64_t s1 = StandById(keys_[3], 1, kT0);
+  const int64_t s2 = StandById(keys_[4], 2, kT0);
+  ApiResponse nat = Claim(keys_[5], 1, kT0, {{"standby", true}, {"behind_nat", true}});
+  ASSERT_EQ(nat.status, 201) << nat.body;
+  const int64_t s3 = Body(nat)["claim"].get<int64_t>();
+  const int64_t epoch = RingJson(kT0)["epoch"].get<int64_t>();
+  // Not dialed before it serves the ring's epoch (its stage is not up yet).
+  ASSERT_EQ(Beat(keys_[3], s1, -1, kT0 + 1).status, 200);
+  EXPECT_TRUE(checks_.jobs.empty());
+  for (auto [k, s] : {std::pair{3, s1}, {4, s2}, {5, s3}}) {
+    ASSERT_EQ(Beat(keys_[k], s, epoch, kT0 + 1).status, 200);
+  }
+  // Each is dialed once for the epoch: at its address, or behind NAT through the relay, as its
+  // window's predecessor's side of their edge.
+  std::map<int64_t, CheckJob> jobs;
+  for (const CheckJob& j : checks_.jobs) jobs[j.claim] = j;
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[s1].address, "10.0.0.7:7001");
+  EXPECT_EQ(jobs[s1].node, Hex(keys_[3]));
+  EXPECT_TRUE(jobs[s1].via.empty());
+  EXPECT_FALSE(jobs[s1].head);
+  EXPECT_EQ(jobs[s3].via, fmt::format("wss://relay.example.org/edge/e{}-{}", ids[0], s3));
+  const relay::EdgeToken want = relay::MakeEdgeToken(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(c.relay_secret.data()), 32),
+      fmt::format("e{}-{}", ids[0], s3), relay::Role::kPredecessorSide);
+  EXPECT_EQ(jobs[s3].token, want);
+  // s1 (the oldest of window 1) does not answer; the others do.
+  checks_.jobs.clear();
+  for (const auto& [id, j] : jobs) {
+    const Status outcome = id == s1 ? Error("10.0.0.7:7001: connection refused") : Status::Ok();
+    ASSERT_TRUE(store_->RecordCheck(id, j.node, j.address, j.epoch, outcome, kT0 + 2).ok());
+  }
+  json w = Window(kT0 + 2, 1);
+  ASSERT_EQ(w["standbys"].size(), 2u) << w;
+  EXPECT_FALSE(w["standbys"][0]["checked"].get<bool>());
+  EXPECT_EQ(w["standbys"][0]["check_error"], "10.0.0.7:7001: connection refused");
+  EXPECT_TRUE(w["standbys"][1]["checked"].get<bool>());
+  // Passed for this epoch: not dialed again; failed: dialed again on a later heartbeat.
+  ASSERT_EQ(Beat(keys_[4], s2, epoch, kT0 + 3).status, 200);
+  for (const CheckJob& j : checks_.jobs) EXPECT_NE(j.claim, s2);
+  // Window 1's holder leaves: the standby that answered takes it, the other stays a standby.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "", kT0 + 4),
+                   kT0 + 4)
+          .status,
+      200);
+  w = Window(kT0 + 4, 1);
+  EXPECT_EQ(w["claim"], s3);
+  ASSERT_EQ(w["standbys"].size(), 1u);
+  EXPECT_EQ(w["standbys"][0]["claim"], s1);
 }
 
 TEST_F(StandbyEvictTest, AStandbyThatDoesNotProveItsBytesIsEvictedAndNeverPromoted) {

@@ -215,8 +215,8 @@ TEST(HealProcessTest, KilledStagesAreReplacedByStandbysAndClientsLoseNothing) {
 // flight (--draft-windows 3) when a middle stage, then the last stage, is killed. Tokens with
 // drafts, chains of tokens from one verify chunk, and guessed windows drawn before each replay
 // still reach the head after it began, and stages hold rows of drafts not yet rolled back: every
-// client (greedy: a session drafted at a temperature cannot be resumed) gets exactly one
-// process's tokens, and no session fails.
+// client, greedy or seeded at a temperature (one draw per token, drafts or not), gets exactly one
+// process's tokens without drafts, and no session fails.
 TEST(HealProcessTest, ADraftingRingIsRepairedAndClientsLoseNothing) {
   KV_REQUIRE_ASSET(kModel);
   HealingRing ring(20, true, -1, {"--draft", "ngram", "--draft-max", "4", "--draft-windows", "3"});
@@ -225,13 +225,11 @@ TEST(HealProcessTest, ADraftingRingIsRepairedAndClientsLoseNothing) {
     ASSERT_TRUE(client.ok()) << client.status().message();
     ASSERT_TRUE((*client)->WaitReady(30000).ok());
   }
-  auto greedy = [](int) { return testing::Greedy(); };
   const std::pair<size_t, const char*> victims[] = {{2, "B (middle)"}, {3, "T (last)"}};
   for (const auto& [index, name] : victims) {
     // Far enough into the sessions for prompt lookup to find repeats, and to guess ahead.
-    auto runs = StreamWhile(
-        ring.head(), 8, 40, [&] { ring.stage(index).Kill(SIGKILL); }, greedy);
-    ExpectUndisturbed(runs, fmt::format("drafting, kill -9 {}", name), greedy);
+    auto runs = StreamWhile(ring.head(), 8, 40, [&] { ring.stage(index).Kill(SIGKILL); });
+    ExpectUndisturbed(runs, fmt::format("drafting, kill -9 {}", name));
   }
   ExpectIdle(ring.head(), 4);
   auto client = ring::RingClient::Connect(ring.head(), 20000, testing::kTestRingSecret);
@@ -435,6 +433,30 @@ TEST(HealProcessTest, RepairFlagsAreCheckedBeforeAStageStarts) {
       {"run", "-m", AssetPath(kModel), "--stages", "3", "--standby", "1", "--relay", "-p", "x"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--standby works on direct links"), std::string::npos) << r.err;
+  r = testing::RunKvasir(
+      {"run", "-m", AssetPath(kModel), "--stages", "2", "--replay-mb", "-1", "-p", "x"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb -1 must be from 0 to"), std::string::npos) << r.err;
+  r = testing::RunKvasir({"serve", "-m", AssetPath(kModel), "--replay-mb", "2000000"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb 2000000 must be from 0 to"), std::string::npos) << r.err;
+  r = testing::RunKvasir({"serve", "--ring", "127.0.0.1:1", "--replay-mb", "8"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--replay-mb shape a local ring"), std::string::npos) << r.err;
+}
+
+// `kvasir run --replay-mb` reaches every stage it starts (each logs the budget it keeps).
+TEST(HealProcessTest, RunGivesItsStagesTheReplayBudget) {
+  KV_REQUIRE_ASSET(kModel);
+  for (const char* mb : {"0", "3"}) {
+    auto r = testing::RunKvasir({"run", "-m", AssetPath(kModel), "--stages", "3", "--replay-mb", mb,
+                                 "--stage-log-level", "info", "-p", "Once", "-n", "4", "-t", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string line = fmt::format("keeps {} MiB of rows sent on for replays", mb);
+    size_t n = 0;
+    for (size_t at = r.err.find(line); at != std::string::npos; at = r.err.find(line, at + 1)) ++n;
+    EXPECT_EQ(n, 3u) << "--replay-mb " << mb << "\n" << r.err;
+  }
 }
 
 }  // namespace

@@ -64,6 +64,33 @@ TEST(VerifyTest, TemperatureKeepsTheSamplersDistribution) {
   }
 }
 
+// The token a verification decides is the one Sample draws from the same state, whatever the
+// draft, and each takes one draw: a seed gives the same tokens with drafts as without, and a
+// sampler advanced by SkipDraw once per token (a repair's replay) goes on with the same tokens.
+TEST(VerifyTest, AVerifiedTokenIsTheTokenSampleDrawsWithOneDraw) {
+  SamplingParams params;
+  params.temperature = 0.9f;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  params.seed = 1234;
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 1.7f, -0.3f};
+  Sampler sampled(params), verified(params), resumed(params);
+  int accepted = 0;
+  for (int i = 0; i < 400; ++i) {
+    const int32_t want = sampled.Sample(logits, {});
+    const int32_t draft = (i * 7) % 5;
+    const Sampler::Verdict v = verified.Verify(logits, {}, draft);
+    ASSERT_EQ(v.token, want) << "step " << i;
+    ASSERT_EQ(v.accepted, want == draft) << "step " << i;
+    accepted += v.accepted;
+    if (i < 300) resumed.SkipDraw();
+    if (i >= 300) EXPECT_EQ(resumed.Sample(logits, {}), want) << "step " << i;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, 400);
+}
+
 TEST(VerifyTest, ADraftOutsideTheSurvivorsIsAlwaysRejected) {
   SamplingParams params;
   params.temperature = 1.0f;
