@@ -10,7 +10,8 @@
 //   exactly. The 32 of each half comes off in one more vpmaddwd: lane (32 * s0, 32 * s1) against
 //   the token's (sum_lo, sum - sum_lo), so that isum = sum_h s_h * (sum u x - 32 * sum x) is the
 //   reference's integer without a vpsignb per product.
-// The f32 steps are those of IntBlockStep (quant_ints.h): bit-identical to ref::MatMul.
+// The f32 steps are those of IntBlockStep (quant_ints.h): bit-identical to ref::MatMul. One token
+// (decode) reads the rows in row order and adds eight rows' partial sums together (DecodeGroup).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -11,9 +11,11 @@
 //              acc = fma(float(isum), dw * dx, acc)
 // so the results equal ref::MatMul bit for bit.
 //
-// Decode (up to kMaxBatch tokens) unpacks each super-block of a group into a small buffer that
-// stays in L1 and applies it to every token, reading the weights once; prefill unpacks a whole
-// 16-row panel once into thread-local memory and runs every tile of up to kActTile tokens on it.
+// One token (decode) reads each row's super-blocks in row order instead (DecodeGroupRowOrder):
+// for one token the unpacking above would be most of the work. Small batches (2 to kMaxBatch
+// tokens) unpack each super-block of a group into a small buffer that stays in L1 and apply it to
+// every token, reading the weights once; prefill unpacks a whole 16-row panel once into
+// thread-local memory and runs every tile of up to kActTile tokens on it.
 #include <algorithm>
 #include <array>
 #include <cstdint>
