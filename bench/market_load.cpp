@@ -10,6 +10,8 @@
 // holder does, so the heartbeats are those of proven claims. Prints the claims per second (all
 // nodes claiming at once), the signed heartbeats per second, their median and 99th-percentile
 // latency, and the map's. A real node heartbeats every lease/3, at most --poll (2 s) apart.
+// Each thread's nodes share that thread's kept-alive connections (one per market), as a node
+// keeps its own; the connections opened in all are printed too.
 // Example: market_load --market http://127.0.0.1:8080 --model load --nodes 1000 --threads 16
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -136,30 +138,42 @@ int main(int argc, char** argv) {
   }
   const int n_threads = threads_n > 0 ? std::min(threads_n, nodes) : std::min(nodes, 64);
   std::atomic<bool> go{false}, stop{false};
-  std::atomic<int> failed{0}, claimed{0}, proved{0};
+  std::atomic<int> failed{0}, claimed{0}, proved{0}, connects{0};
   std::vector<std::vector<double>> beats(static_cast<size_t>(n_threads));
   std::vector<double> map_ms;
   std::vector<std::thread> threads;
   const auto claims_t0 = Clock::now();
   std::atomic<int64_t> claims_done_ns{0};
+  // Each thread's kept-alive connections, one set per market, shared by its nodes (which all
+  // come from one address here, as real nodes would not).
+  std::vector<std::vector<MarketClient>> thread_links(static_cast<size_t>(n_threads));
+  for (auto& links : thread_links) {
+    for (const std::string& m : markets) {
+      auto c = MarketClient::Create(m, nullptr);
+      if (!c.ok()) {
+        std::fprintf(stderr, "market_load: %s\n", c.status().message().c_str());
+        return 2;
+      }
+      links.push_back(std::move(c).value());
+    }
+  }
   for (int t = 0; t < n_threads; ++t) {
     threads.emplace_back([&, t] {
       std::vector<Node> mine;
+      const std::vector<MarketClient>& links = thread_links[static_cast<size_t>(t)];
       for (int i = t; i < nodes; i += n_threads) {
         auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
-        auto c = MarketClient::Create(markets[static_cast<size_t>(i) % markets.size()], key);
-        auto grant =
-            c->PostSigned("/v1/claims", {{"model", model},
-                                         {"ring", windows[static_cast<size_t>(i)].first},
-                                         {"window", windows[static_cast<size_t>(i)].second},
-                                         {"address", ":7000"}});
+        auto c = links[static_cast<size_t>(i) % markets.size()].WithKey(key);
+        auto grant = c.PostSigned("/v1/claims", {{"model", model},
+                                                 {"ring", windows[static_cast<size_t>(i)].first},
+                                                 {"window", windows[static_cast<size_t>(i)].second},
+                                                 {"address", ":7000"}});
         if (!grant.ok()) {
           std::fprintf(stderr, "market_load: claim: %s\n", grant.status().message().c_str());
           ++failed;
           continue;
         }
-        Node n{std::make_unique<MarketClient>(std::move(c).value()),
-               (*grant)["claim"].get<int64_t>()};
+        Node n{std::make_unique<MarketClient>(std::move(c)), (*grant)["claim"].get<int64_t>()};
         mine.push_back(std::move(n));
       }
       if (++claimed == n_threads) {
@@ -191,6 +205,7 @@ int main(int argc, char** argv) {
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
       for (Node& n : mine) (void)n.client->DeleteSigned("/v1/claims/" + std::to_string(n.claim));
+      for (const MarketClient& l : links) connects += l.connects();
     });
   }
   std::thread mapper([&] {
@@ -216,7 +231,7 @@ int main(int argc, char** argv) {
               Percentile(all, 0.5), Percentile(all, 0.99));
   std::printf("%-22s %10.0f %10.2f %10.2f\n", "GET /v1/map", map_ms.size() / seconds,
               Percentile(map_ms, 0.5), Percentile(map_ms, 0.99));
-  std::printf("nodes %d on %d threads, %zu market(s), failed requests %d\n", nodes, n_threads,
-              markets.size(), failed.load());
+  std::printf("nodes %d on %d threads, %zu market(s), failed requests %d, connections %d\n", nodes,
+              n_threads, markets.size(), failed.load(), connects.load() + reader->connects());
   return failed > 0 ? 1 : 0;
 }
