@@ -313,6 +313,7 @@ Status Store::Sweep(double now) {
   // claims due without reading the others.
   constexpr const char* kDue =
       "expires <= ?3 AND expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
+  KV_RETURN_IF_ERROR(WriteRenewalsDue(kDue, silence_start, lease_clock, now));
   {
     // A standby leaving changes no ring's set of serving claims.
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE "
@@ -501,6 +502,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
         ClaimInfo c = ClaimFromRow(s, 0);
+        Overlay(&c);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
           WindowState& w = m.rings[r].windows[static_cast<size_t>(c.window)];
