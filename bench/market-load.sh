@@ -39,7 +39,7 @@ gguf=$WORK/load$layers.gguf
 if [[ $store == postgresql ]]; then
   pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
   mkdir -p "$WORK/pg"
-  if [[ $(id -u) == 0 ]]; then chown postgres "$WORK/pg"; fi
+  if [[ $(id -u) == 0 ]]; then chmod a+x "$WORK"; chown postgres "$WORK/pg"; fi
   runas "$pg_bin/initdb" -D "$WORK/pg/data" -U kvasir -A trust >/dev/null
   runas "$pg_bin/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/server.log" -w -o \
     "-c listen_addresses='' -c unix_socket_directories=$WORK/pg -p 5432 -c max_connections=200" \
@@ -70,5 +70,7 @@ for ((i = 0; i < procs; ++i)); do
   until curl -sf http://127.0.0.1:$((18951 + i))/health >/dev/null; do sleep 0.2; done
 done
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$BIN/market_load" "${urls[@]}" "${model_args[@]}" --gguf "$gguf" --nodes "$nodes" "$@"
+status=0
+"$BIN/market_load" "${urls[@]}" "${model_args[@]}" --gguf "$gguf" --nodes "$nodes" "$@" || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+exit $status
