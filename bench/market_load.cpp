@@ -1,7 +1,8 @@
 // market_load: how many nodes `kvasir market` keeps, from a process of its own (the markets run in
 // others). --nodes simulated nodes, each with its own node key, are spread over --threads threads
-// (default: one thread per node, at most 64); each claims one window of the model --model
-// (registered with at least that many windows in all its rings) for each of its nodes, then
+// (default: one thread per node, at most 64); each claims one window of the model --model (or of
+// several: --model a --model b, their windows in that order; registered with at least that many
+// windows in all) for each of its nodes, then
 // heartbeats for them in turn for --seconds: as fast as the market answers, or with --rate R at R
 // heartbeats a second in all (each latency then counts from when its heartbeat was due, so a
 // market that falls behind shows it); with --map, a last thread reads GET /v1/map in a loop.
@@ -10,6 +11,8 @@
 // holder does, so the heartbeats are those of proven claims. Prints the claims per second (all
 // nodes claiming at once), the signed heartbeats per second, their median and 99th-percentile
 // latency, and the map's. A real node heartbeats every lease/3, at most --poll (2 s) apart.
+// Each thread's nodes share that thread's kept-alive connections (one per market), as a node
+// keeps its own; the connections opened in all are printed too.
 // Example: market_load --market http://127.0.0.1:8080 --model load --nodes 1000 --threads 16
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -81,7 +84,8 @@ bool Prove(Node* n, const kvasir::GgufFile& file) {
 int main(int argc, char** argv) {
   CLI::App app{"Heartbeat and map load on a kvasir market."};
   std::vector<std::string> markets;
-  std::string model = "load", gguf;
+  std::vector<std::string> models{"load"};
+  std::string gguf;
   int nodes = 16, rings = 1, threads_n = 0;
   double seconds = 5, rate = 0;
   bool map_reader = true;
@@ -89,7 +93,9 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--rate", rate, "heartbeats a second in all (0: as fast as the market answers)");
   app.add_option("--gguf", gguf, "the model's file: answer the claims' challenges with it");
-  app.add_option("--model", model, "model to claim windows of")->capture_default_str();
+  app.add_option("--model", models,
+                 "model to claim windows of (several: their windows in the order given)")
+      ->capture_default_str();
   app.add_option("--nodes", nodes, "nodes (threads), one window each")->capture_default_str();
   app.add_option("--rings", rings, "rings of the model to spread the nodes over")
       ->capture_default_str();
@@ -120,46 +126,64 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "market_load: %s\n", map.status().message().c_str());
     return 1;
   }
-  // Windows to claim: (ring, window) of the model, in order.
-  std::vector<std::pair<int, int>> windows;
-  for (const auto& m : (*map)["models"]) {
-    if (m["name"] != model) continue;
-    for (const auto& r : m["rings"]) {
-      for (const auto& w : r["windows"])
-        windows.emplace_back(r["ring"].get<int>(), w["window"].get<int>());
+  // Windows to claim: (model, ring, window) of the models, in order.
+  struct Window {
+    std::string model;
+    int ring = 0, window = 0;
+  };
+  std::vector<Window> windows;
+  for (const std::string& name : models) {
+    for (const auto& m : (*map)["models"]) {
+      if (m["name"] != name) continue;
+      for (const auto& r : m["rings"]) {
+        for (const auto& w : r["windows"])
+          windows.push_back({name, r["ring"].get<int>(), w["window"].get<int>()});
+      }
     }
   }
   if (static_cast<int>(windows.size()) < nodes) {
-    std::fprintf(stderr, "market_load: model '%s' has %zu windows, fewer than --nodes %d\n",
-                 model.c_str(), windows.size(), nodes);
+    std::fprintf(stderr, "market_load: the models have %zu windows, fewer than --nodes %d\n",
+                 windows.size(), nodes);
     return 1;
   }
   const int n_threads = threads_n > 0 ? std::min(threads_n, nodes) : std::min(nodes, 64);
   std::atomic<bool> go{false}, stop{false};
-  std::atomic<int> failed{0}, claimed{0}, proved{0};
+  std::atomic<int> failed{0}, claimed{0}, proved{0}, connects{0};
   std::vector<std::vector<double>> beats(static_cast<size_t>(n_threads));
   std::vector<double> map_ms;
   std::vector<std::thread> threads;
   const auto claims_t0 = Clock::now();
   std::atomic<int64_t> claims_done_ns{0};
+  // Each thread's kept-alive connections, one set per market, shared by its nodes (which all
+  // come from one address here, as real nodes would not).
+  std::vector<std::vector<MarketClient>> thread_links(static_cast<size_t>(n_threads));
+  for (auto& links : thread_links) {
+    for (const std::string& m : markets) {
+      auto c = MarketClient::Create(m, nullptr);
+      if (!c.ok()) {
+        std::fprintf(stderr, "market_load: %s\n", c.status().message().c_str());
+        return 2;
+      }
+      links.push_back(std::move(c).value());
+    }
+  }
   for (int t = 0; t < n_threads; ++t) {
     threads.emplace_back([&, t] {
       std::vector<Node> mine;
+      const std::vector<MarketClient>& links = thread_links[static_cast<size_t>(t)];
       for (int i = t; i < nodes; i += n_threads) {
         auto key = std::make_shared<const kvasir::ring::NodeKey>(kvasir::ring::NodeKey::Generate());
-        auto c = MarketClient::Create(markets[static_cast<size_t>(i) % markets.size()], key);
-        auto grant =
-            c->PostSigned("/v1/claims", {{"model", model},
-                                         {"ring", windows[static_cast<size_t>(i)].first},
-                                         {"window", windows[static_cast<size_t>(i)].second},
-                                         {"address", ":7000"}});
+        auto c = links[static_cast<size_t>(i) % markets.size()].WithKey(key);
+        const Window& w = windows[static_cast<size_t>(i)];
+        auto grant = c.PostSigned(
+            "/v1/claims",
+            {{"model", w.model}, {"ring", w.ring}, {"window", w.window}, {"address", ":7000"}});
         if (!grant.ok()) {
           std::fprintf(stderr, "market_load: claim: %s\n", grant.status().message().c_str());
           ++failed;
           continue;
         }
-        Node n{std::make_unique<MarketClient>(std::move(c).value()),
-               (*grant)["claim"].get<int64_t>()};
+        Node n{std::make_unique<MarketClient>(std::move(c)), (*grant)["claim"].get<int64_t>()};
         mine.push_back(std::move(n));
       }
       if (++claimed == n_threads) {
@@ -191,6 +215,7 @@ int main(int argc, char** argv) {
             std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
       for (Node& n : mine) (void)n.client->DeleteSigned("/v1/claims/" + std::to_string(n.claim));
+      for (const MarketClient& l : links) connects += l.connects();
     });
   }
   std::thread mapper([&] {
@@ -216,7 +241,7 @@ int main(int argc, char** argv) {
               Percentile(all, 0.5), Percentile(all, 0.99));
   std::printf("%-22s %10.0f %10.2f %10.2f\n", "GET /v1/map", map_ms.size() / seconds,
               Percentile(map_ms, 0.5), Percentile(map_ms, 0.99));
-  std::printf("nodes %d on %d threads, %zu market(s), failed requests %d\n", nodes, n_threads,
-              markets.size(), failed.load());
+  std::printf("nodes %d on %d threads, %zu market(s), failed requests %d, connections %d\n", nodes,
+              n_threads, markets.size(), failed.load(), connects.load() + reader->connects());
   return failed > 0 ? 1 : 0;
 }

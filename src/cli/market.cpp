@@ -159,6 +159,10 @@ int Serve(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--lease", config.lease_s, "seconds a claim lasts without a heartbeat")
       ->capture_default_str();
+  app.add_option("--lease-flush", config.lease_flush_s,
+                 "seconds a renewal may wait in memory before it is written with the others "
+                 "(0: each at once)")
+      ->capture_default_str();
   app.add_option("--clock-skew", config.clock_skew_s,
                  "seconds a signed request's time may differ from the market's")
       ->capture_default_str();
@@ -210,6 +214,9 @@ int Serve(int argc, char** argv) {
   }
   if (config.lease_s < 3 || config.lease_s > 3600) {
     return UsageError(kCmd, "--lease must be from 3 to 3600 seconds");
+  }
+  if (!(config.lease_flush_s >= 0 && config.lease_flush_s <= config.lease_s / 3)) {
+    return UsageError(kCmd, "--lease-flush must be from 0 to a third of --lease");
   }
   if (config.clock_skew_s < 5 || config.clock_skew_s > 3600) {
     return UsageError(kCmd, "--clock-skew must be from 5 to 3600 seconds");

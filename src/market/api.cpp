@@ -231,9 +231,15 @@ ApiResponse ErrorResponse(const Status& status) {
 MarketApi::MarketApi(Store* store, MarketConfig config, CheckQueue* checks)
     : store_(store), config_(std::move(config)), checks_(checks) {
   store_->set_lease_s(config_.lease_s);
+  store_->set_lease_flush_s(config_.lease_flush_s);
   store_->set_eviction(config_.eviction);
   store_->set_audit(config_.audit);
   store_->set_check_standbys(checks_ != nullptr);
+}
+
+Status MarketApi::FlushLeases(double now, bool force) {
+  if (!force && !store_->LeaseFlushDue(now)) return Status::Ok();
+  return store_->FlushLeases(now);
 }
 
 void MarketApi::RequestChecks(const std::string& model_id, const RingState& ring) {

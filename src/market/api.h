@@ -42,6 +42,9 @@ struct MarketConfig {
   std::string relay_secret;  // the relay's secret, or empty (zero tokens)
   EvictionPolicy eviction;   // when claims that do not serve are evicted
   AuditPolicy audit;         // which credited sessions are audited, and the penalties
+  // Renewals that change nothing but a lease are written together at most this many seconds
+  // after they were answered (Store::set_lease_flush_s); 0 writes each at once.
+  double lease_flush_s = 1;
 };
 
 class MarketApi {
@@ -51,6 +54,10 @@ class MarketApi {
   MarketApi(Store* store, MarketConfig config, CheckQueue* checks = nullptr);
   // Answers one request as of `now` (Unix seconds). Never throws, whatever the bytes.
   ApiResponse Handle(const ApiRequest& request, double now);
+  // Writes the renewals waiting in memory once their flush is due (`force`: now, as at a stop).
+  // To be called on the thread that calls Handle, or under the same lock.
+  Status FlushLeases(double now, bool force = false);
+  double lease_flush_s() const { return config_.lease_flush_s; }
 
  private:
   ApiResponse Route(const ApiRequest& request, double now);

@@ -25,7 +25,9 @@ Result<ClaimInfo> Store::ReadClaim(int64_t claim) {
     return Error(StatusCode::kNotFound, "claim {} is gone (its lease expired or it was released)",
                  claim);
   }
-  return ClaimFromRow(s, 0);
+  ClaimInfo c = ClaimFromRow(s, 0);
+  Overlay(&c);
+  return c;
 }
 
 Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double lease_s) {
@@ -214,13 +216,19 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   if (silent_ || now - last_beat_ >= 1 || now < last_beat_) {
     KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
   }
-  // serving_since: when it first reported this epoch (a report of -1 clears it).
-  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
-                                           "serving_since = CASE WHEN CAST(?3 AS BIGINT) < 0 THEN 0 WHEN "
-                                           "serving_epoch = ?3 THEN serving_since ELSE ?2 END, "
-                                           "serving_epoch = ?3 WHERE id = ?4"));
-  KV_RETURN_IF_ERROR(
-      s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
+  // A renewal that changes nothing but the lease waits in memory for the next flush
+  // (lease_flush.cpp); anything else is written now.
+  const bool lease_only = lease_flush_s_ > 0 && !silent_ && c.serving_epoch == serving_epoch &&
+                          (proof == nullptr || c.proven);
+  if (!lease_only) {
+    // serving_since: when it first reported this epoch (a report of -1 clears it).
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("UPDATE claims SET expires = ?, last_beat = ?, "
+                                             "serving_since = CASE WHEN CAST(?3 AS BIGINT) < 0 "
+                                             "THEN 0 WHEN serving_epoch = ?3 THEN serving_since "
+                                             "ELSE ?2 END, serving_epoch = ?3 WHERE id = ?4"));
+    KV_RETURN_IF_ERROR(
+        s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
+  }
   // Only the claim's ring: a heartbeat costs the same whatever the size of its model.
   KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model, c.ring));
   if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
@@ -230,6 +238,10 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   reply.ring = models[0].rings[static_cast<size_t>(c.ring)];
   reply.model_id = models[0].model_id;
   KV_ASSIGN_OR_RETURN(reply.claim, ReadClaim(claim));
+  if (lease_only) {
+    reply.claim.expires = std::max(reply.claim.expires, now + lease_s);
+    reply.claim.last_beat = std::max(reply.claim.last_beat, now);
+  }
   if (reply.claim.proven && reply.claim.serving_epoch == reply.ring.epoch) {
     // It serves: the evictions it had are forgiven.
     KV_ASSIGN_OR_RETURN(auto f, db_->Prepare("DELETE FROM strikes WHERE node = ?"));
@@ -238,6 +250,10 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   if (!reply.claim.proven) KV_RETURN_IF_ERROR(ReadChallenge(claim, &reply));
   KV_RETURN_IF_ERROR(ReadAudits(node, now, &reply.audits));
   KV_RETURN_IF_ERROR(txn->Commit());
+  if (lease_only) {
+    if (leases_.empty()) flushed_at_ = now;  // the interval counts from the oldest waiting
+    leases_.Renew(claim, node, now + lease_s, now);
+  }
   return reply;
 }
 

@@ -5,7 +5,6 @@
 #include <chrono>
 
 #include "market/signed_request.h"
-#include "net/url.h"
 
 namespace kvasir::market {
 
@@ -29,21 +28,69 @@ Result<MarketClient> MarketClient::Create(std::string base_url,
     return Error("market URL {}: give the server only (http[s]://HOST[:PORT]), not a path",
                  base_url);
   }
-  return MarketClient(std::move(base_url), std::move(key), std::move(http));
+  auto connections = std::make_shared<Connections>();
+  connections->origin = std::move(url);
+  connections->http = std::move(http);
+  if (connections->origin.tls()) {
+    // An unreadable --ca file is an error now, not at the first request.
+    KV_RETURN_IF_ERROR(net::HttpSession::Create(connections->origin, connections->http).status());
+  }
+  return MarketClient(std::move(base_url), std::move(key), std::move(connections));
+}
+
+MarketClient MarketClient::WithKey(std::shared_ptr<const ring::NodeKey> key) const {
+  return MarketClient(base_, std::move(key), connections_);
+}
+
+int MarketClient::connects() const { return connections_->connects.load(); }
+
+Result<std::unique_ptr<net::HttpSession>> MarketClient::Take(bool fresh) const {
+  if (!fresh) {
+    std::lock_guard<std::mutex> lock(connections_->mu);
+    if (!connections_->idle.empty()) {
+      auto s = std::move(connections_->idle.back());
+      connections_->idle.pop_back();
+      return s;
+    }
+  }
+  return net::HttpSession::Create(connections_->origin, connections_->http);
+}
+
+void MarketClient::GiveBack(std::unique_ptr<net::HttpSession> session) const {
+  if (!session->connected()) return;
+  std::lock_guard<std::mutex> lock(connections_->mu);
+  if (connections_->idle.size() < kMaxIdleConnections) {
+    connections_->idle.push_back(std::move(session));
+  }
 }
 
 Result<nlohmann::json> MarketClient::Send(const std::string& method, const std::string& target,
                                           const std::string& body, bool sign) const {
-  std::map<std::string, std::string> headers;
-  if (sign) {
-    if (key_ == nullptr) return Error("{} {}: needs a node key", method, target);
-    const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-    headers = SignRequest(*key_, method, target, body, now);
+  if (sign && key_ == nullptr) return Error("{} {}: needs a node key", method, target);
+  net::HttpReply reply;
+  // A kept connection the market closed while it idled (its idle deadline) takes the request
+  // with it unread: the request goes once more on a new connection, signed anew (the market
+  // refuses a signed request's nonce the second time).
+  for (int attempt = 0;; ++attempt) {
+    std::map<std::string, std::string> headers;
+    if (sign) {
+      const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+      headers = SignRequest(*key_, method, target, body, now);
+    }
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<net::HttpSession> session, Take(/*fresh=*/attempt > 0));
+    const int connects_before = session->connects();
+    bool unanswered = false;
+    auto sent = session->Send(method, target, headers, body, &unanswered);
+    connections_->connects += session->connects() - connects_before;
+    if (sent.ok()) {
+      reply = std::move(sent).value();
+      GiveBack(std::move(session));
+      break;
+    }
+    if (!unanswered || attempt > 0) return sent.status();
   }
-  KV_ASSIGN_OR_RETURN(net::HttpReply reply,
-                      net::HttpRequest(method, base_ + target, headers, body, http_));
   nlohmann::json j = nlohmann::json::parse(reply.body, nullptr, false);
   if (reply.status >= 200 && reply.status < 300) {
     if (j.is_discarded()) {
@@ -56,9 +103,9 @@ Result<nlohmann::json> MarketClient::Send(const std::string& method, const std::
       j["error"].contains("message") && j["error"]["message"].is_string()) {
     message = j["error"]["message"].get<std::string>();
   }
-  return Status::Error(fmt::format("market {}: {} {}: HTTP {}: {}", base_, method, target,
-                                   reply.status, message),
-                       CodeForHttpStatus(reply.status));
+  return Status::Error(
+      fmt::format("market {}: {} {}: HTTP {}: {}", base_, method, target, reply.status, message),
+      CodeForHttpStatus(reply.status));
 }
 
 Result<nlohmann::json> MarketClient::Get(const std::string& target) const {

@@ -1,5 +1,6 @@
 #include "market/market_server.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/log.h"
@@ -26,9 +27,21 @@ net::HttpServerResponse ToHttp(const ApiResponse& a) {
 
 }  // namespace
 
-MarketServer::MarketServer(std::unique_ptr<net::HttpServer> http) : http_(std::move(http)) {}
+MarketServer::MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_ptr<Shared> shared)
+    : http_(std::move(http)), shared_(std::move(shared)) {}
 
 MarketServer::~MarketServer() { Stop(); }
+
+void MarketServer::Flusher(int interval_ms) {
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  while (!shared_->stopping) {
+    shared_->wake.wait_for(lock, std::chrono::milliseconds(interval_ms));
+    if (shared_->stopping) break;
+    if (Status s = shared_->api->FlushLeases(UnixNow()); !s.ok()) {
+      KV_LOG_WARN("market: writing lease renewals: {} (they wait for the next flush)", s.message());
+    }
+  }
+}
 
 Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOptions& o,
                                                           MarketApi* api) {
@@ -51,16 +64,25 @@ Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOpti
   h.error_body = [](int status, const std::string& code, const std::string& message) {
     return ToHttp(ErrorResponse(status, code, message));
   };
+  auto shared = std::make_shared<Shared>();
+  shared->api = api;
   auto http = net::HttpServer::Start(
-      h, net::Synchronous([api](const net::HttpServerRequest& req) {
+      h, net::Synchronous([shared](const net::HttpServerRequest& req) {
         ApiRequest r{req.method, req.target, req.headers, req.body, req.remote_ip};
-        const ApiResponse res = api->Handle(r, UnixNow());
+        std::unique_lock<std::mutex> lock(shared->mu);
+        const ApiResponse res = shared->api->Handle(r, UnixNow());
+        lock.unlock();
         KV_LOG_DEBUG("market: {} {} {} -> {}", req.remote_ip, r.method, r.target.substr(0, 80),
                      res.status);
         return ToHttp(res);
       }));
   if (!http.ok()) return http.status();
-  return std::unique_ptr<MarketServer>(new MarketServer(std::move(http).value()));
+  std::unique_ptr<MarketServer> server(new MarketServer(std::move(http).value(), shared));
+  if (api->lease_flush_s() <= 0) return server;  // every renewal is written at once
+  // A quarter of the interval: a renewal waits at most about 1.25 intervals in memory.
+  const int interval_ms = std::max(10, static_cast<int>(api->lease_flush_s() * 1000 / 4));
+  server->flusher_ = std::thread([s = server.get(), interval_ms] { s->Flusher(interval_ms); });
+  return server;
 }
 
 uint16_t MarketServer::port() const { return http_->port(); }
@@ -84,6 +106,17 @@ bool MarketServer::WaitFor(const std::function<bool(const MarketServerStats&)>& 
 
 void MarketServer::Stop() {
   if (http_) http_->Stop();
+  if (!flusher_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->stopping = true;
+  }
+  shared_->wake.notify_all();
+  flusher_.join();
+  // No request is answered any more: what waits in memory is written now.
+  if (Status s = shared_->api->FlushLeases(UnixNow(), /*force=*/true); !s.ok()) {
+    KV_LOG_WARN("market: writing lease renewals at the stop: {}", s.message());
+  }
 }
 
 }  // namespace kvasir::market

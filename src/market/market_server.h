@@ -6,13 +6,17 @@
 // request carried a verified signature moves to a pool of its own, which strangers cannot take; a
 // newcomer from an address holding few connections takes the place of the oldest idle one of the
 // address holding the most; and silent or idle connections get a second once the open pool is
-// half full.
+// half full. Renewals the API holds in memory are flushed by a thread of the server's at their
+// interval (MarketConfig::lease_flush_s), under the lock requests are answered with, and at Stop.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "base/status.h"
 #include "market/api.h"
@@ -58,12 +62,23 @@ class MarketServer {
   // Blocks until `done(stats())` holds or `timeout_ms` passes, waking at every change of the
   // server's state; returns whether it holds.
   bool WaitFor(const std::function<bool(const MarketServerStats&)>& done, int timeout_ms) const;
-  // Closes every connection and stops the thread. Idempotent.
+  // Closes every connection, stops the threads and writes the renewals still in memory.
+  // Idempotent.
   void Stop();
 
  private:
-  explicit MarketServer(std::unique_ptr<net::HttpServer> http);
+  // What the request handler and the flushing thread share.
+  struct Shared {
+    MarketApi* api = nullptr;
+    std::mutex mu;  // around every call into `api`
+    std::condition_variable wake;
+    bool stopping = false;  // guarded by mu
+  };
+  MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_ptr<Shared> shared);
+  void Flusher(int interval_ms);
   std::unique_ptr<net::HttpServer> http_;
+  std::shared_ptr<Shared> shared_;
+  std::thread flusher_;
 };
 
 // The wall clock in Unix seconds.

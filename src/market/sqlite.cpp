@@ -145,6 +145,12 @@ Result<std::unique_ptr<Db>> OpenSqlite(const std::string& path) {
   // "The store").
   KV_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous=NORMAL"));
   KV_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON"));
+  // A heartbeat reads its ring's windows and claims: with 10,000 claims the pages they spread
+  // over outgrow SQLite's default 2 MiB cache, and each read became a pread of the file. The
+  // file is mapped instead (up to 1 GiB; pages are shared with the kernel's cache), and up to 64
+  // MiB of pages are kept.
+  KV_RETURN_IF_ERROR(db->Exec("PRAGMA mmap_size=1073741824"));
+  KV_RETURN_IF_ERROR(db->Exec("PRAGMA cache_size=-65536"));
   return std::unique_ptr<Db>(std::move(db));
 }
 

@@ -346,17 +346,20 @@ Status Store::Sweep(double now) {
   // claims due without reading the others.
   constexpr const char* kDue =
       "expires <= ?3 AND expires <= CASE WHEN created < ?1 THEN ?2 ELSE ?3 END";
+  KV_RETURN_IF_ERROR(WriteRenewalsDue(kDue, silence_start, lease_clock, now));
   {
-    // A standby leaving changes no ring's set of serving claims.
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring FROM claims WHERE "
-                                                         "standby = 0 AND {}",
+    // A standby leaving changes no ring's set of serving claims. The standbys are told apart
+    // here, not in the query: given `standby = 0`, the planner walked the standby index over
+    // every claim (each heartbeat read all 10,000) instead of the few due by the index on expires.
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT model, ring, standby FROM claims "
+                                                         "WHERE {}",
                                                          kDue)));
     s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now);
     std::vector<std::pair<int64_t, int>> gone;
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
-      gone.emplace_back(s.Int(0), static_cast<int>(s.Int(1)));
+      if (s.Int(2) == 0) gone.emplace_back(s.Int(0), static_cast<int>(s.Int(1)));
     }
     for (auto [model, ring] : gone) KV_RETURN_IF_ERROR(BumpEpoch(model, ring));
   }
@@ -534,6 +537,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
         ClaimInfo c = ClaimFromRow(s, 0);
+        Overlay(&c);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
           WindowState& w = m.rings[r].windows[static_cast<size_t>(c.window)];

@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "market/audit.h"
+#include "market/lease_table.h"
 #include "market/proof.h"
 #include "market/sql.h"
 
@@ -240,6 +241,20 @@ class Store {
     audit_ = policy;
     audit_rng_.seed(policy.seed);
   }
+  // Renewals that change nothing but a lease (a heartbeat of the same serving epoch, no proof,
+  // outside a silence) wait in memory up to `seconds` and are then written together, in one
+  // transaction (FlushLeases); 0, the default, writes each in its heartbeat's transaction. While
+  // one waits, this Store's answers and its lapse decisions use it (docs/MARKET.md, "Renewals
+  // in memory").
+  void set_lease_flush_s(double seconds) { lease_flush_s_ = seconds; }
+  // Whether the oldest renewal waiting in memory has waited lease_flush_s (or the clock stepped
+  // back).
+  bool LeaseFlushDue(double now) const;
+  // Writes every renewal waiting in memory, in one transaction; on failure they stay and go with
+  // the next flush.
+  Status FlushLeases(double now);
+  size_t pending_leases() const { return leases_.size(); }
+
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
   // Marks the start of a market process: the time it was down counts as silence with no limit
@@ -432,6 +447,14 @@ class Store {
   Result<std::vector<ModelState>> ReadModels(double now, const std::string& only,
                                              int only_ring = -1);
   Result<ClaimInfo> ReadClaim(int64_t claim);
+  // lease_flush.cpp. The lease and last heartbeat of `c` as this Store answered them (a renewal
+  // waiting in memory is later than the row).
+  void Overlay(ClaimInfo* c) const;
+  // Inside Sweep's transaction: writes the waiting renewals of the claims that `due` (an SQL
+  // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
+  // renewed in memory. They stay in memory (the transaction may yet roll back).
+  Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending);
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
@@ -441,6 +464,9 @@ class Store {
   double evict_scan_at_ = 0;   // `now` of the last scan for idle claims
   double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
+  LeaseTable leases_;          // renewals answered but not yet written
+  double lease_flush_s_ = 0;
+  double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
 };
 
 }  // namespace kvasir::market

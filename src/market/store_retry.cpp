@@ -28,8 +28,11 @@ Result<ClaimGrant> Store::Claim(const ClaimRequest& request, double now, double 
 Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
                                         int64_t serving_epoch, double now, double lease_s,
                                         const ProofAnswer* proof, const RequestNonce* nonce) {
-  return Retry(
-      [&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof, nonce); });
+  auto reply =
+      Retry([&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof, nonce); });
+  // The renewal is answered: a flush that fails leaves it waiting for the next one.
+  if (LeaseFlushDue(now)) (void)FlushLeases(now);
+  return reply;
 }
 Status Store::Release(const std::string& node, int64_t claim, double now) {
   return Retry([&] { return ReleaseOnce(node, claim, now); });
