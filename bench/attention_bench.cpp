@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_attention.h"
 #include "base/thread_pool.h"
+#include "kernels/attention_bf16.h"
 #include "kernels/kernels.h"
 
 namespace kvasir {
@@ -62,12 +63,19 @@ void PerPair(const Inputs& in, int n, int pos0, float* out) {
 
 void BM_Attention(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0)), pos0 = static_cast<int>(state.range(1));
-  const bool baseline = state.range(2) != 0;
+  const int kind = static_cast<int>(state.range(2));  // 0 packed keys, 1 per pair, 2 bf16
+  if (kind == 2 && !HaveBf16Attention()) {
+    state.SkipWithError("this CPU has no AVX512-BF16");
+    return;
+  }
   Inputs in(n, pos0);
   ThreadPool pool(1);
   for (auto _ : state) {
-    if (baseline) {
+    if (kind == 1) {
       PerPair(in, n, pos0, in.out.data());
+    } else if (kind == 2) {
+      cpu::CpuAttentionBf16(in.q.data(), n, pos0, in.k.data(), in.v.data(), in.p, in.out.data(),
+                            pool);
     } else {
       cpu::CpuAttention(in.q.data(), n, pos0, in.k.data(), in.v.data(), in.p, in.out.data(), pool);
     }
@@ -77,17 +85,22 @@ void BM_Attention(benchmark::State& state) {
   const double macs = 2.0 * kHeads * kHeadDim * (double(n) * pos0 + double(n) * (n + 1) / 2);
   state.counters["GMAC/s"] =
       benchmark::Counter(macs * state.iterations() / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(baseline ? "per-pair baseline" : "packed keys");
+  state.SetLabel(kind == 1   ? "per-pair baseline"
+                 : kind == 2 ? "bf16 (--attn-type bf16)"
+                             : "packed keys");
 }
 
-// {rows, first position, baseline?}
+// {rows, first position, 0 packed keys / 1 per-pair baseline / 2 bf16}
 BENCHMARK(BM_Attention)
     ->Args({57, 1627, 0})
     ->Args({57, 1627, 1})
+    ->Args({57, 1627, 2})
     ->Args({1, 1627, 0})
     ->Args({1, 1627, 1})
+    ->Args({1, 1627, 2})
     ->Args({57, 0, 0})
     ->Args({57, 0, 1})
+    ->Args({57, 0, 2})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

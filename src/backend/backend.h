@@ -104,6 +104,11 @@ class DeviceMatrix {
   uint64_t device_bytes_;
 };
 
+// The operands of the CPU backend's attention dot products (--attn-type): f32, or bf16 with f32
+// sums (kernels/attention_bf16.h: keys, values, queries and weights rounded to bf16; CPUs with
+// AVX512-BF16 only).
+enum class AttnType : uint8_t { kF32, kBf16 };
+
 // The options of Backend::Attention.
 struct AttentionParams {
   int n_head = 0;

@@ -121,6 +121,10 @@ Result<std::unique_ptr<Backend>> OpenBackend(const BackendSpec& spec,
                                              const BackendOptions& options) {
   KV_RETURN_IF_ERROR(CheckBackendBuilt(spec));
   if (options.n_threads < 1) return Error("thread count {} must be at least 1", options.n_threads);
+  if (options.attn_type != AttnType::kF32 && spec.name != "cpu") {
+    return Error("backend {}: attention in bf16 (--attn-type bf16) is an option of the cpu backend",
+                 spec.ToString());
+  }
   return FindKnown(spec.name)->registration()->open(spec, options);
 }
 

@@ -30,6 +30,7 @@ std::string BackendSyntax();
 
 struct BackendOptions {
   int n_threads = 1;  // host threads (the CPU backend computes with them)
+  AttnType attn_type = AttnType::kF32;  // kBf16: the CPU backend only, refused elsewhere
 };
 
 // One backend built into this binary (a row of registry.cpp's table).

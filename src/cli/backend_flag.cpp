@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "cli/cli_util.h"
+#include "kernels/attention_bf16.h"
 
 namespace kvasir::cli {
 
@@ -13,6 +16,37 @@ CLI::Option* AddBackendFlag(CLI::App& app, std::string* spec) {
           "where the layers run: " + BackendSyntax() + " (`kvasir devices` lists this machine's)")
       ->capture_default_str();
 }
+
+CLI::Option* AddAttnTypeFlag(CLI::App& app, AttnType* type) {
+  static const std::map<std::string, AttnType> kNames = {{"f32", AttnType::kF32},
+                                                         {"bf16", AttnType::kBf16}};
+  return app
+      .add_option("--attn-type", *type,
+                  "attention's operands on the cpu backend: f32, or bf16 (keys, values, queries "
+                  "and weights rounded to bf16, f32 sums: faster over long contexts, results "
+                  "within bf16's precision; needs AVX512-BF16)")
+      ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
+      ->default_str("f32");
+}
+
+std::optional<int> CheckAttnTypeFlag(std::string_view cmd, AttnType type,
+                                     const std::vector<std::string>& backends) {
+  if (type == AttnType::kF32) return std::nullopt;
+  for (const std::string& b : backends) {
+    auto parsed = ParseBackendSpec(b);
+    if (parsed.ok() && parsed->name != "cpu") {
+      return UsageError(cmd, fmt::format("--attn-type bf16 is an option of the cpu backend, not {}",
+                                         parsed->ToString()));
+    }
+  }
+  if (!HaveBf16Attention()) {
+    return Fail(cmd, fmt::format("--attn-type bf16 needs AVX512-BF16, which this CPU ({}) lacks",
+                                 DeviceLabel("cpu")));
+  }
+  return std::nullopt;
+}
+
+const char* AttnTypeName(AttnType type) { return type == AttnType::kBf16 ? "bf16" : "f32"; }
 
 std::optional<int> CheckBackendFlag(std::string_view cmd, std::string_view flag,
                                     const std::string& spec) {

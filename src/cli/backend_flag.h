@@ -22,6 +22,16 @@ CLI::Option* AddBackendFlag(CLI::App& app, std::string* spec);
 std::optional<int> CheckBackendFlag(std::string_view cmd, std::string_view flag,
                                     const std::string& spec);
 
+// Adds --attn-type f32|bf16 (default f32): the operands of the cpu backend's attention.
+CLI::Option* AddAttnTypeFlag(CLI::App& app, AttnType* type);
+// Checks --attn-type against the backends it will run on before the command does anything:
+// nullopt when it can run here, else the exit code after printing why (bf16 on a backend other than
+// cpu: 2; on a CPU without AVX512-BF16: 1).
+std::optional<int> CheckAttnTypeFlag(std::string_view cmd, AttnType type,
+                                     const std::vector<std::string>& backends);
+// "f32" / "bf16".
+const char* AttnTypeName(AttnType type);
+
 // The device `spec` names on this machine, as "cpu (AMD EPYC 7B13 (AVX2))"; the spec alone when
 // it cannot be listed.
 std::string DeviceLabel(const std::string& spec);

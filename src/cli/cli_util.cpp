@@ -283,7 +283,7 @@ std::vector<std::pair<std::string, uint64_t>> BytesPerType(const GgufFile& file)
 
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
                               bool with_tokenizer, const std::string& backend,
-                              int max_checkpoints) {
+                              int max_checkpoints, AttnType attn_type) {
   LoadedModel model;
   KV_ASSIGN_OR_RETURN(model.file, OpenGguf(path));
   WindowOptions options;
@@ -292,6 +292,7 @@ Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
   options.max_sequences = 1;
   options.backend = backend;
   options.max_checkpoints = max_checkpoints;
+  options.attn_type = attn_type;
 
   auto config = LoadModelConfig(*model.file);
   if (!config.ok()) return WithPath(config.status(), path);

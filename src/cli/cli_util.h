@@ -141,9 +141,10 @@ struct LoadedModel {
 };
 
 // Opens `path` and loads layers [0, n_layer) with embeddings and head on `backend` (--backend
-// text). `n_ctx` 0 = the window's default; max_checkpoints as WindowOptions. Errors name the file.
+// text). `n_ctx` 0 = the window's default; max_checkpoints and attn_type as WindowOptions.
+// Errors name the file.
 Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
                               bool with_tokenizer, const std::string& backend = "cpu",
-                              int max_checkpoints = 8);
+                              int max_checkpoints = 8, AttnType attn_type = AttnType::kF32);
 
 }  // namespace kvasir::cli

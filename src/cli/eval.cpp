@@ -27,6 +27,7 @@ struct EvalOptions {
   std::string logits_path;
   int n_threads = 1;
   std::string backend = "cpu";
+  AttnType attn_type = AttnType::kF32;
   int n_ctx = 0;
 };
 
@@ -80,6 +81,7 @@ int RunEval(const EvalOptions& o) {
     return UsageError(kCmd, fmt::format("-t must be >= 1 (got {})", o.n_threads));
   if (o.n_ctx < 0) return UsageError(kCmd, fmt::format("-c must be >= 0 (got {})", o.n_ctx));
   if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
+  if (auto code = CheckAttnTypeFlag(kCmd, o.attn_type, {o.backend})) return *code;
   if (Status st = CheckWritable(o.logits_path); !st.ok()) return Fail(kCmd, st);
   std::vector<int32_t> ids;
   if (!o.ids_text.empty()) {
@@ -91,7 +93,8 @@ int RunEval(const EvalOptions& o) {
   // Without -c the context is exactly the sequence (known up front for --ids only).
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(ids.size());
   auto model =
-      LoadModel(o.model_path, n_ctx, o.n_threads, /*with_tokenizer=*/ids.empty(), o.backend);
+      LoadModel(o.model_path, n_ctx, o.n_threads, /*with_tokenizer=*/ids.empty(), o.backend,
+                /*max_checkpoints=*/8, o.attn_type);
   if (!model.ok()) return Fail(kCmd, model.status());
   if (ids.empty()) {
     ids = model->tokenizer->Encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
@@ -160,6 +163,7 @@ int EvalMain(int argc, char** argv) {
         ->required();
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
     AddBackendFlag(app, &o.backend);
+    AddAttnTypeFlag(app, &o.attn_type);
     app.add_option("-c,--ctx-size", o.n_ctx, "context size; 0 = the sequence length")
         ->capture_default_str();
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;

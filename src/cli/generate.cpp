@@ -44,6 +44,7 @@ struct GenerateOptions {
   std::optional<uint64_t> seed;
   int n_threads = 1;
   std::string backend = "cpu";
+  AttnType attn_type = AttnType::kF32;
   int n_ctx = 0;
   std::string stats_path;
   bool ignore_eos = false;
@@ -83,6 +84,9 @@ std::optional<std::string> CheckOptions(const GenerateOptions& o) {
   if (o.n_threads < 1) return fmt::format("-t must be >= 1 (got {})", o.n_threads);
   if (o.n_ctx < 0) return fmt::format("-c must be >= 0 (got {})", o.n_ctx);
   if (!o.market_ca.empty() && o.market.empty()) return std::string("--ca goes with --market");
+  if (o.attn_type != AttnType::kF32 && o.model_path.empty()) {
+    return std::string("--attn-type shapes a local model (-m); a ring's stages have their own");
+  }
   if (std::string e = CheckChatFlags(o.chat); !e.empty()) return e;
   if (auto kind = spec::ParseDraftKind(o.draft); !kind.ok()) return kind.status().message();
   if (o.drafting.max_tokens < 0 || o.drafting.max_tokens > 64) {
@@ -344,6 +348,7 @@ int RunGenerate(GenerateOptions o) {
   if (o.model_path.empty())
     return UsageError(kCmd, "a model is required: -m MODEL (or --ring HOST:PORT)");
   if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
+  if (auto code = CheckAttnTypeFlag(kCmd, o.attn_type, {o.backend})) return *code;
   if (!o.stats_path.empty()) {
     if (Status st = CheckWritable(o.stats_path); !st.ok()) return Fail(kCmd, st);
   }
@@ -361,7 +366,7 @@ int RunGenerate(GenerateOptions o) {
   Stopwatch load_clock;
   // A verify batch of K + 1 rows keeps a checkpoint before each row (hybrid models).
   auto model = LoadModel(o.model_path, o.n_ctx, o.n_threads, /*with_tokenizer=*/true, o.backend,
-                         std::max(1, o.drafting.max_tokens + 1));
+                         std::max(1, o.drafting.max_tokens + 1), o.attn_type);
   if (!model.ok()) return Fail(kCmd, model.status());
   GenerateStats stats;
   spec::DraftOptions drafting = o.drafting;
@@ -452,6 +457,7 @@ int GenerateMain(int argc, char** argv) {
     AddSamplingOptions(app, &o.sampling, &o.seed);
     app.add_option("-t,--threads", o.n_threads, "threads")->capture_default_str();
     AddBackendFlag(app, &o.backend);
+    AddAttnTypeFlag(app, &o.attn_type);
     app.add_option("-c,--ctx-size", o.n_ctx, "context size; 0 = the model's, at most 4096")
         ->capture_default_str();
     app.add_option("--stats", o.stats_path, "write timing statistics as JSON to this file");

@@ -34,6 +34,7 @@ struct ServeFlags {
   int n_stages = 1;
   int threads_per_stage = 0;  // 0: the cores shared out among the stages
   std::vector<std::string> backends;
+  AttnType attn_type = AttnType::kF32;
   std::string boundary = "f32";
   int n_ctx = 0;
   int64_t cache_mb = 256;                // the local ring's prompt cache, per stage
@@ -132,9 +133,9 @@ std::optional<std::string> CheckFlags(const ServeFlags& f) {
   }
   const bool local = f.ring.empty() && f.market.empty();
   if (!local && (f.n_stages != 1 || !f.backends.empty() || f.n_ctx != 0 || f.chunk != 0 ||
-                 f.replay_mb != kDefaultReplayMb)) {
-    return "--stages, --backends, -c, --chunk and --replay-mb shape a local ring (-m MODEL); a "
-           "running ring has its own";
+                 f.replay_mb != kDefaultReplayMb || f.attn_type != AttnType::kF32)) {
+    return "--stages, --backends, --attn-type, -c, --chunk and --replay-mb shape a local ring "
+           "(-m MODEL); a running ring has its own";
   }
   if (Status r = CheckReplayMb(f.replay_mb); !r.ok()) return r.message();
   if (f.chunk < 0)
@@ -214,6 +215,7 @@ int Serve(ServeFlags f) {
       return *code;
     }
   }
+  if (auto code = CheckAttnTypeFlag(kCmd, f.attn_type, f.backends)) return *code;
   if (!f.api_key_file.empty()) {
     auto key = ReadSecretFile(f.api_key_file, "API key");
     if (!key.ok()) return Fail(kCmd, key.status());
@@ -246,6 +248,7 @@ int Serve(ServeFlags f) {
                                  ? f.threads_per_stage
                                  : std::max(1, DefaultThreads() / std::max(1, f.n_stages));
     plan.backends = f.backends;
+    plan.attn_type = f.attn_type;
     plan.boundary = f.boundary;
     plan.n_ctx = f.n_ctx;
     // Every request is one session; the serve links and the watcher's add a few.
@@ -328,6 +331,10 @@ int ServeMain(int argc, char** argv) {
                    "where each stage of the local ring runs (one for all, or one per stage): " +
                        BackendSyntax())
         ->delimiter(',');
+    AddAttnTypeFlag(app, &f.attn_type)
+        ->description(
+            "the local ring's attention operands: f32, or bf16 (keys, values, queries and weights "
+            "rounded to bf16, f32 sums: faster over long contexts; needs AVX512-BF16)");
     app.add_option("--boundary", f.boundary, "hidden-state dtype between stages: f32, f16, bf16")
         ->capture_default_str();
     app.add_option("-c,--ctx-size", f.n_ctx, "context per session; 0 = the model's, at most 4096")

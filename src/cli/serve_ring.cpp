@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/log.h"
+#include "cli/backend_flag.h"
 #include "cli/hop_delay.h"
 #include "cli/ring_options.h"
 #include "ring/node_key.h"
@@ -70,6 +71,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.name = "stage0";
     o.n_threads = plan.threads_per_stage;
     o.backend = r->backends_[0];
+    o.attn_type = plan.attn_type;
     o.n_ctx = plan.n_ctx;
     o.max_sessions = plan.max_sessions;
     o.cache_bytes = static_cast<uint64_t>(plan.cache_mb) << 20;
@@ -148,6 +150,10 @@ std::vector<std::string> SupervisedRing::StageArgs(int i) const {
           "--key",
           trust_.KeyPath(i)};
   if (plan_.trace_timing) args.push_back("--trace-timing");
+  if (plan_.attn_type != AttnType::kF32) {
+    args.push_back("--attn-type");
+    args.push_back(AttnTypeName(plan_.attn_type));
+  }
   if (plan_.chunk > 0) {
     args.push_back("--chunk");
     args.push_back(std::to_string(plan_.chunk));

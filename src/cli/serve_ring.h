@@ -29,6 +29,7 @@ struct LocalRingPlan {
   int threads_per_stage = 1;
   std::vector<std::string> backends;  // one for all stages, or one per stage; empty: cpu
   std::string boundary = "f32";
+  AttnType attn_type = AttnType::kF32;  // each stage's --attn-type
   int n_ctx = 0;
   int max_sessions = 64;   // each stage's --max-sessions
   int64_t cache_mb = 256;  // each stage's --cache-mb

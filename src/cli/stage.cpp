@@ -161,6 +161,7 @@ int StageMain(int argc, char** argv) {
     CLI::Option* backend_opt = AddBackendFlag(app, &opt.backend);
     backend_opt->description(backend_opt->get_description() +
                              "; with --manifest, the rank's backend unless given");
+    AddAttnTypeFlag(app, &opt.attn_type);
     app.add_option("-c,--ctx-size", opt.n_ctx, "KV capacity per session; 0 = model's, max 4096")
         ->capture_default_str();
     app.add_option("--boundary", boundary, "dtype of hidden states sent on: f32, f16, bf16")
@@ -296,6 +297,7 @@ int StageMain(int argc, char** argv) {
                                      opt.backend)) {
       return *code;
     }
+    if (auto code = CheckAttnTypeFlag(kCmd, opt.attn_type, {opt.backend})) return *code;
     if (!fetch_url.empty()) {
       fetch.url = fetch_url;
       fetch.first = opt.first;

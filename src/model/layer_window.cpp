@@ -461,6 +461,7 @@ Result<std::unique_ptr<LayerWindow>> LayerWindow::Load(std::shared_ptr<const Ggu
   KV_CHECK(file != nullptr);
   BackendOptions bo;
   bo.n_threads = options.n_threads;
+  bo.attn_type = options.attn_type;
   if (options.n_threads < 1) return Error("thread count {} must be at least 1", options.n_threads);
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, OpenBackend(options.backend, bo));
   return Load(std::move(file), spec, options, std::move(backend));

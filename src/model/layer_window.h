@@ -33,6 +33,7 @@ struct WindowOptions {
   // DeltaNet state per DeltaNet layer, allocated when a chunk first asks for them.
   int max_checkpoints = 8;
   std::string backend = "cpu";  // where it runs: cpu, opencl[:PLATFORM:DEVICE], cuda[:N]
+  AttnType attn_type = AttnType::kF32;  // the cpu backend's attention operands (--attn-type)
 };
 
 // One contiguous run of positions of one sequence inside a batch.

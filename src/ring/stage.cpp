@@ -116,6 +116,7 @@ Result<std::unique_ptr<Stage>> Stage::Create(const StageOptions& options) {
   WindowOptions wopt;
   wopt.n_ctx = opt.n_ctx;
   wopt.n_threads = opt.n_threads;
+  wopt.attn_type = opt.attn_type;
   wopt.max_sequences = opt.max_sessions;
   wopt.backend = opt.backend;
   // Speculation: rows a stage can roll back (docs/PROTOCOL.md, "Speculation"), enough for two

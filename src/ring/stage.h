@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "base/status.h"
 #include "net/stream.h"
 #include "ring/handshake.h"
@@ -83,6 +84,7 @@ struct StageOptions {
   std::string name;          // for logs and stats; defaults to "stage-<first>-<last>"
   int n_threads = 1;
   std::string backend = "cpu";  // where the window runs (--backend: cpu, opencl[:P:D], cuda[:N])
+  AttnType attn_type = AttnType::kF32;  // the window's attention operands (--attn-type)
   int n_ctx = 0;             // KV capacity per session; 0 = the model's, capped at 4096
   wire::Dtype boundary = wire::Dtype::kF32;  // dtype of hidden states sent to the successor
   int chunk = 64;            // prompt tokens per prefill batch on the head

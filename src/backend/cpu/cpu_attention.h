@@ -13,4 +13,9 @@ namespace kvasir::cpu {
 void CpuAttention(const float* q, int n, int pos0, const float* k, const float* v,
                   const AttentionParams& p, float* out, ThreadPool& pool);
 
+// CpuAttention with keys, values, queries and softmax weights rounded to bf16 and f32 sums
+// (kernels/attention_bf16.h): the backend's --attn-type bf16. Only where HaveBf16Attention().
+void CpuAttentionBf16(const float* q, int n, int pos0, const float* k, const float* v,
+                      const AttentionParams& p, float* out, ThreadPool& pool);
+
 }  // namespace kvasir::cpu

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "backend/cpu/cpu_attention.h"
+#include "kernels/attention_bf16.h"
 #include "backend/cpu/cpu_delta_net.h"
 #include "backend/cpu/cpu_moe.h"
 #include "base/check.h"
@@ -88,7 +89,8 @@ DeviceInfo HostDevice() {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads), device_(HostDevice()) {}
+  CpuBackend(int n_threads, AttnType attn_type)
+      : pool_(n_threads), device_(HostDevice()), attn_type_(attn_type) {}
 
   const DeviceInfo& device() const override { return device_; }
   int n_threads() const override { return pool_.size(); }
@@ -210,7 +212,12 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, DevPtr out) override {
     const int64_t q_n = static_cast<int64_t>(n) * p.n_head * p.head_dim;
     const int64_t kv_n = static_cast<int64_t>(pos0 + n) * p.n_head_kv * p.head_dim;
-    CpuAttention(F(q, q_n), n, pos0, F(k_cache, kv_n), F(v_cache, kv_n), p, F(out, q_n), pool_);
+    if (attn_type_ == AttnType::kBf16) {
+      CpuAttentionBf16(F(q, q_n), n, pos0, F(k_cache, kv_n), F(v_cache, kv_n), p, F(out, q_n),
+                       pool_);
+    } else {
+      CpuAttention(F(q, q_n), n, pos0, F(k_cache, kv_n), F(v_cache, kv_n), p, F(out, q_n), pool_);
+    }
   }
 
   void SiluMul(DevPtr gate, DevPtr up, int64_t n, DevPtr out) override {
@@ -293,13 +300,19 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   DeviceInfo device_;
+  AttnType attn_type_;
   MoeScratch moe_;
 };
 
 Result<std::vector<DeviceInfo>> Devices() { return std::vector<DeviceInfo>{HostDevice()}; }
 
 Result<std::unique_ptr<Backend>> Open(const BackendSpec& spec, const BackendOptions& options) {
-  return std::unique_ptr<Backend>(new CpuBackend(options.n_threads));
+  if (options.attn_type == AttnType::kBf16 && !HaveBf16Attention()) {
+    return Error("backend cpu: attention in bf16 (--attn-type bf16) needs AVX512-BF16, which {} "
+                 "lacks",
+                 HostDevice().name);
+  }
+  return std::unique_ptr<Backend>(new CpuBackend(options.n_threads, options.attn_type));
 }
 
 }  // namespace
