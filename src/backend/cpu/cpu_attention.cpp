@@ -4,19 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_units.h"
 #include "kernels/attention_tiles.h"
 
 namespace kvasir::cpu {
-namespace {
-
-// Query tokens per unit of work: enough rows to reuse each packed key block a few times while
-// keeping a unit's scores in cache.
-constexpr int kTokensPerUnit = 4;
-// Query heads per unit at most (a group wider than this is split).
-constexpr int kMaxHeadsPerUnit = 16;
-
-}  // namespace
-
 void CpuAttention(const float* q, int n, int pos0, const float* k, const float* v,
                   const AttentionParams& p, float* out, ThreadPool& pool) {
   const int hd = p.head_dim;
@@ -47,22 +38,12 @@ void CpuAttention(const float* q, int n, int pos0, const float* k, const float* 
     }
   });
 
-  // Units: (KV head, up to kTokensPerUnit tokens, a share of the group's heads). Decode has one
-  // token, so a group's heads are split until every thread has a unit.
-  const int token_units = (n + kTokensPerUnit - 1) / kTokensPerUnit;
-  int head_split = (group + kMaxHeadsPerUnit - 1) / kMaxHeadsPerUnit;
-  while (head_split < group && p.n_head_kv * token_units * head_split < pool.size()) ++head_split;
-  const int64_t n_units = int64_t{p.n_head_kv} * token_units * head_split;
-  pool.ParallelFor(n_units, 1, [&](int64_t begin, int64_t end) {
+  const AttentionUnits units(p.n_head_kv, group, n, pool.size());
+  pool.ParallelFor(units.size(), 1, [&](int64_t begin, int64_t end) {
     // [tokens, heads, width] f32: a unit's scores, then its weights, at absolute key indices.
     thread_local std::vector<float> scores;
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int g = static_cast<int>(unit / (int64_t{token_units} * head_split));
-      const int rest = static_cast<int>(unit % (int64_t{token_units} * head_split));
-      const int t0 = (rest / head_split) * kTokensPerUnit, t1 = std::min(n, t0 + kTokensPerUnit);
-      const int share = rest % head_split;
-      const int h0 = g * group + group * share / head_split;
-      const int h1 = g * group + group * (share + 1) / head_split;
+      const auto [g, t0, t1, h0, h1] = units[unit];
       const int nt = t1 - t0, nh = h1 - h0;
       scores.resize(static_cast<size_t>(int64_t{nt} * nh * width));
       const float* pk = packed_data + g * head_pack;

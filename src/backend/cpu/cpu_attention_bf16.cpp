@@ -4,18 +4,12 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_units.h"
 #include "backend/cpu/cpu_attention.h"
 #include "base/check.h"
 #include "kernels/attention_bf16.h"
 
 namespace kvasir::cpu {
-namespace {
-
-constexpr int kTokensPerUnit = 4;  // as CpuAttention
-constexpr int kMaxHeadsPerUnit = 16;
-
-}  // namespace
-
 void CpuAttentionBf16(const float* q, int n, int pos0, const float* k, const float* v,
                       const AttentionParams& p, float* out, ThreadPool& pool) {
   KV_CHECK(HaveBf16Attention(), "bf16 attention on a CPU without AVX512-BF16");
@@ -56,21 +50,13 @@ void CpuAttentionBf16(const float* q, int n, int pos0, const float* k, const flo
     }
   });
 
-  const int token_units = (n + kTokensPerUnit - 1) / kTokensPerUnit;
-  int head_split = (group + kMaxHeadsPerUnit - 1) / kMaxHeadsPerUnit;
-  while (head_split < group && p.n_head_kv * token_units * head_split < pool.size()) ++head_split;
-  const int64_t n_units = int64_t{p.n_head_kv} * token_units * head_split;
-  pool.ParallelFor(n_units, 1, [&](int64_t begin, int64_t end) {
+  const AttentionUnits units(p.n_head_kv, group, n, pool.size());
+  pool.ParallelFor(units.size(), 1, [&](int64_t begin, int64_t end) {
     // [heads, width] f32: one token's scores; [heads, width / 2] bf16 pairs: its weights.
     thread_local std::vector<float> scores;
     thread_local std::vector<uint32_t> weights;
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int g = static_cast<int>(unit / (int64_t{token_units} * head_split));
-      const int rest = static_cast<int>(unit % (int64_t{token_units} * head_split));
-      const int t0 = (rest / head_split) * kTokensPerUnit, t1 = std::min(n, t0 + kTokensPerUnit);
-      const int share = rest % head_split;
-      const int h0 = g * group + group * share / head_split;
-      const int h1 = g * group + group * (share + 1) / head_split;
+      const auto [g, t0, t1, h0, h1] = units[unit];
       const int nh = h1 - h0;
       scores.resize(static_cast<size_t>(int64_t{nh} * width));
       weights.resize(static_cast<size_t>(int64_t{nh} * width / 2));
