@@ -1,6 +1,6 @@
 // Stage runtime, part 1: creation, validation of the options, stop, statistics and the event
-// queue. Accepted connections are in stage_accept.cpp, dialed links in stage_links.cpp, the compute
-// loop in stage_compute.cpp.
+// queue. The links are two parts (PredecessorSide, SuccessorLink) set up in stage_links.cpp, the
+// compute loop is in stage_compute.cpp.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -152,12 +152,6 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       window_(std::move(window)),
       tokenizer_(std::move(tokenizer)),
       model_id_(model_id),
-      listener_(std::move(listener)),
-      pending_(PendingTable::Limits{
-          options_.max_pending, options_.max_pending_per_address, options_.pending_reserved,
-          std::chrono::milliseconds(options_.handshake_timeout_ms),
-          std::chrono::milliseconds(options_.pressure_handshake_timeout_ms)}),
-      client_budget_(ByteBudget::Create(options_.client_buffer_bytes)),
       scheduler_(options_.max_batch_rows),
       cache_(options_.cache_bytes, std::chrono::milliseconds(options_.cache_ttl_ms)),
       row_store_(options_.row_store ? options_.row_store
@@ -189,9 +183,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
-  stage_auth_.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
-  stage_auth_.also_accept = [this](const PublicKey& k) { return AcceptsStandby(k, false); };
-  client_auth_.client_secret = options_.client_secret;
+  pred_side_ = std::make_unique<PredecessorSide>(PredecessorOptions(), std::move(listener));
   succ_link_ = std::make_unique<SuccessorLink>(SuccessorOptions());
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
@@ -201,7 +193,7 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       options_.name, options_.first, options_.last, window_->config().n_layer,
       is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
       window_->weight_bytes() / 1048576.0, window_->device().address, window_->device().name,
-      listener_.port());
+      pred_side_->port());
   KV_LOG_INFO("{}: repair: holds sessions {} ms, keeps {} MiB of rows sent on for replays",
               options_.name, options_.repair_timeout_ms, options_.replay_bytes >> 20);
 }
@@ -212,43 +204,28 @@ void StageImpl::Stop() {
   // One caller at a time: a signal thread and the main thread may both stop the stage.
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   auto close_all = [this] {
-    // Closed, and released, outside threads_mu_: the last reference may be the one taken here,
-    // and a Link's destructor waits for the watchdog, whose Housekeeping() takes threads_mu_.
+    // Closed, and released, outside threads_mu_: the last reference may be the one taken here.
     std::vector<std::shared_ptr<Link>> links;
     {
       std::lock_guard<std::mutex> lock(threads_mu_);
       for (auto& weak : all_links_) {
         if (auto l = weak.lock()) links.push_back(std::move(l));
       }
-      for (auto& [id, conn] : pending_conns_) conn->Cut("the stage is stopping");
     }
     for (auto& l : links) l->Close();
   };
   if (running_.exchange(false)) {
-    listener_.Close();
-    {
-      std::lock_guard<std::mutex> lock(pred_cv_mu_);
-      pred_cv_.notify_all();
-    }
     succ_link_->Stop();
     close_all();
     Push(Event{});
-    std::lock_guard<std::mutex> lock(trim_mu_);
-    trim_cv_.notify_all();
   }
-  if (pending_watch_ != 0) {
-    Watchdog::Get().Remove(pending_watch_);
-    pending_watch_ = 0;
+  // Waits for every connection thread of the predecessor side: no event comes from it after.
+  pred_side_->Stop();
+  if (dial_thread_.joinable() && dial_thread_.get_id() != std::this_thread::get_id()) {
+    dial_thread_.join();
   }
-  for (std::thread* t : {&accept_thread_, &dial_thread_, &pred_thread_, &trim_thread_}) {
-    if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
-  }
-  JoinStandbyDialers();
-  // No thread accepts or dials any more: close what they opened last, and wait for every
-  // connection thread to end.
+  // The dial thread is gone: close what it opened last.
   close_all();
-  std::unique_lock<std::mutex> lock(threads_mu_);
-  conns_cv_.wait(lock, [this] { return live_conns_ == 0; });
 }
 
 void StageImpl::Push(Event e) {
@@ -304,7 +281,7 @@ wire::StageStats StageImpl::StatsRecord() const {
   s.window_last = options_.last;
   s.weight_bytes = window_->weight_bytes();
   s.rss_bytes = CurrentRssBytes();
-  s.bytes_in = bytes_in_.load();
+  s.bytes_in = pred_side_->pred_bytes_in();
   s.bytes_out = bytes_out_.load();
   s.rows = rows_.load();
   s.decode_rows = decode_rows_.load();
@@ -355,17 +332,14 @@ Status StageImpl::Run() {
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (!running_.load()) return Status::Ok();
-    pending_watch_ = Watchdog::Get().Add([this] { Housekeeping(); });
   }
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
-  trim_thread_ = std::thread([this] { TrimLoop(); });
+  pred_side_->Start();
   // A standby dials its successor once a predecessor adopts it (MaybeStartDialing).
   if (options_.standby) {
     KV_LOG_INFO("{}: standby: waiting for a predecessor to adopt it", options_.name);
   } else {
     dial_thread_ = std::thread([this] { succ_link_->Run(); });
   }
-  if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   Clock::time_point last_turn = Clock::now();
   while (running_.load()) {
     CheckStalled(last_turn);

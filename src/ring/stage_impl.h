@@ -1,9 +1,10 @@
 // Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
-// statistics), stage_accept.cpp (accepted connections: handshake slots, clients),
-// stage_links.cpp (dialed links, sending), stage_compute.cpp (the compute loop, a ring member's
-// sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp; and by its roles,
-// HeadRole (head_role.h) on the head and TailRole (tail_role.h) on the last stage. Receipts are
-// kept by a ReceiptBook (receipt_book.h).
+// statistics), stage_links.cpp (what its two link parts need, sending), stage_compute.cpp (the
+// compute loop, a ring member's sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp;
+// and by its roles, HeadRole (head_role.h) on the head and TailRole (tail_role.h) on the last
+// stage. Its links are two parts that tell it events: PredecessorSide (predecessor_side.h: the
+// predecessor and clients) and SuccessorLink (successor_link.h). Receipts are kept by a ReceiptBook
+// (receipt_book.h).
 #pragma once
 
 #include <atomic>
@@ -30,7 +31,7 @@
 #include "ring/head_role.h"
 #include "ring/link.h"
 #include "ring/messages.h"
-#include "ring/pending_table.h"
+#include "ring/predecessor_side.h"
 #include "ring/prompt_cache.h"
 #include "ring/receipt_book.h"
 #include "ring/repair.h"
@@ -58,30 +59,6 @@ struct Event {
   std::optional<Message> msg;
   std::string reason;
   ByteCharge charge;  // a client's message: its bytes, held until the event is handled
-};
-
-// An accepted connection still in its handshake. The pending table may cut it (its deadline under
-// pressure, or room for others) from the watchdog or the accept thread, while the connection's
-// own thread may be about to destroy its stream: `mu` orders the two.
-struct PendingConn {
-  uint64_t id = 0;
-  std::string address;
-  std::mutex mu;
-  net::Stream* stream = nullptr;  // while it may be cut
-  std::string cut;                // why it was cut; empty if it was not
-  void Cut(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (cut.empty()) cut = why;
-    if (stream != nullptr) stream->Shutdown();
-  }
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu);
-    stream = nullptr;
-  }
-  std::string CutReason() {
-    std::lock_guard<std::mutex> lock(mu);
-    return cut;
-  }
 };
 
 struct Session {
@@ -134,7 +111,7 @@ class StageImpl final : public Stage {
             ModelId model_id, net::Listener listener);
   ~StageImpl() override;
 
-  uint16_t port() const override { return listener_.port(); }
+  uint16_t port() const override { return pred_side_->port(); }
   Status Run() override;
   void Stop() override;
   void LogStats() override;
@@ -144,7 +121,7 @@ class StageImpl final : public Stage {
   void AttachDrafting(std::unique_ptr<SpecTail> spec) { spec_ = std::move(spec); }
   bool linked() const override {
     std::lock_guard<std::mutex> lock(links_mu_);
-    return pred_ != nullptr && succ_link_->up();
+    return pred_side_->pred_up() && succ_link_->up();
   }
 
  private:
@@ -163,33 +140,13 @@ class StageImpl final : public Stage {
   wire::RepairStatsWire RepairRecord() const;
   void AddRepairRecord(StatsMsg& m) const;
 
-  // stage_accept.cpp: the accept thread, handshake slots, accepted links and clients.
-  void AcceptLoop();
-  // Runs the handshake (as the responder) and HELLO on one accepted or relayed connection, then
-  // serves it until it ends. Returns an error when it ended before the HELLO exchange completed
-  // (refused, or nothing arrived), Ok otherwise. `pending`: the slot of the pending table this
-  // connection holds (accepted); null for a relayed predecessor (dial_pred).
-  Status ServeConnection(std::unique_ptr<net::Stream> raw, std::shared_ptr<PendingConn> pending);
-  // Handshake + HELLO as the responder, within the handshake deadline. Sets *is_client, and for
-  // a client *account (its share of the client budget).
-  Result<std::shared_ptr<Link>> AcceptLink(std::unique_ptr<net::Stream> raw, PendingConn* pending,
-                                           wire::Hello* peer_hello, bool* is_client,
-                                           std::shared_ptr<ByteAccount>* account);
-  void ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
-                 const std::shared_ptr<ByteAccount>& account);
-  // On the watchdog: cuts the handshakes whose deadline passed (shorter under pressure).
-  void Housekeeping();
-  // Once a second after connections ended, gives the memory they freed back to the system.
-  void TrimLoop();
-  // stage_links.cpp: the dial threads, link bookkeeping, sending.
-  // What the successor link needs of this stage: its dial, proofs, HELLO and events.
+  // stage_links.cpp: what the link parts need of this stage, sending.
+  // The successor link's dial, proofs, HELLO and events.
   SuccessorLinkOptions SuccessorOptions();
-  void PredDialLoop();  // only with options_.dial_pred
-  // The relayed predecessor dialer's wait before it dials again (JitteredBackoffMs), doubling it.
-  void Backoff(int* backoff_ms);
-  // Registers a link so Stop() can close it (weakly: a link that ends is freed at once).
+  // The predecessor side's limits, proofs, HELLO checks and events.
+  PredecessorSideOptions PredecessorOptions();
+  // Registers a successor link so Stop() can close it (weakly: a link that ends is freed at once).
   bool TrackLink(const std::shared_ptr<Link>& link);
-  void Refused(const std::string& peer, const Status& why);
   // Sends to the successor. A message the protocol cannot carry fails its session instead.
   bool SendNext(const Message& m);
 
@@ -314,69 +271,42 @@ class StageImpl final : public Stage {
   std::unique_ptr<LayerWindow> window_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelId model_id_;
-  net::Listener listener_;
   std::string succ_host_;
   uint16_t succ_port_ = 0;
   std::string succ_desc_;  // the successor in messages: `next`, or `next_via` when relayed
 
   std::atomic<bool> running_{true};
   std::mutex stop_mu_;
-  std::thread accept_thread_, dial_thread_, pred_thread_;
-  // Connection threads are detached; Stop() waits for them. Guarded by threads_mu_, with the
-  // pending table and the links Stop() closes.
+  std::thread dial_thread_;
+  // The successor links Stop() closes, guarded by threads_mu_.
   std::mutex threads_mu_;
-  std::condition_variable conns_cv_;
-  int live_conns_ = 0;
   std::vector<std::weak_ptr<Link>> all_links_;
-  PendingTable pending_;
-  std::map<uint64_t, std::shared_ptr<PendingConn>> pending_conns_;
-  Watchdog::Id pending_watch_ = 0;
-  std::atomic<uint64_t> conns_ended_{0};  // connections that ended, for TrimLoop()
-  std::thread trim_thread_;
-  std::mutex trim_mu_;
-  std::condition_variable trim_cv_;
-  LinkAuth stage_auth_, client_auth_;
+  LinkAuth stage_auth_;
   std::atomic<uint64_t> links_refused_{0};
   // What links may make this stage hold (docs/PROTOCOL.md, "Limits").
-  std::shared_ptr<ByteBudget> client_budget_;
   uint32_t client_max_payload_ = 0;  // from the context and the vocabulary
   uint32_t stage_max_payload_ = 0;   // from the context and the width
 
-  // Links, guarded by links_mu_.
-  mutable std::mutex links_mu_;
-  std::shared_ptr<Link> pred_;
-  std::map<uint64_t, std::shared_ptr<Link>> clients_;
-  uint64_t next_client_ = 1;
+  // The two link parts. The predecessor side is made at creation, never null after.
+  std::unique_ptr<PredecessorSide> pred_side_;
+  mutable std::mutex links_mu_;               // guards succ_link_, which MaybeStartDialing remakes
   std::unique_ptr<SuccessorLink> succ_link_;  // made at creation, never null after
   // The successor's addresses: `next`, then the standby peers; the dial thread tries them in
   // turn from succ_next_ (its own).
   std::vector<std::pair<std::string, uint16_t>> succ_addrs_;
   size_t succ_next_ = 0;
-  // stage_standby.cpp: the neighbours' standbys the market lists (SetStandbys), and the
-  // successor's dial over every address and standby in turn.
+  // stage_standby.cpp: the successor's window's standbys the market lists (SetStandbys; the
+  // predecessor's go to pred_side_), and the successor's dial over every address and standby.
   std::mutex standby_mu_;
-  std::vector<StandbyPeer> next_standbys_;   // guarded by standby_mu_
-  std::vector<PublicKey> pred_standby_keys_;  // guarded by standby_mu_
-  // A relayed predecessor standby's edge, kept dialed (served as an accepted predecessor) until
-  // the standby leaves the market's list (`retired`: no more redials) or the stage stops.
-  struct PredStandbyDialer {
-    std::string via;
-    std::shared_ptr<std::atomic<bool>> retired;
-    std::thread thread;
-  };
-  std::vector<PredStandbyDialer> pred_dialers_;  // guarded by standby_mu_
-  void PredStandbyLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired);
-  void JoinStandbyDialers();  // Stop(), after running_ is false
-  bool AcceptsStandby(const PublicKey& key, bool successor);
+  std::vector<StandbyPeer> next_standbys_;  // guarded by standby_mu_
+  size_t n_pred_standbys_ = 0;              // guarded by standby_mu_, for the log
+  bool AcceptsSuccessorStandby(const PublicKey& key);
   Result<std::unique_ptr<net::Stream>> DialSuccessor(const std::function<bool()>& cancelled);
   std::atomic<bool> succ_linked_once_{false};
   // Repair: this process's place in the ring (HELLO's generation) and the newest neighbours.
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> adopted_{false};  // a standby: a predecessor linked to it
-  GenerationGate pred_gate_, succ_gate_;
-  // Wakes the relayed predecessor's dialer from its backoff when the stage stops.
-  std::mutex pred_cv_mu_;
-  std::condition_variable pred_cv_;
+  GenerationGate succ_gate_;          // the predecessor's is pred_side_'s
 
   // Event queue.
   std::mutex events_mu_;
@@ -398,7 +328,7 @@ class StageImpl final : public Stage {
 
   // Statistics.
   std::atomic<uint64_t> rows_{0}, decode_rows_{0}, busy_ns_{0}, decode_busy_ns_{0};
-  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+  std::atomic<uint64_t> bytes_out_{0};                     // bytes in: pred_side_->pred_bytes_in()
   std::atomic<uint64_t> repairs_{0}, replayed_tokens_{0};  // head: sessions replayed, their ids
   ReplayRows replay_rows_;      // the rows sent on for live sessions, for a replay
   ReplayCounts replay_counts_;  // guarded by replay_mu_

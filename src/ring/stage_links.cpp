@@ -1,11 +1,13 @@
-// Stage runtime, part 3: dialed links and sending. The dial thread keeps the successor link up
-// (SuccessorLink, successor_link.h, whose events come to the compute loop), and the optional
-// relayed-predecessor thread keeps one predecessor connection dialed (served as an accepted one,
-// stage_accept.cpp). Every link first runs the handshake (ring/handshake.h) within a deadline, then
-// HELLO over the encrypted stream.
+// Stage runtime, part 3: the links and sending. Two parts keep the links and tell their events
+// to the compute loop: the predecessor side (PredecessorSide, predecessor_side.h: accepted
+// connections, the predecessor and clients, a relayed predecessor) and the successor link
+// (SuccessorLink, successor_link.h), kept up by the dial thread. This file gives each what it
+// needs of the stage. Every link first runs the handshake (ring/handshake.h) within a deadline,
+// then HELLO over the encrypted stream.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/log.h"
 #include "ring/secure_stream.h"
@@ -27,11 +29,6 @@ LinkOptions StageLinkOptions(const StageOptions& o, uint32_t max_payload) {
   return l;
 }
 
-void StageImpl::Refused(const std::string& peer, const Status& why) {
-  links_refused_.fetch_add(1);
-  if (running_.load()) KV_LOG_WARN("{}: refused {}: {}", options_.name, peer, why.message());
-}
-
 bool StageImpl::TrackLink(const std::shared_ptr<Link>& link) {
   std::lock_guard<std::mutex> lock(threads_mu_);
   if (!running_.load()) return false;
@@ -49,7 +46,7 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
   if (!options_.dial_next) o.log_dial_error = false;
   o.auth = stage_auth_;
   o.auth.peer_key = options_.succ_key;
-  o.auth.also_accept = [this](const PublicKey& k) { return AcceptsStandby(k, true); };
+  o.auth.also_accept = [this](const PublicKey& k) { return AcceptsSuccessorStandby(k); };
   // A successor that does not finish its handshake within the link timeout is as good as down.
   o.handshake_timeout_ms = std::min(options_.handshake_timeout_ms, options_.link_timeout_ms);
   o.max_payload = stage_max_payload_;
@@ -71,35 +68,70 @@ SuccessorLinkOptions StageImpl::SuccessorOptions() {
   return o;
 }
 
-void StageImpl::Backoff(int* backoff_ms) {
-  const int wait = JitteredBackoffMs(*backoff_ms);
-  std::unique_lock<std::mutex> lock(pred_cv_mu_);
-  pred_cv_.wait_for(lock, std::chrono::milliseconds(wait), [this] { return !running_.load(); });
-  *backoff_ms = std::min(*backoff_ms * 2, kMaxBackoffMs);
-}
-
-void StageImpl::PredDialLoop() {
-  int backoff_ms = kMinBackoffMs;
-  std::string last_failure;  // each new reason is logged once, not every retry
-  const std::function<bool()> cancelled = [this] { return !running_.load(); };
-  while (running_.load()) {
-    auto stream = options_.dial_pred(cancelled);
-    Status s = stream.status();
-    const auto started = Clock::now();
-    if (stream.ok()) {
-      // Serve it on this thread: one relayed predecessor connection at a time.
-      s = ServeConnection(std::move(stream).value(), /*pending=*/nullptr);
-      if (s.ok() && Clock::now() - started >= kStableLink) {
-        backoff_ms = kMinBackoffMs;
-        last_failure.clear();
-      }
+PredecessorSideOptions StageImpl::PredecessorOptions() {
+  PredecessorSideOptions o;
+  o.name = options_.name;
+  o.handshake_timeout_ms = options_.handshake_timeout_ms;
+  o.pressure_handshake_timeout_ms = options_.pressure_handshake_timeout_ms;
+  o.max_pending = options_.max_pending;
+  o.max_pending_per_address = options_.max_pending_per_address;
+  o.pending_reserved = options_.pending_reserved;
+  o.stage_auth = stage_auth_;
+  o.stage_auth.peer_key = options_.pred_key;  // as the responder, the peer is the predecessor
+  o.client_auth.client_secret = options_.client_secret;
+  o.stage_max_payload = stage_max_payload_;
+  o.client_max_payload = client_max_payload_;
+  o.stage_link = StageLinkOptions(options_, stage_max_payload_);
+  o.link_timeout_ms = options_.link_timeout_ms;
+  o.accepts_clients = is_head();
+  o.clients_refusal =
+      fmt::format("{} holds layers {}:{}; clients connect to the head stage (layer 0)",
+                  options_.name, options_.first, options_.last);
+  o.max_clients = options_.max_clients;
+  o.client_buffer_bytes = options_.client_buffer_bytes;
+  o.message_overhead = sizeof(Event);
+  o.dial_pred = options_.dial_pred;
+  o.pred_via = options_.pred_via;
+  o.hello = [this] { return MyHello(); };
+  o.check_hello = [this](const wire::Hello& h, wire::ErrorCode* code) {
+    Status s = CheckStageHello(h, true);
+    if (!s.ok()) {
+      *code = h.protocol_version != wire::kProtocolVersion         ? wire::ErrorCode::kVersion
+              : std::memcmp(h.model_id, model_id_.data(), 16) != 0 ? wire::ErrorCode::kWrongModel
+                                                                   : wire::ErrorCode::kNotAdjacent;
     }
-    if (!s.ok() && running_.load() && s.message() != last_failure) {
-      KV_LOG_INFO("{}: waiting for predecessor: {}", options_.name, s.message());
-      last_failure = s.message();
-    }
-    Backoff(&backoff_ms);
-  }
+    return s;
+  };
+  // A standby's first predecessor adopts it, which makes it the newest of its window.
+  o.on_pred_admitted = [this] {
+    if (options_.standby && !adopted_.load()) generation_.store(NewGeneration(generation_.load()));
+  };
+  o.on_pred_up = [this](const wire::Hello&, const std::string&) {
+    if (options_.standby && !adopted_.exchange(true)) Push(Event{});  // MaybeStartDialing
+  };
+  o.on_pred_down = [this](const std::string& reason) {
+    Event e;
+    e.kind = Event::Kind::kPredDown;
+    e.reason = reason;
+    Push(std::move(e));
+  };
+  o.on_client_left = [this](uint64_t client) {
+    Event e;
+    e.kind = Event::Kind::kClientGone;
+    e.client = client;
+    Push(std::move(e));
+  };
+  o.on_message = [this](PeerMessage m) {
+    Event e;
+    e.kind = Event::Kind::kMessage;
+    e.from_pred = m.from_pred;
+    e.client = m.client;
+    e.msg = std::move(m.msg);
+    e.charge = std::move(m.charge);
+    Push(std::move(e));
+  };
+  o.on_refused = [this] { links_refused_.fetch_add(1); };
+  return o;
 }
 
 bool StageImpl::SendNext(const Message& m) {
@@ -121,21 +153,7 @@ bool StageImpl::SendNext(const Message& m) {
 }
 
 void StageImpl::SendToClient(uint64_t client, const Message& m) {
-  std::shared_ptr<Link> link;
-  {
-    std::lock_guard<std::mutex> lock(links_mu_);
-    auto it = clients_.find(client);
-    if (it != clients_.end()) link = it->second;
-  }
-  // A client that does not read is closed by its link (bounded queue); the compute loop never
-  // waits for a client.
-  if (link == nullptr) return;
-  if (Status s = link->Send(m); !s.ok()) {
-    if (!link->closed() || s.code() == StatusCode::kTooLarge) {
-      KV_LOG_WARN("{}: dropped client {}: {}", options_.name, client, s.message());
-    }
-    link->Close();
-  }
+  pred_side_->SendToClient(client, m);
 }
 
 }  // namespace kvasir::ring

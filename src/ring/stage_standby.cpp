@@ -14,68 +14,21 @@
 namespace kvasir::ring {
 
 void StageImpl::SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) {
+  // The predecessor's window's: accepted as the predecessor, the relayed ones kept dialed.
+  pred_side_->SetStandbys(pred);
   std::lock_guard<std::mutex> lock(standby_mu_);
-  if (next.size() != next_standbys_.size() || pred.size() != pred_standby_keys_.size()) {
+  if (next.size() != next_standbys_.size() || pred.size() != n_pred_standbys_) {
     KV_LOG_INFO("{}: {} standby(s) of the successor's window, {} of the predecessor's",
                 options_.name, next.size(), pred.size());
   }
   next_standbys_ = std::move(next);
-  pred_standby_keys_.clear();
-  for (const StandbyPeer& p : pred) pred_standby_keys_.push_back(p.key);
-  // Relayed predecessor standbys: an edge each, kept dialed while listed.
-  for (PredStandbyDialer& d : pred_dialers_) {
-    const bool listed = std::any_of(pred.begin(), pred.end(),
-                                    [&](const StandbyPeer& p) { return p.dial && p.via == d.via; });
-    if (!listed) d.retired->store(true);
-  }
-  for (const StandbyPeer& p : pred) {
-    if (!p.dial || !running_.load()) continue;
-    const bool dialing =
-        std::any_of(pred_dialers_.begin(), pred_dialers_.end(),
-                    [&](const auto& d) { return d.via == p.via && !d.retired->load(); });
-    if (dialing) continue;
-    PredStandbyDialer d;
-    d.via = p.via;
-    d.retired = std::make_shared<std::atomic<bool>>(false);
-    d.thread =
-        std::thread([this, dial = p.dial, retired = d.retired] { PredStandbyLoop(dial, retired); });
-    pred_dialers_.push_back(std::move(d));
-  }
+  n_pred_standbys_ = pred.size();
 }
 
-void StageImpl::PredStandbyLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired) {
-  int backoff_ms = kMinBackoffMs;
-  const std::function<bool()> cancelled = [this] { return !running_.load(); };
-  while (running_.load() && !retired->load()) {
-    auto stream = dial(cancelled);
-    if (stream.ok()) {
-      // Served here as an accepted predecessor: the standby's link when it is adopted.
-      (void)ServeConnection(std::move(stream).value(), /*pending=*/nullptr);
-    }
-    if (!retired->load()) Backoff(&backoff_ms);
-  }
-}
-
-void StageImpl::JoinStandbyDialers() {
-  std::vector<PredStandbyDialer> dialers;
-  {
-    std::lock_guard<std::mutex> lock(standby_mu_);
-    dialers = std::move(pred_dialers_);
-    pred_dialers_.clear();
-  }
-  for (PredStandbyDialer& d : dialers) {
-    if (d.thread.joinable()) d.thread.join();
-  }
-}
-
-bool StageImpl::AcceptsStandby(const PublicKey& key, bool successor) {
+bool StageImpl::AcceptsSuccessorStandby(const PublicKey& key) {
   std::lock_guard<std::mutex> lock(standby_mu_);
-  if (successor) {
-    return std::any_of(next_standbys_.begin(), next_standbys_.end(),
-                       [&](const StandbyPeer& p) { return p.key == key; });
-  }
-  return std::find(pred_standby_keys_.begin(), pred_standby_keys_.end(), key) !=
-         pred_standby_keys_.end();
+  return std::any_of(next_standbys_.begin(), next_standbys_.end(),
+                     [&](const StandbyPeer& p) { return p.key == key; });
 }
 
 Result<std::unique_ptr<net::Stream>> StageImpl::DialSuccessor(

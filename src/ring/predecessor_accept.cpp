@@ -1,32 +1,27 @@
-// Stage runtime, part 2: accepted connections. The accept thread admits connections through the
-// handshake slots (ring/pending_table.h) and gives each a thread that runs the handshake
-// (ring/handshake.h) and HELLO within a deadline; then the link is served as the predecessor or as
-// a client, whose buffers are charged to the client budget (ring/byte_budget.h). Limits:
-// docs/PROTOCOL.md, "Limits".
+// PredecessorSide, part 2: accepted connections. The accept thread admits connections through the
+// handshake slots and gives each a thread that runs the handshake and HELLO within a deadline;
+// then the link is served as the predecessor or as a client, whose buffers are charged to the
+// client budget. Limits: docs/PROTOCOL.md, "Limits".
 #include <fmt/format.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
-#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "base/log.h"
-#include "base/watchdog.h"
+#include "ring/predecessor_side.h"
 #include "ring/secure_stream.h"
-#include "ring/stage_impl.h"
 
 namespace kvasir::ring {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // Frames queued for a client (it is dropped past this).
 constexpr size_t kClientQueueBytes = size_t{1} << 20;
 // What the kernel may buffer towards one client that does not read.
 constexpr int kClientSendBuffer = 64 * 1024;
-// A client's messages read and not yet handled by the compute thread; its reader waits beyond.
+// A client's messages read and not yet handled by the owner; its reader waits beyond.
 constexpr size_t kMaxClientMessages = 16;
-// What a message waiting in the event queue holds besides its payload.
-constexpr size_t kEventOverhead = sizeof(Event);
 
 // "127.0.0.1:5000" -> "127.0.0.1"; "[::1]:5000" -> "::1".
 std::string AddressOf(const std::string& peer) {
@@ -44,9 +39,9 @@ void RefuseRaw(net::Stream& s, wire::ErrorCode code, const std::string& why) {
   s.Shutdown();
 }
 
-// The bytes a client's message holds while it waits for the compute thread.
-size_t HeldBytes(const Message& m) {
-  size_t n = kEventOverhead;
+// The bytes a client's message holds while it waits for the owner, besides `overhead`.
+size_t HeldBytes(const Message& m, size_t overhead) {
+  size_t n = overhead;
   if (const auto* g = std::get_if<GenerateMsg>(&m)) {
     n += g->prompt.size();
     for (const std::string& stop : g->stops) n += stop.size() + sizeof(std::string);
@@ -58,17 +53,6 @@ size_t HeldBytes(const Message& m) {
   return n;
 }
 
-LinkOptions ClientLinkOptions(const StageOptions& o, uint32_t max_payload,
-                              std::shared_ptr<ByteAccount> account) {
-  LinkOptions l;
-  l.timeout_ms = o.link_timeout_ms;
-  l.max_queued_bytes = kClientQueueBytes;
-  l.drop_when_full = true;
-  l.max_payload = max_payload;
-  l.account = std::move(account);
-  return l;
-}
-
 // The ERROR code that answers a link's failure to receive.
 wire::ErrorCode CodeFor(const Status& s) {
   return s.code() == StatusCode::kTooLarge ? wire::ErrorCode::kTooLarge
@@ -77,42 +61,57 @@ wire::ErrorCode CodeFor(const Status& s) {
 
 }  // namespace
 
-void StageImpl::TrimLoop() {
-  uint64_t trimmed = 0;
-  std::unique_lock<std::mutex> lock(trim_mu_);
-  while (running_.load()) {
-    trim_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return !running_.load(); });
-    const uint64_t ended = conns_ended_.load();
-    if (ended == trimmed) continue;
-    // The allocator keeps what ended connections freed in its per-thread arenas; after a flood
-    // that would stay resident for good. Hand whole free pages back, here rather than on a
-    // thread anything waits for.
-    trimmed = ended;
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
+// An accepted connection still in its handshake. The pending table may cut it (its deadline under
+// pressure, or room for others) from the watchdog or the accept thread, while the connection's
+// own thread may be about to destroy its stream: `mu` orders the two.
+struct PredecessorSide::PendingConn {
+  uint64_t id = 0;
+  std::string address;
+  std::mutex mu;
+  net::Stream* stream = nullptr;  // while it may be cut
+  std::string cut;                // why it was cut; empty if it was not
+  void Cut(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cut.empty()) cut = why;
+    if (stream != nullptr) stream->Shutdown();
   }
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu);
+    stream = nullptr;
+  }
+  std::string CutReason() {
+    std::lock_guard<std::mutex> lock(mu);
+    return cut;
+  }
+};
+
+void PredecessorSide::CutPending(uint64_t id, const std::string& why) {
+  auto it = pending_conns_.find(id);
+  if (it == pending_conns_.end()) return;
+  it->second->Cut(why);
+  pending_conns_.erase(it);
 }
 
-void StageImpl::Housekeeping() {
+void PredecessorSide::CutAllPending(const std::string& why) {
+  for (auto& [id, conn] : pending_conns_) conn->Cut(why);
+}
+
+void PredecessorSide::Housekeeping() {
   // Never waits for threads_mu_ on the watchdog thread: the next pass comes in 50 ms.
   std::unique_lock<std::mutex> lock(threads_mu_, std::try_to_lock);
   if (!lock.owns_lock()) return;
   const bool pressure = pending_.under_pressure();
   for (uint64_t id : pending_.Expired(Clock::now())) {
     pending_.Remove(id);
-    auto it = pending_conns_.find(id);
-    if (it == pending_conns_.end()) continue;
-    it->second->Cut(pressure ? fmt::format("handshake not completed within {} ms (the stage is "
-                                           "flooded with connections)",
-                                           options_.pressure_handshake_timeout_ms)
-                             : fmt::format("handshake not completed within {} ms",
-                                           options_.handshake_timeout_ms));
-    pending_conns_.erase(it);
+    CutPending(id, pressure ? fmt::format("handshake not completed within {} ms (the stage is "
+                                          "flooded with connections)",
+                                          options_.pressure_handshake_timeout_ms)
+                            : fmt::format("handshake not completed within {} ms",
+                                          options_.handshake_timeout_ms));
   }
 }
 
-void StageImpl::AcceptLoop() {
+void PredecessorSide::AcceptLoop() {
   while (running_.load()) {
     auto stream = listener_.Accept();
     if (!stream.ok()) {
@@ -124,13 +123,10 @@ void StageImpl::AcceptLoop() {
     if (!running_.load()) return;
     auto admission = pending_.Admit(addr, Clock::now());
     for (uint64_t id : admission.evicted) {
-      auto it = pending_conns_.find(id);
-      if (it == pending_conns_.end()) continue;
-      it->second->Cut("closed in its handshake to make room for other connections");
-      pending_conns_.erase(it);
+      CutPending(id, "closed in its handshake to make room for other connections");
     }
     if (!admission.admitted) {
-      links_refused_.fetch_add(1);
+      if (options_.on_refused) options_.on_refused();
       KV_LOG_DEBUG("{}: refused {}: {}", options_.name, addr, admission.refusal);
       RefuseRaw(**stream, wire::ErrorCode::kBusy, admission.refusal);
       continue;
@@ -153,10 +149,24 @@ void StageImpl::AcceptLoop() {
   }
 }
 
-Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream> raw,
-                                                    PendingConn* pending, wire::Hello* peer_hello,
-                                                    bool* is_client,
-                                                    std::shared_ptr<ByteAccount>* account) {
+Status PredecessorSide::CheckPredecessor(const wire::Hello& h, bool via_relay,
+                                         wire::ErrorCode* code) {
+  *code = wire::ErrorCode::kUnauthenticated;
+  if (options_.dial_pred && !via_relay) {
+    return Error("{} takes its predecessor through the relay ({}), not directly", options_.name,
+                 options_.pred_via);
+  }
+  if (options_.check_hello) KV_RETURN_IF_ERROR(options_.check_hello(h, code));
+  // A process older than the predecessor that took its place (it froze, and woke up) is refused
+  // while that one is linked.
+  *code = wire::ErrorCode::kBusy;
+  return gate_.Admit(h.generation, "predecessor", pred_up());
+}
+
+Result<std::shared_ptr<Link>> PredecessorSide::AcceptLink(std::unique_ptr<net::Stream> raw,
+                                                          PendingConn* pending,
+                                                          wire::Hello* peer_hello, bool* is_client,
+                                                          std::shared_ptr<ByteAccount>* account) {
   const bool via_relay = pending == nullptr;
   const std::string peer = via_relay ? "via " + options_.pred_via : "peer " + raw->peer();
   std::shared_ptr<Link> link;
@@ -180,7 +190,7 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream>
     }
     return s;
   };
-  auto hs = HandshakeRespond(*raw, stage_auth_, client_auth_);
+  auto hs = HandshakeRespond(*raw, options_.stage_auth, options_.client_auth);
   if (!hs.ok()) return timed_out(hs.status());
   *is_client = hs->peer_role == wire::Role::kClient;
   if (*is_client) {
@@ -193,26 +203,31 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream>
       auto l = target->lock();
       if (l == nullptr) return;
       const std::string why = fmt::format(
-          "the stage's {} bytes for clients are full, and this client held {} bytes longest",
-          limit, held);
+          "the stage's {} bytes for clients are full, and this client held {} bytes longest", limit,
+          held);
       KV_LOG_WARN("{}: dropped client {}: {}", name, l->what(), why);
       l->Fail(wire::ErrorCode::kBusy, why, /*drop_queue=*/true);
     });
     raw->LimitSendBuffer(kClientSendBuffer);
+    LinkOptions lo;
+    lo.timeout_ms = options_.link_timeout_ms;
+    lo.max_queued_bytes = kClientQueueBytes;
+    lo.drop_when_full = true;
+    lo.max_payload = options_.client_max_payload;
+    lo.account = *account;
     link = std::make_shared<Link>(
         std::make_unique<SecureStream>(std::move(raw), hs->tx, hs->rx,
-                                       sizeof(wire::FrameHeader) + client_max_payload_, *account),
-        fmt::format("{} ({})", peer, hs->peer_desc),
-        ClientLinkOptions(options_, client_max_payload_, *account));
+                                       sizeof(wire::FrameHeader) + options_.client_max_payload,
+                                       *account),
+        fmt::format("{} ({})", peer, hs->peer_desc), lo);
     *target = link;
   } else {
     link = std::make_shared<Link>(
         std::make_unique<SecureStream>(std::move(raw), hs->tx, hs->rx,
-                                       sizeof(wire::FrameHeader) + stage_max_payload_),
-        fmt::format("{} ({})", peer, hs->peer_desc),
-        StageLinkOptions(options_, stage_max_payload_));
+                                       sizeof(wire::FrameHeader) + options_.stage_max_payload),
+        fmt::format("{} ({})", peer, hs->peer_desc), options_.stage_link);
   }
-  if (!TrackLink(link)) return Error(StatusCode::kUnavailable, "the stage is stopping");
+  if (!Track(link)) return Error(StatusCode::kUnavailable, "the stage is stopping");
   auto first = link->Receive();
   if (!first.ok()) {
     link->Fail(CodeFor(first.status()), first.status().message());
@@ -241,56 +256,29 @@ Result<std::shared_ptr<Link>> StageImpl::AcceptLink(std::unique_ptr<net::Stream>
                     fmt::format("client speaks protocol {}, this stage speaks {}",
                                 h.protocol_version, wire::kProtocolVersion));
     }
-    if (!is_head()) {
-      return refuse(wire::ErrorCode::kBadRequest,
-                    fmt::format("{} holds layers {}:{}; clients connect to the head stage "
-                                "(layer 0)",
-                                options_.name, options_.first, options_.last));
+    if (!options_.accepts_clients) {
+      return refuse(wire::ErrorCode::kBadRequest, options_.clients_refusal);
     }
-  } else {
-    if (options_.dial_pred && !via_relay) {
-      return refuse(wire::ErrorCode::kUnauthenticated,
-                    fmt::format("{} takes its predecessor through the relay ({}), not directly",
-                                options_.name, options_.pred_via));
-    }
-    if (Status s = CheckStageHello(h, true); !s.ok()) {
-      const auto code = h.protocol_version != wire::kProtocolVersion ? wire::ErrorCode::kVersion
-                        : std::memcmp(h.model_id, model_id_.data(), 16) != 0
-                            ? wire::ErrorCode::kWrongModel
-                            : wire::ErrorCode::kNotAdjacent;
-      return refuse(code, s.message());
-    }
-    // A process older than the predecessor that took its place (it froze, and woke up) is
-    // refused while that one is linked; a standby's first predecessor adopts it, which makes it
-    // the newest of its window.
-    bool pred_linked;
-    {
-      std::lock_guard<std::mutex> lock(links_mu_);
-      pred_linked = pred_ != nullptr;
-    }
-    if (Status s = pred_gate_.Admit(h.generation, "predecessor", pred_linked); !s.ok()) {
-      return refuse(wire::ErrorCode::kBusy, s.message());
-    }
-    if (options_.standby && !adopted_.load()) {
-      generation_.store(NewGeneration(generation_.load()));
-    }
-  }
-  if (*is_client) {
     std::lock_guard<std::mutex> lock(links_mu_);
     if (clients_.size() >= static_cast<size_t>(options_.max_clients)) {
-      link->Fail(wire::ErrorCode::kBusy,
-                 fmt::format("{} serves at most {} clients at once", options_.name,
-                             options_.max_clients));
+      link->Fail(wire::ErrorCode::kBusy, fmt::format("{} serves at most {} clients at once",
+                                                     options_.name, options_.max_clients));
       return Error(StatusCode::kUnavailable, "{}: too many clients", link->what());
     }
+  } else {
+    wire::ErrorCode code;
+    if (Status s = CheckPredecessor(h, via_relay, &code); !s.ok()) {
+      return refuse(code, s.message());
+    }
+    if (options_.on_pred_admitted) options_.on_pred_admitted();
   }
-  if (Status s = link->Send(HelloMsg{MyHello()}); !s.ok()) return s;
+  if (Status s = link->Send(HelloMsg{options_.hello()}); !s.ok()) return s;
   guard.reset();
   return link;
 }
 
-Status StageImpl::ServeConnection(std::unique_ptr<net::Stream> raw,
-                                  std::shared_ptr<PendingConn> pending) {
+Status PredecessorSide::ServeConnection(std::unique_ptr<net::Stream> raw,
+                                        std::shared_ptr<PendingConn> pending) {
   const std::string peer = raw->peer();
   wire::Hello h{};
   bool is_client = false;
@@ -308,7 +296,7 @@ Status StageImpl::ServeConnection(std::unique_ptr<net::Stream> raw,
     // `kvasir run` probing for the head), nor one the handshake table cut (a flood would fill
     // the log with them).
     if (pending != nullptr && !pending->CutReason().empty()) {
-      links_refused_.fetch_add(1);
+      if (options_.on_refused) options_.on_refused();
       KV_LOG_DEBUG("{}: refused {}: {}", options_.name, peer, link.status().message());
     } else if (link.status().code() != StatusCode::kEndOfStream) {
       Refused(peer, link.status());
@@ -319,8 +307,8 @@ Status StageImpl::ServeConnection(std::unique_ptr<net::Stream> raw,
   return Status::Ok();
 }
 
-void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
-                          const std::shared_ptr<ByteAccount>& account) {
+void PredecessorSide::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool is_client,
+                                const std::shared_ptr<ByteAccount>& account) {
   uint64_t client = 0;
   std::shared_ptr<Link> replaced;
   {
@@ -331,26 +319,23 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
     } else {
       replaced = pred_;
       pred_ = link;
-      if (replaced != nullptr) {
-        // The sessions that came through the old link end before the new one delivers anything:
-        // this event is queued ahead of the new link's first message.
-        Event down;
-        down.kind = Event::Kind::kPredDown;
-        down.reason = "predecessor " + replaced->what() + " replaced by " + link->what();
-        Push(std::move(down));
+      // Told under links_mu_: the old link's messages, told under it too and only while it holds
+      // the place, all come before; the new one's all after.
+      if (replaced != nullptr && options_.on_pred_down) {
+        options_.on_pred_down("predecessor " + replaced->what() + " replaced by " + link->what());
       }
+      if (options_.on_pred_up) options_.on_pred_up(h, link->what());
     }
   }
   if (replaced != nullptr) {
-    KV_LOG_WARN("{}: predecessor {} replaced by {}", options_.name, replaced->what(),
-                link->what());
+    KV_LOG_WARN("{}: predecessor {} replaced by {}", options_.name, replaced->what(), link->what());
     replaced->Close();
   }
-  if (!is_client && options_.standby && !adopted_.exchange(true)) Push(Event{});
-  const std::string peer_name(h.name, strnlen(h.name, sizeof(h.name)));
+  if (is_client && options_.on_client_joined) options_.on_client_joined(client);
   if (!is_client) {
-    KV_LOG_INFO("{}: link up: predecessor {} ({}, layers {}:{})", options_.name, peer_name,
-                link->what(), h.window_first, h.window_last);
+    KV_LOG_INFO("{}: link up: predecessor {} ({}, layers {}:{})", options_.name,
+                std::string(h.name, strnlen(h.name, sizeof(h.name))), link->what(), h.window_first,
+                h.window_last);
   }
   uint64_t seen_in = link->bytes_in();
   while (running_.load()) {
@@ -364,58 +349,53 @@ void StageImpl::ServeLink(std::shared_ptr<Link> link, const wire::Hello& h, bool
       }
       break;
     }
+    PeerMessage m;
+    m.from_pred = !is_client;
+    m.client = client;
     if (!is_client) {
-      bytes_in_.fetch_add(link->bytes_in() - seen_in);
+      std::lock_guard<std::mutex> lock(links_mu_);
+      if (pred_ != link) break;  // replaced: what it still sends is not the ring's any more
+      pred_bytes_in_.fetch_add(link->bytes_in() - seen_in);
       seen_in = link->bytes_in();
+      m.msg = std::move(msg).value();
+      if (options_.on_message) options_.on_message(std::move(m));
+      continue;
     }
-    Event e;
-    e.kind = Event::Kind::kMessage;
-    e.from_pred = !is_client;
-    e.client = client;
-    if (is_client) {
-      // The message holds memory until the compute thread is done with it.
-      e.charge = ByteCharge::ForMessage(account, HeldBytes(*msg));
-      if (!e.charge) {
-        if (!link->closed()) {
-          const std::string why = "the stage's buffers for clients are full";
-          KV_LOG_WARN("{}: dropped client {}: {}", options_.name, link->what(), why);
-          link->Fail(wire::ErrorCode::kBusy, why, /*drop_queue=*/true);
-        }
-        break;
+    // The message holds memory until the owner is done with it.
+    m.charge = ByteCharge::ForMessage(account, HeldBytes(*msg, options_.message_overhead));
+    if (!m.charge) {
+      if (!link->closed()) {
+        const std::string why = "the stage's buffers for clients are full";
+        KV_LOG_WARN("{}: dropped client {}: {}", options_.name, link->what(), why);
+        link->Fail(wire::ErrorCode::kBusy, why, /*drop_queue=*/true);
       }
+      break;
     }
-    e.msg = std::move(msg).value();
-    Push(std::move(e));
+    m.msg = std::move(msg).value();
+    if (options_.on_message) options_.on_message(std::move(m));
     // A client that sends faster than the stage handles its requests waits (TCP holds the rest).
-    while (is_client && account->messages() >= kMaxClientMessages && !link->closed() &&
-           running_.load()) {
+    while (account->messages() >= kMaxClientMessages && !link->closed() && running_.load()) {
       account->WaitMessagesBelow(kMaxClientMessages, 100);
     }
   }
-  bool was_current = false;
   {
     std::lock_guard<std::mutex> lock(links_mu_);
     if (is_client) {
       clients_.erase(client);
     } else if (pred_ == link) {
       pred_.reset();
-      was_current = true;
+      if (running_.load()) {
+        KV_LOG_WARN("{}: link down: predecessor {}", options_.name, link->what());
+        if (options_.on_pred_down) {
+          options_.on_pred_down("link from predecessor " + link->what() + " down");
+        }
+      }
     }
   }
-  Event e;
-  if (is_client) {
-    e.kind = Event::Kind::kClientGone;
-    e.client = client;
-    Push(std::move(e));
-  } else if (was_current && running_.load()) {
-    KV_LOG_WARN("{}: link down: predecessor {}", options_.name, link->what());
-    e.kind = Event::Kind::kPredDown;
-    e.reason = "link from predecessor " + link->what() + " down";
-    Push(std::move(e));
-  }
+  if (is_client && options_.on_client_left) options_.on_client_left(client);
   // A link that failed closes once its ERROR is out (or after the grace period): the peer learns
   // why. This connection's thread waits for that, so no other thread that drops the last
-  // reference (the compute thread) has to.
+  // reference (the owner's) has to.
   if (link->failing()) {
     link->WaitClosed();
   } else {
