@@ -57,7 +57,7 @@ void StageImpl::HandleEvent(Event& e) {
 void StageImpl::HandleMessage(Event& e) {
   Message& m = *e.msg;
   if (!e.from_pred) {
-    // Clients are refused by every stage but the head (AcceptLink).
+    // Clients are refused by every stage but the head (PredecessorSide).
     if (head_) head_->OnClientMessage(e.client, m, std::move(e.charge));
     return;
   }
@@ -96,17 +96,9 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // stage's sampler is only ever made from checked values.
   TraceTiming(options_.name, "open_in", "session={} cached={}", o.session, o.n_cached);
   if (o.replay && ResumeReplay(o)) return;  // kept its state (stage_replay.cpp)
-  std::unique_ptr<TailSampler> tail;
-  Status checked;
-  if (tail_) {
-    auto t = o.replay ? ReplaySampler(o) : tail_->NewSampler(o.sampling, o.prompt, o.extra);
-    if (t.ok()) tail = std::move(t).value();
-    checked = t.status();
-  } else {
-    checked = CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
-                                  o.extra);
-  }
-  if (!checked.ok()) {
+  auto tail = CheckOpen(o);
+  if (!tail.ok()) {
+    const Status& checked = tail.status();
     KV_LOG_WARN("{}: session {} refused: OPEN_SESSION: {}", options_.name, o.session,
                 checked.message());
     SendNext(
@@ -132,7 +124,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   s.keep = o.keep;
   s.n_cached = o.n_cached;
   s.commit = NewCommit();
-  s.tail = std::move(tail);
+  s.tail = std::move(tail).value();
   if (spec_) s.draft = spec_->NewSession(o.session, s.tail->has_grammar());
   KV_LOG_INFO("{}: session {} open", options_.name, o.session);
   TraceTiming(options_.name, "open_out", "session={} cached={}", o.session, o.n_cached);
@@ -259,11 +251,23 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
   }
   sessions_.clear();
   scheduler_.Clear();
+  TellRingDown(why, forward);
+}
+
+void StageImpl::TellRingDown(const std::string& why, bool forward) {
   if (head_) {
     head_->OnRingDown(why);
   } else if (forward) {
+    // Toward the head, which replays once the ring is whole again.
     SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
   }
+}
+
+Result<std::unique_ptr<TailSampler>> StageImpl::CheckOpen(const OpenSessionMsg& o) {
+  if (tail_) return o.replay ? ReplaySampler(o) : tail_->NewSampler(o.sampling, o.prompt, o.extra);
+  KV_RETURN_IF_ERROR(CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(),
+                                         window_->config().n_vocab, o.extra));
+  return std::unique_ptr<TailSampler>();
 }
 
 bool StageImpl::RunBatch() {
@@ -292,7 +296,7 @@ void StageImpl::RunWork(std::span<const Work> all) {
   uint64_t ns = 0;
   auto forward = [&](std::span<const Work> items, ForwardOutput* out) {
     BuildForwardInput(items, &in, &tokens, &hidden);
-    in.want_hidden = tail_ != nullptr && spec_ != nullptr && spec_->wants_hidden();  // mtp
+    in.want_hidden = spec_ != nullptr && spec_->wants_hidden();  // mtp, on the last stage
     TraceWork(items, "compute_start");
     const auto t0 = Clock::now();
     Status s = window_->Forward(in, out);
@@ -311,13 +315,7 @@ void StageImpl::RunWork(std::span<const Work> all) {
   };
   auto failed = [&](const Work& w, const Status& e) {
     KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, e.message());
-    if (head_) {
-      EndSession(w.session, wire::FinishReason::kError, e.message());
-    } else {
-      window_->CloseSequence(static_cast<int>(w.session));
-      sessions_.erase(w.session);
-      SendNext(ErrorMsg{wire::ErrorCode::kBadRequest, w.session, e.message()});
-    }
+    FailSession(w.session, wire::ErrorCode::kBadRequest, e.message());
   };
   if (!RunBatchOrEach(batch, forward, done, failed)) return;
   int rows = 0;

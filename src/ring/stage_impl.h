@@ -154,11 +154,17 @@ class StageImpl final : public Stage {
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
   void HandleOpen(OpenSessionMsg& o);
+  // Checks an OPEN_SESSION as this stage must before opening it: on the last stage, the
+  // session's sampler (TailRole; a replay's resumed), elsewhere null; or why it cannot open.
+  Result<std::unique_ptr<TailSampler>> CheckOpen(const OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
   void HandleClose(const CloseMsg& c);
   void HandleError(const ErrorMsg& e);
   // Drops every session for `why`; `forward`: an ERROR for session 0 goes on (not the head).
   void FailAll(const std::string& why, bool forward);
+  // Every session was dropped or held for `why`: the head tells its clients waiting for
+  // statistics (HeadRole); another stage, when `forward`, tells the stages toward the head.
+  void TellRingDown(const std::string& why, bool forward);
   void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
   // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).

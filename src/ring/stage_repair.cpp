@@ -46,12 +46,7 @@ void StageImpl::RingBroken(const std::string& why, bool forward) {
     KV_LOG_WARN("{}: holding {} session(s) for up to {:.1f} s: {}", options_.name, ids.size(),
                 holds_.timeout().count() / 1000.0, why);
   }
-  if (head_) {
-    head_->OnRingDown(why);
-  } else if (forward) {
-    // Toward the head, which replays once the ring is whole again.
-    SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
-  }
+  TellRingDown(why, forward);
 }
 
 void StageImpl::ExpireHolds() {

@@ -62,15 +62,9 @@ bool StageImpl::ResumeReplay(OpenSessionMsg& o) {
   const int keep = KeepForReplay(s, n);
   if (keep == 0) return recompute();
   // The same checks as a new session's; a failure opens it afresh, where it is refused.
-  if (tail_) {
-    auto t = ReplaySampler(o);
-    if (!t.ok()) return recompute();
-    s.tail = std::move(t).value();
-  } else if (!CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(), window_->config().n_vocab,
-                                  o.extra)
-                  .ok()) {
-    return recompute();
-  }
+  auto tail = CheckOpen(o);
+  if (!tail.ok()) return recompute();
+  s.tail = std::move(tail).value();
   s.sampling = o.sampling;
   s.n_prompt = n;
   s.keep = o.keep;
