@@ -3,7 +3,8 @@
 // with a key the stage does not expect is refused; a newer predecessor takes the place of the
 // one linked, whose late frames are not told, and the older process is refused when it comes
 // back; a connection that says nothing is cut at the handshake deadline; a client is counted,
-// reached, and its departure told.
+// reached, and its departure told; a relayed predecessor is dialed (and dialed again when it
+// goes) while a direct one is refused.
 #include "ring/predecessor_side.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,11 @@ struct FakePeer {
   static Result<std::unique_ptr<FakePeer>> Dial(uint16_t port, const LinkAuth& auth,
                                                 const wire::Hello& me) {
     KV_ASSIGN_OR_RETURN(auto raw, net::DialTcp("127.0.0.1", port, 2000));
+    return Open(std::move(raw), auth, me);
+  }
+  // The same over `raw`, however it was opened (the side may have dialed it).
+  static Result<std::unique_ptr<FakePeer>> Open(std::unique_ptr<net::Stream> raw,
+                                                const LinkAuth& auth, const wire::Hello& me) {
     KV_ASSIGN_OR_RETURN(HandshakeResult hs,
                         HandshakeInitiate(*raw, static_cast<wire::Role>(me.role), auth));
     auto peer = std::make_unique<FakePeer>();
@@ -266,6 +272,44 @@ TEST_F(PredecessorSideTest, AStageThatTakesNoClientsRefusesThem) {
   EXPECT_NE(client.status().message().find("clients connect to the head"), std::string::npos);
   EXPECT_EQ(events_.Next(), "refused");
   EXPECT_EQ(side_->clients(), 0u);
+}
+
+TEST_F(PredecessorSideTest, ARelayedPredecessorIsDialedAndADirectOneRefused) {
+  // The relay's edge, played by a listener: the side dials it, and the predecessor behind it
+  // runs the handshake as the initiator, as through a relay.
+  auto edge = net::Listener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(edge.ok()) << edge.status().message();
+  const uint16_t edge_port = edge->port();
+  PredecessorSideOptions o;
+  o.dial_pred = [edge_port](const std::function<bool()>&) {
+    return net::DialTcp("127.0.0.1", edge_port, 2000);
+  };
+  o.pred_via = "the relay";
+  Start(std::move(o));
+  auto raw = edge->Accept();
+  ASSERT_TRUE(raw.ok()) << raw.status().message();
+  auto pred =
+      FakePeer::Open(std::move(*raw), Auth(pred_key_), HelloOf(wire::Role::kStage, 0, 4, 10));
+  ASSERT_TRUE(pred.ok()) << pred.status().message();
+  EXPECT_EQ(events_.Next(), "up 10");
+  ASSERT_TRUE((*pred)->Ping(9).ok());
+  EXPECT_EQ(events_.Next(), "pred 9");
+
+  auto direct = DialPred(20);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_NE(direct.status().message().find("through the relay"), std::string::npos);
+  EXPECT_EQ(events_.Next(), "refused");
+  EXPECT_EQ(side_->newest_pred_generation(), 10u);
+
+  (*pred)->link->Close();  // the relayed predecessor goes: the side tells it, and dials again
+  EXPECT_EQ(events_.Next().rfind("down: link from predecessor", 0), 0u);
+  auto again = edge->Accept();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  auto back =
+      FakePeer::Open(std::move(*again), Auth(pred_key_), HelloOf(wire::Role::kStage, 0, 4, 11));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(events_.Next(), "up 11");
+  side_->Stop();  // returns while the dialer waits for its next connection or backs off
 }
 
 }  // namespace
