@@ -21,7 +21,6 @@
 #include <thread>
 #include <vector>
 
-#include "base/watchdog.h"
 #include "model/arch/registry.h"
 #include "model/layer_window.h"
 #include "model/model_id.h"
