@@ -21,8 +21,26 @@ struct BadFlag {
   std::string named;  // what the error must name
 };
 
+// `kvasir CMD ARGS`, then each of `defaults` whose flag ARGS does not give: every flag is given
+// once, so an error naming it can only come from its value.
+std::vector<std::string> Command(const std::string& cmd, const std::vector<std::string>& args,
+                                 const std::vector<std::pair<std::string, std::string>>& defaults) {
+  std::vector<std::string> out = {cmd};
+  out.insert(out.end(), args.begin(), args.end());
+  for (const auto& [flag, value] : defaults) {
+    if (std::find(args.begin(), args.end(), flag) == args.end()) {
+      out.insert(out.end(), {flag, value});
+    }
+  }
+  return out;
+}
+
 class NodeCliTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    std::ofstream(dir_.File("short.secret")) << "too short\n";
+    std::ofstream(dir_.File("bad.key")) << "not a key\n";
+  }
   // Counts every request; answers none with data (nothing should ask).
   testing::FakeHttpServer server_{[](const testing::FakeRequest&) {
     return std::string("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n");
@@ -31,7 +49,6 @@ class NodeCliTest : public ::testing::Test {
 };
 
 TEST_F(NodeCliTest, StageRefusesEveryBadFlagBeforeFetching) {
-  { std::ofstream(dir_.File("short.secret")) << "too short\n"; }
   const std::vector<BadFlag> cases = {
       {{"--replay-mb", "-1"}, "--replay-mb"},
       {{"--replay-mb", "2000000"}, "--replay-mb"},
@@ -49,17 +66,17 @@ TEST_F(NodeCliTest, StageRefusesEveryBadFlagBeforeFetching) {
       {{"--standby", "--layers", "0:1"}, "--standby"},
       {{"--pred-via", "http://relay/edge/x"}, "--pred-via"},
       {{"--ring-secret-file", dir_.File("short.secret")}, "short.secret"},
+      {{"--key", dir_.File("bad.key")}, "bad.key"},
       {{"--retries", "1000"}, "--retries"},
   };
   for (const BadFlag& c : cases) {
-    std::vector<std::string> args = {"stage",       "--fetch",         server_.Url("/model.gguf"),
-                                     "--listen",    "127.0.0.1:0",     "--next",
-                                     "127.0.0.1:1", "--key",           dir_.File("node.key"),
-                                     "--slice-dir", dir_.File("cache")};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    if (std::find(c.args.begin(), c.args.end(), "--layers") == c.args.end()) {
-      args.insert(args.end(), {"--layers", "1:2"});
-    }
+    const std::vector<std::string> args = Command("stage", c.args,
+                                                  {{"--fetch", server_.Url("/model.gguf")},
+                                                   {"--layers", "1:2"},
+                                                   {"--listen", "127.0.0.1:0"},
+                                                   {"--next", "127.0.0.1:1"},
+                                                   {"--key", dir_.File("node.key")},
+                                                   {"--slice-dir", dir_.File("cache")}});
     const testing::RunResult r = RunKvasir(args);
     EXPECT_NE(r.code, 0) << c.named << "\n" << testing::Describe(r);
     EXPECT_THAT(r.err, HasSubstr(c.named)) << testing::Describe(r);
@@ -85,15 +102,14 @@ TEST_F(NodeCliTest, JoinRefusesEveryBadFlagBeforeAskingTheMarket) {
       {{"--backend", "nosuch"}, "nosuch"},
       {{"--memory", "lots"}, "--memory"},
       {{"--poll", "0"}, "--poll"},
+      {{"--key", dir_.File("bad.key")}, "bad.key"},
   };
   for (const BadFlag& c : cases) {
-    std::vector<std::string> args = {
-        "join",    "--market",        server_.Url(""), "--key", dir_.File("node.key"),
-        "--cache", dir_.File("cache")};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    if (std::find(c.args.begin(), c.args.end(), "--memory") == c.args.end()) {
-      args.insert(args.end(), {"--memory", "1GiB"});
-    }
+    const std::vector<std::string> args = Command("join", c.args,
+                                                  {{"--market", server_.Url("")},
+                                                   {"--key", dir_.File("node.key")},
+                                                   {"--cache", dir_.File("cache")},
+                                                   {"--memory", "1GiB"}});
     const testing::RunResult r = RunKvasir(args);
     EXPECT_NE(r.code, 0) << c.named << "\n" << testing::Describe(r);
     EXPECT_THAT(r.err, HasSubstr(c.named)) << testing::Describe(r);
