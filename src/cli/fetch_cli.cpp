@@ -1,9 +1,6 @@
 #include "cli/fetch_cli.h"
 
-#include <fmt/format.h>
-
-#include "cli/cli_util.h"
-#include "node/slice_cache.h"
+#include <algorithm>
 
 namespace kvasir::cli {
 
