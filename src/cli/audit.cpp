@@ -17,6 +17,7 @@
 #include "cli/ring_options.h"
 #include "market/market_server.h"
 #include "market/store.h"
+#include "node/signals.h"
 
 namespace kvasir::cli {
 namespace {
@@ -61,7 +62,7 @@ int AuditMain(int argc, char** argv) {
     if (!market::Db::IsPostgresUrl(db) && !std::filesystem::exists(db)) {
       return Fail(kCmd, fmt::format("{}: no such database", db));
     }
-    const sigset_t set = BlockStopSignals();
+    const sigset_t set = node::BlockStopSignals();
     auto file = OpenGguf(model_path);
     if (!file.ok()) return Fail(kCmd, file.status());
     auto store = market::Store::Open(db);

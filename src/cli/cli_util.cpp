@@ -313,16 +313,6 @@ Result<LoadedModel> LoadModel(const std::string& path, int n_ctx, int n_threads,
   return model;
 }
 
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
 uint64_t AvailableMemory() {
   std::ifstream in("/proc/meminfo");
   std::string key;

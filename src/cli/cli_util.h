@@ -92,11 +92,6 @@ class Table {
   std::vector<std::vector<std::string>> rows_;  // an empty row is a separator
 };
 
-// Blocks SIGINT, SIGTERM and SIGUSR1 in this thread (and the threads it starts later) and returns
-// that set, for a long-running command that takes its signals with sigwait() on one thread, so no
-// handler ever runs inside its work.
-sigset_t BlockStopSignals();
-
 // Wall-clock stopwatch.
 class Stopwatch {
  public:

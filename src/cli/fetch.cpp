@@ -13,6 +13,7 @@
 #include "cli/fetch_cli.h"
 #include "cli/ring_options.h"
 #include "net/url.h"
+#include "node/slice_cache.h"
 
 namespace kvasir::cli {
 namespace {
@@ -77,7 +78,7 @@ int FetchMain(int argc, char** argv) {
     if (Status s = CheckWritable(out_path); !s.ok()) return Fail(kCmd, s);
 
     FetchSummary summary;
-    if (Status s = FetchWithProgress(o, &summary); !s.ok()) return Fail(kCmd, s);
+    if (Status s = node::FetchWithProgress(o, &summary); !s.ok()) return Fail(kCmd, s);
     if (json) {
       nlohmann::json j = {{"url", summary.url},
                           {"output", out_path},
@@ -99,7 +100,7 @@ int FetchMain(int argc, char** argv) {
                           {"seconds", summary.seconds}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("fetched %s; wrote %s (%s)\n", DescribeFetch(o, summary).c_str(),
+      std::printf("fetched %s; wrote %s (%s)\n", node::DescribeFetch(o, summary).c_str(),
                   out_path.c_str(), HumanBytes(summary.out_bytes).c_str());
     }
     return kExitOk;

@@ -20,12 +20,12 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/grammar_flags.h"
-#include "cli/progress.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "kernels/kernels.h"
 #include "market/market_client.h"
 #include "model/sampler.h"
+#include "node/progress.h"
 #include "ring/sampling_wire.h"
 #include "ring/tail_sampler.h"
 #include "ring/vocab_trie.h"
@@ -143,7 +143,7 @@ Status Generate(const GenerateOptions& o, LoadedModel& m, spec::Drafter* drafter
     }
   }
   WriteOut(utf8.Flush());
-  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) WriteOut("\n");
+  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || node::StdoutIsStderr())) WriteOut("\n");
   stats->total_ms = clock.Millis();
   stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
   stats->draft = decoder.stats();
@@ -205,7 +205,7 @@ Status GenerateConstrained(const GenerateOptions& o, LoadedModel& m,
     ++pos;
   }
   WriteOut(utf8.Flush());
-  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) WriteOut("\n");
+  if (stats->n_generated > 0 && (isatty(STDOUT_FILENO) || node::StdoutIsStderr())) WriteOut("\n");
   stats->total_ms = clock.Millis();
   stats->decode_ms = stats->n_generated > 0 ? stats->total_ms - first_token_ms : 0.0;
   return Status::Ok();

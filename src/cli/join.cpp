@@ -2,19 +2,18 @@
 // wants that fits --memory, fetches only that window, serves it in its ring, and releases it on
 // SIGINT/SIGTERM (docs/MARKET.md, "kvasir join").
 #include <fmt/format.h>
-#include <signal.h>
-
-#include <thread>
 
 #include "base/human.h"
 #include "base/log.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/fetch_cli.h"
 #include "cli/ring_options.h"
 #include "market/joiner.h"
+#include "net/stream.h"
 #include "net/url.h"
+#include "node/signals.h"
+#include "node/slice_cache.h"
 #include "ring/node_key.h"
 
 namespace kvasir::cli {
@@ -24,15 +23,16 @@ constexpr const char* kCmd = "join";
 
 int JoinMain(int argc, char** argv) {
   return Guarded(kCmd, [&]() -> int {
-    CLI::App app{"Join the network: claim a window of a model the market wants, fetch it and "
-                 "serve it in its ring.",
-                 "kvasir join"};
+    CLI::App app{
+        "Join the network: claim a window of a model the market wants, fetch it and "
+        "serve it in its ring.",
+        "kvasir join"};
     market::JoinOptions o;
     o.n_threads = DefaultThreads();
     std::string key_file, memory, log_level = "info";
     app.add_option("--market", o.market_url, "http[s]://HOST[:PORT] of the market")->required();
-    app.add_option("--key", key_file, "node key (created on first use; default " +
-                                          ring::DefaultKeyPath() + ")");
+    app.add_option("--key", key_file,
+                   "node key (created on first use; default " + ring::DefaultKeyPath() + ")");
     app.add_option("--memory", memory,
                    "memory this node gives (weights + KV + runtime), e.g. 2GiB (default: 80% of "
                    "what the --backend device has free)");
@@ -76,6 +76,19 @@ int JoinMain(int argc, char** argv) {
       return UsageError(kCmd, "--market: " + u.status().message());
     }
     if (o.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
+    if (const int hw = DefaultThreads(); o.n_threads > hw) {
+      return UsageError(
+          kCmd, fmt::format("-t {}: this machine runs {} threads at once", o.n_threads, hw));
+    }
+    // Addresses are checked here too, so that no claim is taken and nothing fetched for a typo.
+    for (auto [flag, text] : {std::pair{"--listen", &o.listen}, {"--advertise", &o.advertise}}) {
+      std::string host;
+      uint16_t port = 0;
+      if (text->empty()) continue;
+      if (Status a = net::ParseHostPort(*text, &host, &port); !a.ok()) {
+        return UsageError(kCmd, fmt::format("{} {}: {}", flag, *text, a.message()));
+      }
+    }
     if (auto code = CheckBackendFlag(kCmd, "--backend", o.backend)) return *code;
     if (o.poll_s < 0.1 || o.poll_s > 600) return UsageError(kCmd, "--poll must be from 0.1 to 600");
     if (!(link_timeout_s >= 0.5 && link_timeout_s <= 600)) {
@@ -112,45 +125,33 @@ int JoinMain(int argc, char** argv) {
       if (!m.ok()) return UsageError(kCmd, "--memory: " + m.status().message());
       o.memory_bytes = *m;
     }
-    if (o.cache_dir.empty()) o.cache_dir = DefaultSliceDir();
+    if (o.cache_dir.empty()) o.cache_dir = node::DefaultSliceDir();
     const std::string path = key_file.empty() ? ring::DefaultKeyPath() : key_file;
     bool created = false;
     auto key = ring::NodeKey::LoadOrCreate(path, &created);
     if (!key.ok()) return Fail(kCmd, key.status());
     if (created) KV_LOG_INFO("join: created node key {}", path);
     o.key = std::make_shared<const ring::NodeKey>(std::move(key).value());
-    const std::string ca = o.ca_file;
-    o.ensure_slice = [ca](const FetchOptions& f) {
-      FetchOptions with = f;
-      with.http.ca_file = ca;
-      return EnsureSlice(with);
-    };
 
-    const sigset_t set = BlockStopSignals();
+    const sigset_t set = node::BlockStopSignals();
     auto joiner = market::Joiner::Create(o);
     if (!joiner.ok()) return Fail(kCmd, joiner.status());
     market::Joiner* j = joiner->get();
-    std::thread signals([j, set] {
-      while (true) {
-        int sig = 0;
-        if (sigwait(&set, &sig) != 0) return;
-        if (sig == SIGUSR1) {
+    Status st = node::RunUntilSignal(
+        set, [j] { return j->Run(); },
+        [j](int sig) {
+          KV_LOG_INFO("join: {}: releasing the claim and leaving", node::StopSignalName(sig));
+          j->Stop();
+        },
+        [j] {
           const auto s = j->state();
-          KV_LOG_INFO("join: claim {} ({} ring {} window {}, layers {}:{}), serving epoch {}, {} "
-                      "stage starts, {} receipts submitted, {} refused",
-                      s.claim, s.model, s.ring, s.window, s.first, s.last, s.serving_epoch,
-                      s.stages_started, s.receipts_submitted, s.receipts_refused);
-          continue;
-        }
-        KV_LOG_INFO("join: {}: releasing the claim and leaving", sig == SIGINT ? "interrupt" : "terminate");
-        j->Stop();
-        return;
-      }
-    });
-    Status st = j->Run();
+          KV_LOG_INFO(
+              "join: claim {} ({} ring {} window {}, layers {}:{}), serving epoch {}, {} "
+              "stage starts, {} receipts submitted, {} refused",
+              s.claim, s.model, s.ring, s.window, s.first, s.last, s.serving_epoch,
+              s.stages_started, s.receipts_submitted, s.receipts_refused);
+        });
     j->Stop();
-    pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
     if (!st.ok()) return Fail(kCmd, st);
     return kExitOk;
   });

@@ -19,6 +19,7 @@
 #include "market/ring_check.h"
 #include "market/store.h"
 #include "net/url.h"
+#include "node/signals.h"
 #include "relay/edge_token.h"
 
 namespace kvasir::cli {
@@ -238,7 +239,7 @@ int Serve(int argc, char** argv) {
         "no --relay-secret-file: nodes get zero edge tokens, which only a relay without "
         "--secret-file accepts");
   }
-  const sigset_t set = BlockStopSignals();
+  const sigset_t set = node::BlockStopSignals();
   auto store = market::Store::Open(db);
   if (!store.ok()) return Fail(kCmd, store.status());
   // The time the market was down is a silence: no lease ran out for it (docs/MARKET.md, "Grace").
@@ -258,20 +259,14 @@ int Serve(int argc, char** argv) {
   std::fflush(stdout);
   KV_LOG_INFO("market: database {}, lease {} s{}", (*store)->db_name(), config.lease_s,
               config.relay_url.empty() ? "" : ", relay " + config.relay_url);
-  while (true) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) break;
-    if (sig == SIGUSR1) {
-      const auto st = (*server)->stats();
-      const auto ck = (*checker)->stats();
-      KV_LOG_INFO(
-          "market: {} connections, {} requests, {} refused; checks of holders: {} passed, "
-          "{} failed, {} requests dropped",
-          st.connections, st.requests, st.refused, ck.passed, ck.failed, ck.dropped);
-      continue;
-    }
-    break;
-  }
+  node::WaitForStopSignal(set, [&server, &checker] {
+    const auto st = (*server)->stats();
+    const auto ck = (*checker)->stats();
+    KV_LOG_INFO(
+        "market: {} connections, {} requests, {} refused; checks of holders: {} passed, "
+        "{} failed, {} requests dropped",
+        st.connections, st.requests, st.refused, ck.passed, ck.failed, ck.dropped);
+  });
   KV_LOG_INFO("market: stopping");
   (*server)->Stop();
   (*checker)->Stop();

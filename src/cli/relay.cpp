@@ -1,7 +1,5 @@
 // kvasir relay: bridges ring edges over WebSocket so that stages behind NAT only dial out (see
 // docs/RELAY.md). SIGINT/SIGTERM stop it; SIGUSR1 logs its counters.
-#include "relay/relay_server.h"
-
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -12,7 +10,9 @@
 #include "cli/commands.h"
 #include "cli/ring_options.h"
 #include "net/stream.h"
+#include "node/signals.h"
 #include "relay/edge_token.h"
+#include "relay/relay_server.h"
 
 namespace kvasir::cli {
 namespace {
@@ -30,9 +30,10 @@ void LogRelayStats(const relay::RelayServer& server) {
 
 int RelayMain(int argc, char** argv) {
   return Guarded(kCmd, [&]() -> int {
-    CLI::App app{"Bridge ring edges over WebSocket (wss:// with a certificate), so stages behind NAT "
-                 "only dial out.",
-                 "kvasir relay"};
+    CLI::App app{
+        "Bridge ring edges over WebSocket (wss:// with a certificate), so stages behind NAT "
+        "only dial out.",
+        "kvasir relay"};
     relay::RelayOptions o;
     std::string secret_file, log_level = "info";
     double hello_s = 10, pair_s = 30, idle_s = 120;
@@ -46,20 +47,22 @@ int RelayMain(int argc, char** argv) {
                    "ring secret (>= 16 bytes) the edge tokens are made with; without it any "
                    "token is accepted")
         ->check(CLI::ExistingFile);
-    app.add_option("--hello-timeout", hello_s,
-                   "seconds for TLS, the upgrade and the first message")->capture_default_str();
+    app.add_option("--hello-timeout", hello_s, "seconds for TLS, the upgrade and the first message")
+        ->capture_default_str();
     app.add_option("--pair-timeout", pair_s, "seconds an end waits for its partner")
         ->capture_default_str();
     app.add_option("--idle-timeout", idle_s, "seconds without traffic or answered pings")
         ->capture_default_str();
     app.add_option("--max-pending", o.max_pending_per_address,
-                   "connections per address not yet paired")->capture_default_str();
+                   "connections per address not yet paired")
+        ->capture_default_str();
     app.add_option("--max-message", max_message_mib, "largest message in MiB")
         ->capture_default_str();
     app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
     if (auto code = ParseArgs(app, kCmd, argc, argv)) return *code;
     if (Status s = ApplyLogLevel(log_level); !s.ok()) return UsageError(kCmd, s.message());
-    for (auto [name, v] : {std::pair{"--hello-timeout", hello_s}, {"--pair-timeout", pair_s},
+    for (auto [name, v] : {std::pair{"--hello-timeout", hello_s},
+                           {"--pair-timeout", pair_s},
                            {"--idle-timeout", idle_s}}) {
       if (!(v > 0 && v <= 86400)) {
         return UsageError(kCmd, fmt::format("{} must be in (0, 86400] seconds (got {})", name, v));
@@ -82,7 +85,7 @@ int RelayMain(int argc, char** argv) {
       o.secret = *secret;
     }
 
-    const sigset_t set = BlockStopSignals();
+    const sigset_t set = node::BlockStopSignals();
 
     auto server = relay::RelayServer::Start(o);
     if (!server.ok()) return Fail(kCmd, server.status());
@@ -96,15 +99,7 @@ int RelayMain(int argc, char** argv) {
     std::fprintf(stderr, "relay: listening on %s:%u (%s)\n", host.c_str(), (*server)->port(),
                  (*server)->tls() ? "wss" : "ws, no TLS");
     std::fflush(stderr);
-    while (true) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) break;
-      if (sig == SIGUSR1) {
-        LogRelayStats(**server);
-        continue;
-      }
-      break;
-    }
+    node::WaitForStopSignal(set, [&server] { LogRelayStats(**server); });
     (*server)->Stop();
     LogRelayStats(**server);
     return kExitOk;

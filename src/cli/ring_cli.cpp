@@ -6,8 +6,8 @@
 
 #include "base/mapped_file.h"
 #include "cli/cli_util.h"
-#include "cli/progress.h"
 #include "kernels/kernels.h"
+#include "node/progress.h"
 #include "ring/sampling_wire.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,7 +62,7 @@ Result<RingRun> RunRingRequest(const RingRequest& req, bool with_stage_stats) {
   write(utf8.Flush());
   if (run.result.reason == wire::FinishReason::kEog) run.result.n_generated--;  // not text
   // End the text's line when the summary that follows on stderr would otherwise join it.
-  if (run.result.n_generated > 0 && (isatty(STDOUT_FILENO) || StdoutIsStderr())) write("\n");
+  if (run.result.n_generated > 0 && (isatty(STDOUT_FILENO) || node::StdoutIsStderr())) write("\n");
   if (with_stage_stats) {
     KV_ASSIGN_OR_RETURN(ring::StatsMsg stats, client->StatsMessage());
     run.stages = std::move(stats.records);

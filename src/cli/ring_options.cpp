@@ -92,11 +92,12 @@ Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags) {
   return o;
 }
 
-void AddReplayFlag(CLI::App& app, int64_t* replay_mb) {
-  app.add_option("--replay-mb", *replay_mb,
-                 "each stage's MiB of the rows sent on for live sessions, kept so that a replay "
-                 "after a repair sends them again instead of recomputing them (0: a replay "
-                 "recomputes every position)")
+CLI::Option* AddReplayFlag(CLI::App& app, int64_t* replay_mb) {
+  return app
+      .add_option("--replay-mb", *replay_mb,
+                  "each stage's MiB of the rows sent on for live sessions, kept so that a replay "
+                  "after a repair sends them again instead of recomputing them (0: a replay "
+                  "recomputes every position)")
       ->capture_default_str();
 }
 

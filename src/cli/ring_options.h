@@ -64,7 +64,8 @@ Result<ring::RowStoreOptions> ApplyRevealFlags(const RevealFlags& flags);
 // sent on for live sessions that each stage keeps, so that a replay after a repair sends them
 // again instead of recomputing them (docs/PROTOCOL.md, "Repair").
 inline constexpr int64_t kDefaultReplayMb = 64;
-void AddReplayFlag(CLI::App& app, int64_t* replay_mb);
+// Returns the option, whose help a command that is one stage rewords.
+CLI::Option* AddReplayFlag(CLI::App& app, int64_t* replay_mb);
 // A usage error naming the flag unless 0 <= replay_mb <= 2^20.
 Status CheckReplayMb(int64_t replay_mb);
 

@@ -27,12 +27,12 @@
 #include "cli/commands.h"
 #include "cli/grammar_flags.h"
 #include "cli/hop_delay.h"
-#include "cli/local_ring.h"
 #include "cli/ring_cli.h"
 #include "cli/ring_options.h"
 #include "model/arch/registry.h"
 #include "net/stream.h"
 #include "net/url.h"
+#include "node/local_ring.h"
 #include "planner/manifest.h"
 #include "shard/fetch.h"
 
@@ -85,9 +85,9 @@ struct LocalRelay {
 Status StartRelay(const std::string& log_level, const std::string& secret_path, LocalRelay* r) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Error("cannot create a pipe: {}", std::strerror(errno));
-  auto pid = Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file", secret_path,
-                    "--log-level", log_level},
-                   fds[1]);
+  auto pid = node::Spawn({"kvasir", "relay", "--listen", "127.0.0.1:0", "--secret-file",
+                          secret_path, "--log-level", log_level},
+                         fds[1]);
   close(fds[1]);
   r->err_fd = fds[0];
   if (!pid.ok()) return pid.status();
@@ -231,20 +231,21 @@ int RunRing(RunOptions o) {
   // listener n_stages + (i - 1) * o.standby + k.
   const int n_spares = n_stages > 1 ? (n_stages - 1) * o.standby : 0;
   auto spare_index = [&](int window, int k) { return n_stages + (window - 1) * o.standby + k; };
-  auto listeners = BindLoopback(n_stages + n_spares);
+  auto listeners = node::BindLoopback(n_stages + n_spares);
   if (!listeners.ok()) return Fail(kCmd, listeners.status());
   std::vector<uint16_t> ports;
   for (const net::Listener& l : *listeners) ports.push_back(l.port());
-  LocalTrust trust;  // outlives the children, which read its files
-  if (Status s = MakeLocalTrust(&trust); !s.ok()) return Fail(kCmd, s);
+  node::LocalTrust trust;  // outlives the children, which read its files
+  if (Status s = node::MakeLocalTrust(&trust); !s.ok()) return Fail(kCmd, s);
   o.request.client.ring_secret = trust.secret;
-  std::vector<Child> children;
-  LocalRelay relay;  // declared after `children`: destroyed first, once StopAll() has ended it
+  std::vector<node::Child> children;
+  LocalRelay
+      relay;  // declared after `children`: destroyed first, once node::StopAll() has ended it
   if (o.relay) {
     Status s = StartRelay(o.stage_log_level, trust.secret_path, &relay);
     if (relay.pid > 0) children.push_back({relay.pid, "relay"});
     if (!s.ok()) {
-      StopAll(children);
+      node::StopAll(children);
       return Fail(kCmd, s);
     }
   }
@@ -253,7 +254,7 @@ int RunRing(RunOptions o) {
   if (o.hops) {
     auto started = StartHopProxies(ports, *o.hops);
     if (!started.ok()) {
-      StopAll(children);
+      node::StopAll(children);
       return Fail(kCmd, started.status());
     }
     proxies = std::move(started).value();
@@ -266,7 +267,7 @@ int RunRing(RunOptions o) {
     // A stage (slot < n_stages), or spare k of window i.
     const bool spare = slot >= n_stages;
     const int i = spare ? 1 + (slot - n_stages) / o.standby : slot;
-    Child c;
+    node::Child c;
     c.name = spare ? fmt::format("{}-standby{}", plan[i].name, (slot - n_stages) % o.standby)
                    : plan[i].name;
     std::vector<std::string> args = {"kvasir", "stage"};
@@ -310,10 +311,10 @@ int RunRing(RunOptions o) {
     if (i == n_stages - 1) {
       for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
     }
-    auto pid = Spawn(args, -1, listen_fd);
+    auto pid = node::Spawn(args, -1, listen_fd);
     ::close(listen_fd);
     if (!pid.ok()) {
-      StopAll(children);
+      node::StopAll(children);
       return Fail(kCmd, pid.status());
     }
     c.pid = *pid;
@@ -332,7 +333,7 @@ int RunRing(RunOptions o) {
   std::string died;
   std::thread watcher([&] {
     while (!done.load()) {
-      for (Child& c : children) {
+      for (node::Child& c : children) {
         int status = 0;
         if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
           c.pid = -1;
@@ -344,7 +345,7 @@ int RunRing(RunOptions o) {
           }
           died = fmt::format("{} exited ({})", c.name, how);
           done.store(true);
-          StopAll(children);
+          node::StopAll(children);
           return;
         }
       }
@@ -355,7 +356,7 @@ int RunRing(RunOptions o) {
   auto run = RunRingRequest(o.request, /*with_stage_stats=*/true);
   done.store(true);
   watcher.join();
-  StopAll(children);
+  node::StopAll(children);
   if (!died.empty()) return Fail(kCmd, "the ring broke: " + died);
   if (!run.ok()) return Fail(kCmd, run.status());
   PrintRingSummary(*run, o.threads_per_stage);

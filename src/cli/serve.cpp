@@ -21,6 +21,7 @@
 #include "market/market_client.h"
 #include "model/arch/registry.h"
 #include "net/stream.h"
+#include "node/signals.h"
 #include "serve/api_server.h"
 #include "tokenizer/chat_template.h"
 
@@ -237,7 +238,7 @@ int Serve(ServeFlags f) {
   }
   f.serve.model_name = f.model_name;
 
-  const sigset_t set = BlockStopSignals();
+  const sigset_t set = node::BlockStopSignals();
   std::unique_ptr<SupervisedRing> local_ring;
   std::string head = f.ring;
   if (local) {
@@ -293,18 +294,12 @@ int Serve(ServeFlags f) {
   std::fprintf(stderr, "serve: listening on %s:%u (model %s, ring %s)\n", host.c_str(),
                (*server)->port(), f.model_name.c_str(), head.c_str());
   std::fflush(stderr);
-  while (true) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) break;
-    if (sig == SIGUSR1) {
-      const serve::MetricsGauges g = (*server)->Gauges();
-      KV_LOG_INFO("serve: ring {}, {} sessions busy, {} waiting", g.ring_up ? "up" : "down",
-                  g.sessions_busy, g.sessions_deferred);
-      continue;
-    }
-    KV_LOG_INFO("serve: stopping");
-    break;
-  }
+  node::WaitForStopSignal(set, [&server] {
+    const serve::MetricsGauges g = (*server)->Gauges();
+    KV_LOG_INFO("serve: ring {}, {} sessions busy, {} waiting", g.ring_up ? "up" : "down",
+                g.sessions_busy, g.sessions_deferred);
+  });
+  KV_LOG_INFO("serve: stopping");
   access->Stop();  // requests in progress end now
   (*server)->Stop();
   if (local_ring) local_ring->Stop();

@@ -53,7 +53,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
                            : plan.backends.size() == 1 ? plan.backends[0]
                                                        : plan.backends[i]);
   }
-  KV_ASSIGN_OR_RETURN(r->listeners_, BindLoopback(n));
+  KV_ASSIGN_OR_RETURN(r->listeners_, node::BindLoopback(n));
   r->head_ = fmt::format("127.0.0.1:{}", r->listeners_[0].port());
   if (plan.hops) {
     std::vector<uint16_t> ports;
@@ -97,12 +97,12 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     });
     return r;
   }
-  KV_RETURN_IF_ERROR(MakeLocalTrust(&r->trust_));
+  KV_RETURN_IF_ERROR(node::MakeLocalTrust(&r->trust_));
   r->secret_ = r->trust_.secret;
   for (int i = 0; i < n; ++i) {
-    auto pid = Spawn(r->StageArgs(i), -1, r->listeners_[i].fd());
+    auto pid = node::Spawn(r->StageArgs(i), -1, r->listeners_[i].fd());
     if (!pid.ok()) {
-      StopAll(r->children_);
+      node::StopAll(r->children_);
       return pid.status();
     }
     r->children_.push_back({*pid, fmt::format("stage{}", i)});
@@ -171,7 +171,7 @@ void SupervisedRing::Supervise() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     for (size_t i = 0; i < n; ++i) {
-      Child& c = children_[i];
+      node::Child& c = children_[i];
       int status = 0;
       if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
         if (Clock::now() - started[i] > std::chrono::minutes(1)) pause_ms[i] = 500;
@@ -182,7 +182,7 @@ void SupervisedRing::Supervise() {
         pause_ms[i] = std::min(pause_ms[i] * 2, 30000);
       }
       if (c.pid < 0 && Clock::now() >= restart_at[i]) {
-        auto pid = Spawn(StageArgs(static_cast<int>(i)), -1, listeners_[i].fd());
+        auto pid = node::Spawn(StageArgs(static_cast<int>(i)), -1, listeners_[i].fd());
         if (pid.ok()) {
           c.pid = *pid;
           started[i] = Clock::now();
@@ -205,7 +205,7 @@ void SupervisedRing::Stop() {
   }
   cv_.notify_all();
   if (supervisor_.joinable()) supervisor_.join();
-  StopAll(children_);
+  node::StopAll(children_);
   if (stage_) stage_->Stop();
   if (stage_thread_.joinable()) stage_thread_.join();
   proxies_.clear();  // after the stages, so none sees its link fail first

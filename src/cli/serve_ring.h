@@ -16,9 +16,9 @@
 
 #include "base/status.h"
 #include "cli/draft_flags.h"
-#include "cli/local_ring.h"
 #include "net/delay_proxy.h"
 #include "net/stream.h"
+#include "node/local_ring.h"
 #include "ring/stage.h"
 
 namespace kvasir::cli {
@@ -71,10 +71,10 @@ class SupervisedRing {
   std::vector<std::string> backends_;
   std::vector<net::Listener> listeners_;  // kept: a restarted stage inherits its port again
   std::vector<std::unique_ptr<net::DelayProxy>> proxies_;  // one per link with `hops`, else none
-  LocalTrust trust_;
+  node::LocalTrust trust_;
   std::string head_, secret_;
   // Processes (N > 1).
-  std::vector<Child> children_;
+  std::vector<node::Child> children_;
   std::thread supervisor_;
   // In process (N = 1).
   std::unique_ptr<ring::Stage> stage_;

@@ -1,22 +1,22 @@
 // kvasir stage: run one window of a model as a ring stage. SIGINT/SIGTERM stop it cleanly;
 // SIGUSR1 logs its statistics.
-#include <fmt/format.h>
-#include <signal.h>
+#include "ring/stage.h"
 
-#include <thread>
+#include <fmt/format.h>
 
 #include "base/log.h"
 #include "base/timing_trace.h"
-#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/fetch_cli.h"
 #include "cli/ring_options.h"
 #include "net/url.h"
-#include "relay/edge_token.h"
-#include "relay/ws_stream.h"
-#include "ring/stage.h"
+#include "node/relay_dial.h"
+#include "node/signals.h"
+#include "node/slice_cache.h"
+#include "node/stage_check.h"
 
 namespace kvasir::cli {
 namespace {
@@ -24,68 +24,20 @@ namespace {
 constexpr const char* kCmd = "stage";
 
 int RunStage(const ring::StageOptions& opt) {
-  // Signals are taken by one thread with sigwait(), so no handler runs inside the stage's code.
-  const sigset_t set = BlockStopSignals();
-
+  const sigset_t set = node::BlockStopSignals();
   auto stage = ring::Stage::Create(opt);
   if (!stage.ok()) return Fail(kCmd, stage.status());
   ring::Stage* s = stage->get();
-  std::thread signals([s, set] {
-    while (true) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) return;
-      if (sig == SIGUSR1) {
-        s->LogStats();
-        continue;
-      }
-      KV_LOG_INFO("{}: stopping", sig == SIGINT ? "interrupt" : "terminate");
-      s->Stop();
-      return;
-    }
-  });
-  Status st = s->Run();
+  Status st = node::RunUntilSignal(
+      set, [s] { return s->Run(); },
+      [s](int sig) {
+        KV_LOG_INFO("{}: stopping", node::StopSignalName(sig));
+        s->Stop();
+      },
+      [s] { s->LogStats(); });
   s->Stop();
-  // Wake the signal thread if Run() ended on its own.
-  pthread_kill(signals.native_handle(), SIGTERM);
-  signals.join();
   if (!st.ok()) return Fail(kCmd, st);
   return kExitOk;
-}
-
-// Sets the stage's dial hooks for the relayed links named by --pred-via/--next-via (URLs already
-// checked). Errors come from the secret file.
-Status ApplyRelayFlags(const std::string& pred_via, const std::string& next_via,
-                       const std::string& secret_file, const std::string& ca_file,
-                       ring::StageOptions* opt) {
-  if (pred_via.empty() && next_via.empty()) return Status::Ok();
-  auto secret = std::make_shared<std::string>();
-  if (!secret_file.empty()) {
-    KV_ASSIGN_OR_RETURN(*secret, relay::ReadSecretFile(secret_file));
-  } else {
-    KV_LOG_WARN("no --relay-secret-file: edge tokens are empty, which only a relay without "
-                "--secret-file accepts");
-  }
-  relay::RelayDialOptions dial;
-  dial.ca_file = ca_file;
-  auto hook = [secret, dial](std::string url, relay::Role role) -> ring::DialHook {
-    return [secret, dial, url, role](const std::function<bool()>& cancelled) {
-      relay::RelayDialOptions o = dial;
-      o.cancelled = cancelled;
-      const std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(secret->data()),
-                                         secret->size());
-      return relay::DialRelayEdge(url, role, key, o);
-    };
-  };
-  if (!next_via.empty()) {
-    // Across the edge to our successor we are its predecessor side, and the reverse.
-    opt->dial_next = hook(next_via, relay::Role::kPredecessorSide);
-    opt->next_via = next_via;
-  }
-  if (!pred_via.empty()) {
-    opt->dial_pred = hook(pred_via, relay::Role::kSuccessorSide);
-    opt->pred_via = pred_via;
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -124,8 +76,8 @@ int StageMain(int argc, char** argv) {
         ->excludes(listen_opt)
         ->check(CLI::NonNegativeNumber);
     std::string pred_via, next_via, relay_secret_file;
-    auto* next_opt = app.add_option("--next", opt.next,
-                                    "HOST:PORT of the successor stage (or --next-via)");
+    auto* next_opt =
+        app.add_option("--next", opt.next, "HOST:PORT of the successor stage (or --next-via)");
     app.add_option("--pred-via", pred_via,
                    "ws[s]://RELAY/edge/ID: take the predecessor link through a relay (the "
                    "listener still accepts clients)");
@@ -152,11 +104,11 @@ int StageMain(int argc, char** argv) {
                    "to be repaired and the sessions replayed (0: end them at once)")
         ->capture_default_str();
     int64_t replay_mb = static_cast<int64_t>(opt.replay_bytes >> 20);
-    app.add_option("--replay-mb", replay_mb,
-                   "MiB of the rows sent on for live sessions, kept so that a replay after a "
-                   "repair sends them again instead of recomputing them (0: a replay recomputes "
-                   "every position)")
-        ->capture_default_str();
+    AddReplayFlag(app, &replay_mb)
+        ->description(
+            "MiB of the rows sent on for live sessions, kept so that a replay after a repair "
+            "sends them again instead of recomputing them (0: a replay recomputes every "
+            "position)");
     app.add_option("-t,--threads", opt.n_threads, "compute threads")->capture_default_str();
     CLI::Option* backend_opt = AddBackendFlag(app, &opt.backend);
     backend_opt->description(backend_opt->get_description() +
@@ -201,17 +153,13 @@ int StageMain(int argc, char** argv) {
     if (opt.next.empty() && next_via.empty()) {
       return UsageError(kCmd, "--next HOST:PORT or --next-via URL is required");
     }
-    for (auto [flag, url] : {std::pair{"--pred-via", &pred_via}, {"--next-via", &next_via}}) {
-      if (url->empty()) continue;
-      if (auto u = relay::ParseRelayEdgeUrl(*url); !u.ok()) {
-        return UsageError(kCmd, fmt::format("{}: {}", flag, u.status().message()));
-      }
-    }
+    node::RelayEdges edges{pred_via, next_via, relay_secret_file, fetch_flags.ca_file};
+    if (Status e = node::CheckRelayEdges(edges); !e.ok()) return UsageError(kCmd, e.message());
     if (!relay_secret_file.empty() && pred_via.empty() && next_via.empty()) {
       return UsageError(kCmd, "--relay-secret-file needs --pred-via or --next-via");
     }
     // One secret serves both: the relay's edge tokens and the links' handshakes.
-    if (relay_secret_file.empty()) relay_secret_file = trust.ring_secret_file;
+    if (edges.secret_file.empty()) edges.secret_file = trust.ring_secret_file;
     if (auto d = CheckDraftFlags(draft_flags); d.ok()) {
       opt.draft = *d;
     } else {
@@ -223,15 +171,12 @@ int StageMain(int argc, char** argv) {
                                           repair_timeout_s));
     }
     opt.repair_timeout_ms = static_cast<int>(repair_timeout_s * 1000);
-    if (replay_mb < 0 || replay_mb > (int64_t{1} << 20)) {
-      return UsageError(
-          kCmd, fmt::format("--replay-mb {} must be from 0 to {}", replay_mb, int64_t{1} << 20));
-    }
+    if (Status r = CheckReplayMb(replay_mb); !r.ok()) return UsageError(kCmd, r.message());
     opt.replay_bytes = static_cast<size_t>(replay_mb) << 20;
     if (opt.max_sessions < 1) return UsageError(kCmd, "--max-sessions must be >= 1");
     if (cache_mb < 0 || cache_mb > (int64_t{1} << 24)) {
-      return UsageError(kCmd, fmt::format("--cache-mb {} must be from 0 to {}", cache_mb,
-                                          int64_t{1} << 24));
+      return UsageError(
+          kCmd, fmt::format("--cache-mb {} must be from 0 to {}", cache_mb, int64_t{1} << 24));
     }
     if (cache_ttl_s < 1 || cache_ttl_s > 86400) {
       return UsageError(kCmd, fmt::format("--cache-ttl {} must be from 1 to 86400", cache_ttl_s));
@@ -246,14 +191,10 @@ int StageMain(int argc, char** argv) {
     }
     if (opt.n_threads < 1) return UsageError(kCmd, "-t must be >= 1");
     if (const int hw = DefaultThreads(); opt.n_threads > hw) {
-      return UsageError(kCmd, fmt::format("-t {}: this machine runs {} threads at once",
-                                          opt.n_threads, hw));
+      return UsageError(
+          kCmd, fmt::format("-t {}: this machine runs {} threads at once", opt.n_threads, hw));
     }
-    if (Status s = ApplyRelayFlags(pred_via, next_via, relay_secret_file, fetch_flags.ca_file,
-                                   &opt);
-        !s.ok()) {
-      return Fail(kCmd, s);
-    }
+    if (Status s = node::ApplyRelayEdges(edges, &opt); !s.ok()) return Fail(kCmd, s);
     FetchOptions fetch;
     if (Status s = ApplyFetchFlags(fetch_flags, &fetch); !s.ok()) {
       return UsageError(kCmd, s.message());
@@ -298,17 +239,6 @@ int StageMain(int argc, char** argv) {
       return *code;
     }
     if (auto code = CheckAttnTypeFlag(kCmd, opt.attn_type, {opt.backend})) return *code;
-    if (!fetch_url.empty()) {
-      fetch.url = fetch_url;
-      fetch.first = opt.first;
-      fetch.last = opt.last;
-      if (opt.model_path.empty()) {
-        opt.model_path = SlicePathFor(slice_dir.empty() ? DefaultSliceDir() : slice_dir,
-                                      fetch_url, opt.first, opt.last);
-      }
-      fetch.out_path = opt.model_path;
-      if (Status s = EnsureSlice(fetch); !s.ok()) return Fail(kCmd, s);
-    }
     if (Status s = ParseBoundary(boundary, &opt.boundary); !s.ok()) {
       return UsageError(kCmd, s.message());
     }
@@ -316,6 +246,20 @@ int StageMain(int argc, char** argv) {
     if (Status s = ApplyStageTrust(trust, manifest_path.empty() ? nullptr : &m, rank, &opt, &usage);
         !s.ok()) {
       return usage ? UsageError(kCmd, s.message()) : Fail(kCmd, s);
+    }
+    // Every option is checked before the slice is fetched: a typo must not cost a download.
+    // (Exit 1, as when the stage refuses them at start.)
+    if (Status c = node::CheckStageOptions(opt); !c.ok()) return Fail(kCmd, c);
+    if (!fetch_url.empty()) {
+      fetch.url = fetch_url;
+      fetch.first = opt.first;
+      fetch.last = opt.last;
+      if (opt.model_path.empty()) {
+        opt.model_path = node::SlicePathFor(slice_dir.empty() ? node::DefaultSliceDir() : slice_dir,
+                                            fetch_url, opt.first, opt.last);
+      }
+      fetch.out_path = opt.model_path;
+      if (Status s = node::EnsureSlice(fetch); !s.ok()) return Fail(kCmd, s);
     }
     return RunStage(opt);
   });

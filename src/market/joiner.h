@@ -44,9 +44,6 @@ struct JoinOptions {
   int repair_timeout_ms = 30000;
   // Test builds only: the stage's StageOptions::test_fault_noise.
   double test_fault_noise = 0;
-  // Makes sure the window's slice is at options.out_path (default: VerifySlice, else FetchSlice).
-  // The CLI passes one that shows progress.
-  std::function<Status(const FetchOptions&)> ensure_slice;
   // Last changes to each stage's options before it starts (tests: timeouts, names).
   std::function<void(ring::StageOptions*)> configure_stage;
 };

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "market/joiner_impl.h"
 #include "market/standby_peers.h"
+#include "node/slice_cache.h"
 #include "relay/ws_stream.h"
 
 namespace kvasir::market {
@@ -111,11 +112,8 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
   f.http.ca_file = o.ca_file;
   f.expected_model_id = g.model_id;
   f.sha256 = g.sha256;
-  Status fetched = o.ensure_slice ? o.ensure_slice(f) : [&] {
-    if (VerifySlice(f.out_path, g.model_id, g.first, g.last, g.sha256).ok()) return Status::Ok();
-    FetchSummary summary;
-    return FetchSlice(f, &summary);
-  }();
+  // A verified slice kept from before is reused, else the window is fetched (node/slice_cache.h).
+  Status fetched = node::EnsureSlice(f);
 
   std::unique_ptr<ring::Stage> stage;
   std::thread stage_thread;

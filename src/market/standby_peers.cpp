@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "market/signed_request.h"
+#include "node/relay_dial.h"
 
 namespace kvasir::market {
 
@@ -19,11 +20,7 @@ Result<ring::DialHook> RelayDialHook(const json& peer, relay::Role role,
   dial.ca_file = ca_file;
   dial.token.emplace();
   std::copy(token.begin(), token.end(), reinterpret_cast<char*>(dial.token->data()));
-  return ring::DialHook([via, role, dial](const std::function<bool()>& cancelled) {
-    relay::RelayDialOptions o = dial;
-    o.cancelled = cancelled;
-    return relay::DialRelayEdge(via, role, {}, o);
-  });
+  return node::RelayEdgeHook(via, role, std::move(dial));
 }
 
 Result<NeighbourStandbys> StandbysFromBeat(const json& beat, const std::string& ca_file) {

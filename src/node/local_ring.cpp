@@ -1,4 +1,4 @@
-#include "cli/local_ring.h"
+#include "node/local_ring.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,7 +15,7 @@
 
 #include "base/secret_file.h"
 
-namespace kvasir::cli {
+namespace kvasir::node {
 
 Result<std::vector<net::Listener>> BindLoopback(int n) {
   std::vector<net::Listener> held;
@@ -94,4 +94,4 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node

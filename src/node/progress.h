@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-namespace kvasir::cli {
+namespace kvasir::node {
 
 class ProgressBar {
  public:
@@ -35,4 +35,4 @@ bool StderrIsTty();
 // should end its line before a summary goes to stderr.
 bool StdoutIsStderr();
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node

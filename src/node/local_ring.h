@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "net/stream.h"
 
-namespace kvasir::cli {
+namespace kvasir::node {
 
 struct Child {
   pid_t pid = -1;
@@ -47,4 +47,4 @@ Status MakeLocalTrust(LocalTrust* t);
 // SIGTERM to every child, then waits for them (SIGKILL after 5 s).
 void StopAll(std::vector<Child>& children);
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node

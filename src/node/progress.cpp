@@ -1,4 +1,4 @@
-#include "cli/progress.h"
+#include "node/progress.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -7,15 +7,16 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/human.h"
 #include "base/log.h"
-#include "cli/cli_util.h"
 
-namespace kvasir::cli {
+namespace kvasir::node {
 
 bool StderrIsTty() { return ::isatty(STDERR_FILENO) == 1; }
 
 bool StdoutIsStderr() {
-  struct stat out {}, err {};
+  struct stat out {
+  }, err{};
   return ::fstat(STDOUT_FILENO, &out) == 0 && ::fstat(STDERR_FILENO, &err) == 0 &&
          out.st_dev == err.st_dev && out.st_ino == err.st_ino;
 }
@@ -34,10 +35,9 @@ void ProgressBar::Update(uint64_t done, uint64_t total, uint64_t fresh, double s
   const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
   const double rate = seconds > 0 ? static_cast<double>(fresh) / seconds : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total - std::min(done, total)) / rate : -1;
-  const std::string figures =
-      fmt::format("{:3.0f}%  {} / {}  {}/s  ETA {}", frac * 100, HumanBytes(done),
-                  HumanBytes(total), HumanBytes(static_cast<uint64_t>(rate)),
-                  done >= total ? "0:00" : FormatEta(eta));
+  const std::string figures = fmt::format(
+      "{:3.0f}%  {} / {}  {}/s  ETA {}", frac * 100, HumanBytes(done), HumanBytes(total),
+      HumanBytes(static_cast<uint64_t>(rate)), done >= total ? "0:00" : FormatEta(eta));
   if (tty_) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(frac * kWidth);
@@ -62,4 +62,4 @@ void ProgressBar::Finish() {
   drawn_ = false;
 }
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node
