@@ -157,7 +157,7 @@ TEST(CliBackendTest, RunPassesTheAttentionTypeToEveryStage) {
     return RunKvasir(args);
   };
   ExpectUsageError(with({"run", "-m", m, "--stages", "3", "--attn-type", "f16"}), "run",
-                   "--attn-type");
+                   "--attn-type: 'f16' is not f32 or bf16");
   if (Built("opencl")) {
     ExpectUsageError(with({"run", "-m", m, "--stages", "3", "--backends", "cpu,opencl,cpu",
                            "--attn-type", "bf16"}),
