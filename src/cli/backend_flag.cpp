@@ -26,7 +26,17 @@ CLI::Option* AddAttnTypeFlag(CLI::App& app, AttnType* type) {
                   "and weights rounded to bf16, f32 sums: faster over long contexts, results "
                   "within bf16's precision; needs AVX512-BF16)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
-      ->default_str("f32");
+      // Runs before the transformer above (CLI11 puts later transforms first), whose own message
+      // and help would print the enum's map ("{bf16->,f32-> }"), which says nothing.
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            const std::string lower = CLI::detail::to_lower(text);
+            return kNames.count(lower) ? std::string()
+                                       : fmt::format("'{}' is not f32 or bf16", text);
+          },
+          ""))
+      ->default_str("f32")
+      ->option_text("f32|bf16 (default f32)");
 }
 
 std::optional<int> CheckAttnTypeFlag(std::string_view cmd, AttnType type,

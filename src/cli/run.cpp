@@ -50,6 +50,7 @@ struct RunOptions {
   // ranks, else cpu).
   std::vector<std::string> backends;
   std::string boundary = "f32";
+  AttnType attn_type = AttnType::kF32;  // each stage's --attn-type
   int n_ctx = 0;
   std::string stats_path;
   std::string stage_log_level = "error";
@@ -208,6 +209,9 @@ int RunRing(RunOptions o) {
     }
   }
   if (auto code = AssignBackends(o.backends, &plan)) return *code;
+  std::vector<std::string> stage_backends;
+  for (const StagePlan& p : plan) stage_backends.push_back(p.backend);
+  if (auto code = CheckAttnTypeFlag(kCmd, o.attn_type, stage_backends)) return *code;
   if (o.chat.enabled()) {
     // The head tokenizes the text (BOS as the vocabulary asks, special tokens parsed), as
     // `generate` does locally.
@@ -308,6 +312,8 @@ int RunRing(RunOptions o) {
                  o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
                  "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(slot)});
     args.insert(args.end(), {"--replay-mb", std::to_string(o.replay_mb)});
+    if (o.attn_type != AttnType::kF32)
+      args.insert(args.end(), {"--attn-type", AttnTypeName(o.attn_type)});
     if (i == n_stages - 1) {
       for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
     }
@@ -406,6 +412,7 @@ int RunMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--boundary", o.boundary, "hidden-state dtype between stages: f32, f16, bf16")
         ->capture_default_str();
+    AddAttnTypeFlag(app, &o.attn_type);
     app.add_option("--stats", o.stats_path, "write the summary and per-stage table as JSON");
     app.add_option("--stage-log-level", o.stage_log_level,
                    "log level of the stage (and relay) processes")

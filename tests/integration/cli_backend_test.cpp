@@ -10,6 +10,7 @@
 #include <set>
 
 #include "backend/registry.h"
+#include "kernels/attention_bf16.h"
 #include "kvasir_process.h"
 #include "test_assets.h"
 
@@ -140,6 +141,41 @@ TEST(CliBackendTest, RunShowsEachStagesBackendAndDeviceAndMatchesOneProcess) {
     ++rows;
   }
   EXPECT_EQ(rows, 3u);
+}
+
+// `run --attn-type` reaches every stage: a 3-stage ring's text equals one process's with the same
+// attention and seed, which differs from the f32 text. Refused where `serve` refuses it: a CPU
+// without AVX512-BF16, a stage on another backend.
+TEST(CliBackendTest, RunPassesTheAttentionTypeToEveryStage) {
+  KV_REQUIRE_ASSET(kModel);
+  const std::string m = AssetPath(kModel);
+  // Sampled hot and long: greedy text and short runs come out the same in both modes.
+  const std::vector<std::string> common = {"-p",  "Once upon a time", "-n", "400", "--temp",
+                                           "1.5", "--seed",           "1",  "-t",  "1"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return RunKvasir(args);
+  };
+  ExpectUsageError(with({"run", "-m", m, "--stages", "3", "--attn-type", "f16"}), "run",
+                   "--attn-type: 'f16' is not f32 or bf16");
+  if (Built("opencl")) {
+    ExpectUsageError(with({"run", "-m", m, "--stages", "3", "--backends", "cpu,opencl,cpu",
+                           "--attn-type", "bf16"}),
+                     "run", "--attn-type bf16 is an option of the cpu backend, not opencl");
+  }
+  if (!HaveBf16Attention()) {
+    ExpectRuntimeError(with({"run", "-m", m, "--stages", "3", "--attn-type", "bf16"}), "run",
+                       "--attn-type bf16 needs AVX512-BF16");
+    GTEST_SKIP() << "this CPU lacks AVX512-BF16: only the refusal was checked";
+  }
+  RunResult local_f32 = with({"generate", "-m", m});
+  RunResult local_bf16 = with({"generate", "-m", m, "--attn-type", "bf16"});
+  RunResult ring_bf16 = with({"run", "-m", m, "--stages", "3", "--attn-type", "bf16"});
+  ASSERT_EQ(local_f32.code, 0) << testing::Describe(local_f32);
+  ASSERT_EQ(local_bf16.code, 0) << testing::Describe(local_bf16);
+  ASSERT_EQ(ring_bf16.code, 0) << testing::Describe(ring_bf16);
+  ASSERT_NE(local_bf16.out, local_f32.out) << "this prompt and seed no longer tell the two apart";
+  EXPECT_EQ(ring_bf16.out, local_bf16.out);
 }
 
 TEST(CliBackendTest, PlanCarriesEachDevicesBackendIntoItsRank) {
