@@ -50,7 +50,7 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
   }
 }
 
-void HeadRole::OnReturned(Message& m) {
+void HeadRole::OnPredMessage(Message& m) {
   // OPEN_SESSION and HIDDEN that come back are this head's own: only a replay's tells it that the
   // tokens behind it were drawn after the replay.
   if (auto* t = std::get_if<TokenMsg>(&m)) {
@@ -96,7 +96,7 @@ void HeadRole::OnSuccUp() {
   last_probe_ = {};
 }
 
-void HeadRole::OnRingDown(const std::string& why) {
+void HeadRole::OnRingDown(const std::string& why, bool /*forward*/) {
   ring_closed_ = false;
   for (uint64_t client : stats_waiters_) {
     st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
@@ -104,7 +104,27 @@ void HeadRole::OnRingDown(const std::string& why) {
   stats_waiters_.clear();
 }
 
-void HeadRole::MaybeProbe() {
+void HeadRole::OnHeld(uint32_t id) { st_.scheduler_.TakeSession(id); }
+
+std::chrono::milliseconds HeadRole::IdleWait() const {
+  return std::chrono::milliseconds(ring_closed_ && st_.holds_.empty() ? 1000 : 100);
+}
+
+uint32_t HeadRole::client_max_payload() const {
+  return MaxClientPayload(MaxPromptBytes(*st_.tokenizer_, st_.window_->n_ctx()));
+}
+
+RowSide HeadRole::InputRow(const Work& w, int i) const {
+  return TokenRowSide(w.tokens[static_cast<size_t>(i)]);
+}
+
+void HeadRole::OnKept(Session& s, PromptCache::Entry& e) {
+  e.tokens = std::move(s.history);
+  e.tokens.resize(std::min(e.tokens.size(), static_cast<size_t>(e.length)));
+  e.n_prompt = s.n_prompt;
+}
+
+void HeadRole::OnTurn() {
   st_.SendReceiptsOverdue();
   if (ring_closed_) return;
   const auto now = Clock::now();
@@ -176,12 +196,12 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   std::vector<int32_t> ids = std::move(encoded).value();
   uint32_t id = next_session_++;
   if (id == 0) id = next_session_++;
-  std::unique_ptr<TailSampler> tail;
-  if (st_.tail_) {  // a one-stage ring: the head samples too
-    auto t = st_.tail_->NewSampler(g.sampling, ids, g.extra);
-    if (!t.ok()) return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + t.status().message());
-    tail = std::move(t).value();
+  // A one-stage ring: the head samples too (elsewhere, no sampler here).
+  auto sampler = st_.exit_->NewSampler(g.sampling, ids, g.extra);
+  if (!sampler.ok()) {
+    return refuse(wire::ErrorCode::kBadRequest, "GENERATE: " + sampler.status().message());
   }
+  std::unique_ptr<TailSampler> tail = std::move(sampler).value();
   // The prompt cache: the kept session whose positions this prompt starts with, taken over.
   PromptCache& cache = st_.cache_;
   uint32_t fork_from = 0;

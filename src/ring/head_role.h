@@ -4,7 +4,8 @@
 // until it is closed, and takes what comes back around: tokens (stop strings, what the client
 // sees), the CLOSE of its sessions, errors (a stage that could not fork a kept session: opened
 // afresh), the probe, statistics and receipts. It acts on the stage's sessions and links through
-// its StageImpl; a stage that is not the head has none. Compute thread only.
+// its StageImpl; it is the head's entry role (stage_roles.h), where other stages have a
+// MemberEntry. Compute thread only.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "ring/byte_budget.h"
 #include "ring/messages.h"
 #include "ring/scheduler.h"
+#include "ring/stage_roles.h"
 
 namespace kvasir::ring {
 
@@ -27,29 +29,42 @@ struct WaitingGenerate {
   ByteCharge charge;
 };
 
-class HeadRole {
+class HeadRole final : public EntryRole {
  public:
   // `stage` outlives the role (it owns it).
   explicit HeadRole(StageImpl& stage);
 
-  // A message from client `client` (`charge`: its bytes, held while it waits).
-  void OnClientMessage(uint64_t client, Message& m, ByteCharge charge);
-  // A message from the predecessor: something this head sent, back around the ring.
-  void OnReturned(Message& m);
-  void OnClientGone(uint64_t client);
-  // The successor link came up: the ring must be probed again before sessions start.
-  void OnSuccUp();
-  // Every session was dropped for `why`: clients waiting for statistics are told.
-  void OnRingDown(const std::string& why);
-  // Sends the probe around (at most every 300 ms, 50 ms while sessions are held for a repair)
-  // while the ring is not known to be closed.
-  void MaybeProbe();
-  bool ring_closed() const { return ring_closed_; }
+  uint32_t hello_flag() const override { return wire::kHelloHasEmbed; }
+  std::string_view part() const override { return "embeddings"; }
+  bool accepts_clients() const override { return true; }
+  // From the context and the vocabulary: the longest prompt a client may send.
+  uint32_t client_max_payload() const override;
 
-  // A token the last stage sampled (from the predecessor, or this stage on a one-stage ring).
-  void HandleToken(const TokenMsg& t);
+  void OnClientMessage(uint64_t client, Message& m, ByteCharge charge) override;
+  // Something this head sent, back around the ring.
+  void OnPredMessage(Message& m) override;
+  void OnClientGone(uint64_t client) override;
+  // The ring must be probed again before sessions start.
+  void OnSuccUp() override;
+  // Clients waiting for statistics are told (nothing goes on: the head is where news ends).
+  void OnRingDown(const std::string& why, bool forward) override;
+  // The head runs nothing for a held session: its rows would die at the break.
+  void OnHeld(uint32_t id) override;
+  // Sends the overdue receipts, and the probe around (at most every 300 ms, 50 ms while
+  // sessions are held for a repair) while the ring is not known to be closed.
+  void OnTurn() override;
+  // Sleeps up to 1 s once the ring is closed and nothing is held, else 100 ms (to probe).
+  std::chrono::milliseconds IdleWait() const override;
+  // A token of a one-stage ring, which the head draws for itself.
+  void TakeToken(const TokenMsg& t) override { HandleToken(t); }
+  // The token id fed at that position.
+  RowSide InputRow(const Work& w, int i) const override;
+  // The session's ids, for a later prompt to find its longest prefix.
+  void OnKept(Session& s, PromptCache::Entry& e) override;
 
  private:
+  // A token the last stage sampled (from the predecessor, or this stage on a one-stage ring).
+  void HandleToken(const TokenMsg& t);
   void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
   void StartSession(uint64_t client, GenerateMsg& g, bool use_cache = true);
   void HandleError(const ErrorMsg& e);

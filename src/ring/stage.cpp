@@ -164,8 +164,9 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
       replay_rows_(options_.replay_bytes) {
   generation_.store(NewGeneration());
   for (LayerKind k : window_->config().layer_kinds) recurrent_ |= k != LayerKind::kAttention;
-  client_max_payload_ = is_head() ? MaxClientPayload(MaxPromptBytes(*tokenizer_, window_->n_ctx()))
-                                  : MaxClientPayload(0);
+  entry_ = MakeEntryRole(*this, window_->spec().has_embed);
+  exit_ = MakeExitRole(*this, window_->spec().has_head);
+  client_max_payload_ = entry_->client_max_payload();
   stage_max_payload_ = MaxStagePayload(window_->n_ctx(), window_->config().n_embd);
   if (!options_.dial_next) {
     (void)net::ParseHostPort(options_.next, &succ_host_, &succ_port_);
@@ -178,8 +179,6 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
     }
   }
   succ_desc_ = options_.dial_next ? options_.next_via : options_.next;
-  if (is_head()) head_ = std::make_unique<HeadRole>(*this);
-  if (is_last()) tail_ = std::make_unique<TailRole>(*this);
   stage_auth_.key = options_.key;
   stage_auth_.ring_secret = options_.ring_secret;
   stage_auth_.insecure = options_.insecure;
@@ -188,10 +187,10 @@ StageImpl::StageImpl(StageOptions options, std::shared_ptr<const GgufFile> file,
   KV_LOG_INFO("{}: node {}{}", options_.name, PublicKeyHex(options_.key->public_key()),
               options_.insecure ? " (insecure: neighbours are not authenticated)" : "");
   KV_LOG_INFO(
-      "{}: layers {}:{} of {} ({}{}), {:.1f} MiB of weights, on {} ({}), listening on "
+      "{}: layers {}:{} of {} ({}{}{}), {:.1f} MiB of weights, on {} ({}), listening on "
       "port {}",
-      options_.name, options_.first, options_.last, window_->config().n_layer,
-      is_head() ? "embeddings" : "", is_last() ? (is_head() ? " + head" : "head") : "",
+      options_.name, options_.first, options_.last, window_->config().n_layer, entry_->part(),
+      !entry_->part().empty() && !exit_->part().empty() ? " + " : "", exit_->part(),
       window_->weight_bytes() / 1048576.0, window_->device().address, window_->device().name,
       pred_side_->port());
   KV_LOG_INFO("{}: repair: holds sessions {} ms, keeps {} MiB of rows sent on for replays",
@@ -245,7 +244,7 @@ wire::Hello StageImpl::MyHello() const {
   h.n_embd = static_cast<uint32_t>(window_->config().n_embd);
   h.window_first = options_.first;
   h.window_last = options_.last;
-  h.flags = (is_head() ? wire::kHelloHasEmbed : 0) | (is_last() ? wire::kHelloHasHead : 0);
+  h.flags = entry_->hello_flag() | exit_->hello_flag();
   std::strncpy(h.name, options_.name.c_str(), sizeof(h.name) - 1);
   h.generation = generation_.load();
   return h;
@@ -351,15 +350,14 @@ Status StageImpl::Run() {
       if (events_.empty() && idle && !LookAheadDue()) {
         // Wake up periodically to probe the ring while it is not known to be closed, and to end
         // held sessions in time.
-        const bool closed = head_ != nullptr && head_->ring_closed() && holds_.empty();
-        events_cv_.wait_for(lock, std::chrono::milliseconds(closed ? 1000 : 100));
+        events_cv_.wait_for(lock, entry_->IdleWait());
       }
       batch.swap(events_);
     }
     for (Event& e : batch) HandleEvent(e);
     MaybeStartDialing();
     ExpireHolds();
-    if (head_) head_->MaybeProbe();
+    entry_->OnTurn();
     // Idle time (a session's tokens are travelling) drafts ahead; events are checked between.
     if (!RunBatch() && batch.empty()) LookAhead();
   }

@@ -49,11 +49,7 @@ void StageImpl::KeepOrClose(Session& s, wire::FinishReason reason) {
   e.length = length;
   e.bytes = window_->SequenceBytes(seq);
   e.last = PromptCache::Clock::now();
-  if (is_head()) {
-    e.tokens = std::move(s.history);
-    e.tokens.resize(std::min(e.tokens.size(), static_cast<size_t>(length)));
-    e.n_prompt = s.n_prompt;
-  }
+  entry_->OnKept(s, e);  // the head keeps the ids
   for (uint32_t evicted : cache_.Put(std::move(e)))
     window_->CloseSequence(static_cast<int>(evicted));
 }

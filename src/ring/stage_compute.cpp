@@ -1,18 +1,16 @@
 // Stage runtime, part 4: the compute loop. Only the thread in Run() executes this file, so session
 // state needs no locks. Control messages are handled as they arrive; hidden-state work is batched
-// across sessions (decode steps first, then prompt chunks) into one Forward per loop turn. What
-// only the head does is in HeadRole (head_role.cpp), what only the last stage does in TailRole
-// (tail_role.cpp); this file is the loop and the part of every other stage.
+// across sessions (decode steps first, then prompt chunks) into one Forward per loop turn. Where a
+// stage is in the ring is its two roles' business (stage_roles.h): the loop calls them; this file
+// is the loop and a ring member's sessions, which MemberEntry hands it.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "base/log.h"
 #include "base/timing_trace.h"
-#include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
-#include "ring/test_fault.h"
 
 namespace kvasir::ring {
 namespace {
@@ -44,10 +42,10 @@ void StageImpl::HandleEvent(Event& e) {
       RingBroken(e.reason, e.kind == Event::Kind::kPredDown);
       break;
     case Event::Kind::kSuccUp:
-      if (head_) head_->OnSuccUp();
+      entry_->OnSuccUp();
       break;
     case Event::Kind::kClientGone:
-      if (head_) head_->OnClientGone(e.client);
+      entry_->OnClientGone(e.client);
       break;
     case Event::Kind::kWake:
       break;
@@ -56,38 +54,10 @@ void StageImpl::HandleEvent(Event& e) {
 
 void StageImpl::HandleMessage(Event& e) {
   Message& m = *e.msg;
-  if (!e.from_pred) {
-    // Clients are refused by every stage but the head (PredecessorSide).
-    if (head_) head_->OnClientMessage(e.client, m, std::move(e.charge));
-    return;
-  }
-  if (head_) {
-    head_->OnReturned(m);
-    return;
-  }
-  // A ring member: handles what concerns its window, and passes everything on.
-  if (auto* o = std::get_if<OpenSessionMsg>(&m)) {
-    HandleOpen(*o);
-  } else if (auto* h = std::get_if<HiddenMsg>(&m)) {
-    HandleHidden(*h);
-  } else if (auto* t = std::get_if<TokenMsg>(&m)) {
-    SendNext(*t);
-  } else if (auto* c = std::get_if<CloseMsg>(&m)) {
-    HandleClose(*c);
-  } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
-    HandleError(*err);
-  } else if (auto* p = std::get_if<PingMsg>(&m)) {
-    SendNext(*p);
-  } else if (auto* r = std::get_if<ReceiptMsg>(&m)) {
-    SignReceipt(*r);
-  } else if (auto* st = std::get_if<StatsMsg>(&m)) {
-    if (st->records.size() >= wire::kMaxStatsRecords) {
-      KV_LOG_WARN("{}: STATS with {} records dropped (a ring has at most {} stages)", options_.name,
-                  st->records.size(), wire::kMaxStatsRecords);
-    } else {
-      AddStatsRecord(*st);
-      SendNext(*st);
-    }
+  if (e.from_pred) {
+    entry_->OnPredMessage(m);
+  } else {
+    entry_->OnClientMessage(e.client, m, std::move(e.charge));
   }
 }
 
@@ -96,7 +66,7 @@ void StageImpl::HandleOpen(OpenSessionMsg& o) {
   // stage's sampler is only ever made from checked values.
   TraceTiming(options_.name, "open_in", "session={} cached={}", o.session, o.n_cached);
   if (o.replay && ResumeReplay(o)) return;  // kept its state (stage_replay.cpp)
-  auto tail = CheckOpen(o);
+  auto tail = exit_->CheckOpen(o);
   if (!tail.ok()) {
     const Status& checked = tail.status();
     KV_LOG_WARN("{}: session {} refused: OPEN_SESSION: {}", options_.name, o.session,
@@ -251,23 +221,7 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
   }
   sessions_.clear();
   scheduler_.Clear();
-  TellRingDown(why, forward);
-}
-
-void StageImpl::TellRingDown(const std::string& why, bool forward) {
-  if (head_) {
-    head_->OnRingDown(why);
-  } else if (forward) {
-    // Toward the head, which replays once the ring is whole again.
-    SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
-  }
-}
-
-Result<std::unique_ptr<TailSampler>> StageImpl::CheckOpen(const OpenSessionMsg& o) {
-  if (tail_) return o.replay ? ReplaySampler(o) : tail_->NewSampler(o.sampling, o.prompt, o.extra);
-  KV_RETURN_IF_ERROR(CheckSessionRequest(o.sampling, o.prompt, window_->n_ctx(),
-                                         window_->config().n_vocab, o.extra));
-  return std::unique_ptr<TailSampler>();
+  entry_->OnRingDown(why, forward);
 }
 
 bool StageImpl::RunBatch() {
@@ -311,7 +265,7 @@ void StageImpl::RunWork(std::span<const Work> all) {
       }
       NoteRan(w);
     }
-    EmitOutputs(items, out);
+    exit_->EmitOutputs(items, out);
   };
   auto failed = [&](const Work& w, const Status& e) {
     KV_LOG_WARN("{}: session {}: {}", options_.name, w.session, e.message());
@@ -329,36 +283,6 @@ void StageImpl::RunWork(std::span<const Work> all) {
   if (all_decode) {
     decode_rows_.fetch_add(rows);
     decode_busy_ns_.fetch_add(ns);
-  }
-}
-
-void StageImpl::EmitOutputs(std::span<const Work> batch, const ForwardOutput& out) {
-  if (tail_) {
-    tail_->EmitTokens(batch, out);
-    return;
-  }
-  const int n_embd = window_->config().n_embd;
-  std::span<const float> hidden = out.hidden;
-  std::vector<float> noisy;  // test builds: the rows perturbed (ring/test_fault.h)
-  if (options_.test_fault_noise > 0) {
-    noisy = out.hidden;
-    AddTestFaultNoise(noisy, static_cast<size_t>(n_embd), options_.test_fault_noise);
-    hidden = noisy;
-  }
-  size_t row = 0;
-  for (const Work& w : batch) {
-    HiddenMsg h =
-        MakeHidden(w.session, static_cast<uint32_t>(w.pos0), static_cast<uint32_t>(w.n_tokens),
-                   static_cast<uint32_t>(n_embd), options_.boundary,
-                   static_cast<uint16_t>((w.sample ? wire::kHiddenSample : 0) |
-                                         (w.verify ? wire::kHiddenVerify : 0)),
-                   hidden.subspan(row * n_embd, static_cast<size_t>(w.n_tokens) * n_embd));
-    CommitRows(w, &h, std::nullopt);
-    TraceTiming(options_.name, "hidden_out", "session={} pos0={} rows={}", w.session, w.pos0,
-                w.n_tokens);
-    replay_rows_.Add(h);
-    SendNext(h);
-    row += w.n_tokens;
   }
 }
 

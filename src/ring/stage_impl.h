@@ -1,10 +1,11 @@
 // Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
 // statistics), stage_links.cpp (what its two link parts need, sending), stage_compute.cpp (the
 // compute loop, a ring member's sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp;
-// and by its roles, HeadRole (head_role.h) on the head and TailRole (tail_role.h) on the last
-// stage. Its links are two parts that tell it events: PredecessorSide (predecessor_side.h: the
-// predecessor and clients) and SuccessorLink (successor_link.h). Receipts are kept by a ReceiptBook
-// (receipt_book.h).
+// and by its two roles (stage_roles.h), which it calls instead of asking where it is in the ring:
+// an entry role, HeadRole (head_role.h) on the head or MemberEntry elsewhere, and an exit role,
+// TailRole (tail_role.h) on the last stage or MemberExit elsewhere. Its links are two parts that
+// tell it events: PredecessorSide (predecessor_side.h: the predecessor and clients) and
+// SuccessorLink (successor_link.h). Receipts are kept by a ReceiptBook (receipt_book.h).
 #pragma once
 
 #include <atomic>
@@ -27,7 +28,6 @@
 #include "net/stream.h"
 #include "ring/byte_budget.h"
 #include "ring/front_end.h"
-#include "ring/head_role.h"
 #include "ring/link.h"
 #include "ring/messages.h"
 #include "ring/predecessor_side.h"
@@ -39,8 +39,8 @@
 #include "ring/scheduler.h"
 #include "ring/spec_tail.h"
 #include "ring/stage.h"
+#include "ring/stage_roles.h"
 #include "ring/successor_link.h"
-#include "ring/tail_role.h"
 #include "ring/tail_sampler.h"
 #include "ring/verify_rows.h"
 #include "tokenizer/tokenizer.h"
@@ -100,6 +100,10 @@ struct Session {
   uint32_t replay_skip = 0;
 };
 
+// A row of a session's receipt line (stage_rows.cpp): a token id, or [n_embd] f32 values.
+RowSide TokenRowSide(int32_t id);
+RowSide F32RowSide(std::span<const float> row);
+
 // The options of a link to a neighbour (stage_links.cpp), accepting frames up to `max_payload`.
 LinkOptions StageLinkOptions(const StageOptions& o, uint32_t max_payload);
 
@@ -126,6 +130,8 @@ class StageImpl final : public Stage {
  private:
   friend class HeadRole;
   friend class TailRole;
+  friend class MemberEntry;
+  friend class MemberExit;
 
   // stage.cpp: creation, stop, statistics, the event queue.
   wire::Hello MyHello() const;
@@ -153,17 +159,11 @@ class StageImpl final : public Stage {
   void HandleEvent(Event& e);
   void HandleMessage(Event& e);
   void HandleOpen(OpenSessionMsg& o);
-  // Checks an OPEN_SESSION as this stage must before opening it: on the last stage, the
-  // session's sampler (TailRole; a replay's resumed), elsewhere null; or why it cannot open.
-  Result<std::unique_ptr<TailSampler>> CheckOpen(const OpenSessionMsg& o);
   void HandleHidden(HiddenMsg& h);
   void HandleClose(const CloseMsg& c);
   void HandleError(const ErrorMsg& e);
   // Drops every session for `why`; `forward`: an ERROR for session 0 goes on (not the head).
   void FailAll(const std::string& why, bool forward);
-  // Every session was dropped or held for `why`: the head tells its clients waiting for
-  // statistics (HeadRole); another stage, when `forward`, tells the stages toward the head.
-  void TellRingDown(const std::string& why, bool forward);
   void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
   // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).
@@ -171,8 +171,6 @@ class StageImpl final : public Stage {
   bool RunBatch();
   // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
   void RunWork(std::span<const Work> batch);
-  // Sends `batch`'s outputs on: the last stage's tokens (TailRole), or else hidden rows.
-  void EmitOutputs(std::span<const Work> batch, const ForwardOutput& out);
   // --trace-timing: one `event` line per item of a batch (base/timing_trace.h).
   void TraceWork(std::span<const Work> items, std::string_view event) const;
 
@@ -216,8 +214,6 @@ class StageImpl final : public Stage {
   // Not the head: a replay that cannot keep what this stage holds (ResumeReplay) starts the
   // session again from position 0.
   void ResetForReplay(uint32_t session);
-  // The last stage: a replayed session's sampler, resumed after the tokens sampled before.
-  Result<std::unique_ptr<TailSampler>> ReplaySampler(const OpenSessionMsg& o);
   // stage_replay.cpp: a replay computes only what a stage lacks.
   // Keeps `s`'s state for a replay of `n` positions: how many of them this stage need not run
   // again (its state truncated to that many); 0: it starts the session again from position 0.
@@ -248,8 +244,8 @@ class StageImpl final : public Stage {
   // A new session's commitment, keeping its rows when the store keeps rows.
   SessionRows NewCommit() const { return SessionRows(row_store_); }
   // Adds the positions of `w`, which ran, to its session's commitment: their inputs (w's tokens
-  // on the head, else its rows) and outputs: `out`'s rows (the HIDDEN sent on), else on the last
-  // stage the token `sampled` from the last row, else nothing.
+  // on the head, else its rows: the entry role's InputRow) and outputs: `out`'s rows (the HIDDEN
+  // sent on), else on the last stage the token `sampled` from the last row, else nothing.
   void CommitRows(const Work& w, const HiddenMsg* out, std::optional<int32_t> sampled);
   // A session that closed here: its row count and commitment wait for the receipt (not the
   // head), its rows go to the store.
@@ -267,9 +263,6 @@ class StageImpl final : public Stage {
   void SignReceipt(ReceiptMsg& m);
   // The head: checks a receipt that came back and hands it to on_receipt.
   void ReceiptCameBack(ReceiptMsg& m);
-
-  bool is_head() const { return window_->spec().has_embed; }
-  bool is_last() const { return window_->spec().has_head; }
 
   StageOptions options_;
   std::shared_ptr<const GgufFile> file_;
@@ -323,8 +316,8 @@ class StageImpl final : public Stage {
   BatchScheduler scheduler_;
   PromptCache cache_;
   bool recurrent_ = false;  // the model has layers with recurrent state: forks at exact ends only
-  std::unique_ptr<HeadRole> head_;       // on the head only
-  std::unique_ptr<TailRole> tail_;       // on the last stage only
+  std::unique_ptr<EntryRole> entry_;     // never null: HeadRole on the head, else MemberEntry
+  std::unique_ptr<ExitRole> exit_;       // never null: TailRole on the last stage, else MemberExit
   std::unique_ptr<SpecTail> spec_;       // on a last stage that drafts
   std::shared_ptr<RowStore> row_store_;  // never null
   ReceiptBook receipts_;                 // after row_store_, which it shares

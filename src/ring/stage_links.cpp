@@ -83,7 +83,7 @@ PredecessorSideOptions StageImpl::PredecessorOptions() {
   o.client_max_payload = client_max_payload_;
   o.stage_link = StageLinkOptions(options_, stage_max_payload_);
   o.link_timeout_ms = options_.link_timeout_ms;
-  o.accepts_clients = is_head();
+  o.accepts_clients = entry_->accepts_clients();
   o.clients_refusal =
       fmt::format("{} holds layers {}:{}; clients connect to the head stage (layer 0)",
                   options_.name, options_.first, options_.last);

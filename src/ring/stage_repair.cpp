@@ -36,8 +36,7 @@ void StageImpl::RingBroken(const std::string& why, bool forward) {
       continue;
     }
     ids.push_back(s.id);
-    // The head runs nothing for a held session: its rows would die at the break.
-    if (head_) scheduler_.TakeSession(s.id);
+    entry_->OnHeld(s.id);
     ++it;
   }
   holds_.Hold(ids, Clock::now());
@@ -46,7 +45,7 @@ void StageImpl::RingBroken(const std::string& why, bool forward) {
     KV_LOG_WARN("{}: holding {} session(s) for up to {:.1f} s: {}", options_.name, ids.size(),
                 holds_.timeout().count() / 1000.0, why);
   }
-  TellRingDown(why, forward);
+  entry_->OnRingDown(why, forward);
 }
 
 void StageImpl::ExpireHolds() {
@@ -151,19 +150,6 @@ void StageImpl::ResetForReplay(uint32_t session) {
   window_->CloseSequence(static_cast<int>(session));
   scheduler_.TakeSession(session);
   sessions_.erase(it);
-}
-
-Result<std::unique_ptr<TailSampler>> StageImpl::ReplaySampler(const OpenSessionMsg& o) {
-  // Drafts or not, the sampler took one draw per token (Sampler::Verify): Resume restores it.
-  const size_t n_prompt = o.prompt.size() - o.n_generated;
-  KV_ASSIGN_OR_RETURN(
-      std::unique_ptr<TailSampler> t,
-      tail_->NewSampler(o.sampling,
-                        std::vector<int32_t>(o.prompt.begin(), o.prompt.begin() + n_prompt),
-                        o.extra));
-  KV_RETURN_IF_ERROR(
-      t->Resume(std::span<const int32_t>(o.prompt).subspan(n_prompt), window_->config().n_vocab));
-  return t;
 }
 
 bool StageImpl::DrawnBeforeReplay(const Session& s) const {

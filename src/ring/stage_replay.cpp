@@ -29,12 +29,7 @@ int StageImpl::KeepForReplay(Session& s, int n) {
     // fed) they may be drafts the last stage rejected, where the replay has other ids.
     keep = std::min(keep, s.verify.pos0 + 1);
   }
-  if (tail_) {
-    keep = std::min(keep, n - 1);  // the last position's logits draw the next token
-  } else {
-    // What it cannot send on, it runs again.
-    keep = std::min<int>(keep, static_cast<int>(replay_rows_.kept(s.id)));
-  }
+  keep = std::min(keep, exit_->ReplayKeepLimit(s, n));
   if (keep <= 0) return 0;
   if (keep < held && !window_->TruncateSequence(static_cast<int>(s.id), keep).ok()) {
     return 0;  // a recurrent window outside its rollback span: from position 0
@@ -62,7 +57,7 @@ bool StageImpl::ResumeReplay(OpenSessionMsg& o) {
   const int keep = KeepForReplay(s, n);
   if (keep == 0) return recompute();
   // The same checks as a new session's; a failure opens it afresh, where it is refused.
-  auto tail = CheckOpen(o);
+  auto tail = exit_->CheckOpen(o);
   if (!tail.ok()) return recompute();
   s.tail = std::move(tail).value();
   s.sampling = o.sampling;
@@ -130,29 +125,7 @@ bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
   w.n_tokens = static_cast<int>(count);
   HiddenToF32(h, &w.hidden);
   w.hidden.resize(static_cast<size_t>(count) * h.n_embd);
-  if (tail_) {
-    if (upto == end && (h.flags & wire::kHiddenSample) != 0) {
-      FailSession(s.id, wire::ErrorCode::kBadRequest,
-                  fmt::format("replay: HIDDEN asks for the token after position {}, which this "
-                              "stage kept from before the replay (it draws only after position "
-                              "{} or later)",
-                              end - 1, skip));
-      return false;
-    }
-    CommitRows(w, nullptr, std::nullopt);
-  } else {
-    if (replay_rows_.kept(s.id) < upto) {
-      FailSession(s.id, wire::ErrorCode::kBusy,
-                  fmt::format("replay: the rows kept for positions {}..{} were given up for "
-                              "--replay-mb's budget",
-                              h.pos0, upto));
-      return false;
-    }
-    const uint16_t flags = upto == end ? h.flags : 0;
-    const HiddenMsg kept = replay_rows_.Rows(s.id, h.pos0, count, flags);
-    CommitRows(w, &kept, std::nullopt);
-    if (!SendNext(kept)) return false;
-  }
+  if (!exit_->PassKept(s, h, w, upto)) return false;
   s.rows += count;
   if (upto == end) return false;
   const size_t row_bytes = static_cast<size_t>(h.n_embd) * wire::DtypeSize(h.dtype);

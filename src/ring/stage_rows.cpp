@@ -13,12 +13,6 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "rows are hashed as they lie in memory");
 
-RowSide TokenSide(int32_t id) {
-  RowSide side{RowKind::kToken, std::vector<uint8_t>(sizeof(id))};
-  std::memcpy(side.bytes.data(), &id, sizeof(id));
-  return side;
-}
-
 RowKind KindOf(wire::Dtype dtype) {
   switch (dtype) {
     case wire::Dtype::kF32:
@@ -33,31 +27,34 @@ RowKind KindOf(wire::Dtype dtype) {
 
 }  // namespace
 
+RowSide TokenRowSide(int32_t id) {
+  RowSide side{RowKind::kToken, std::vector<uint8_t>(sizeof(id))};
+  std::memcpy(side.bytes.data(), &id, sizeof(id));
+  return side;
+}
+
+RowSide F32RowSide(std::span<const float> row) {
+  RowSide side{RowKind::kF32, std::vector<uint8_t>(row.size_bytes())};
+  std::memcpy(side.bytes.data(), row.data(), row.size_bytes());
+  return side;
+}
+
 void StageImpl::CommitRows(const Work& w, const HiddenMsg* out, std::optional<int32_t> sampled) {
   auto it = sessions_.find(w.session);
   if (it == sessions_.end() || w.n_tokens <= 0) return;
   SessionRows& commit = it->second.commit;
-  const size_t n_embd = static_cast<size_t>(window_->config().n_embd);
   const size_t out_row = out != nullptr ? out->data.size() / static_cast<size_t>(w.n_tokens) : 0;
   for (int i = 0; i < w.n_tokens; ++i) {
     PositionRows p;
     p.pos = static_cast<uint32_t>(w.pos0 + i);
-    if (is_head()) {
-      p.in = TokenSide(w.tokens[static_cast<size_t>(i)]);
-    } else {
-      // [n_tokens, n_embd] f32: the values this window computed on.
-      p.in.kind = RowKind::kF32;
-      p.in.bytes.resize(n_embd * sizeof(float));
-      std::memcpy(p.in.bytes.data(), w.hidden.data() + static_cast<size_t>(i) * n_embd,
-                  p.in.bytes.size());
-    }
+    p.in = entry_->InputRow(w, i);  // the token id on the head, else the f32 row
     if (out != nullptr) {
       // The bytes sent on, in the boundary dtype.
       p.out.kind = KindOf(out->dtype);
       const auto* row = out->data.data() + static_cast<size_t>(i) * out_row;
       p.out.bytes.assign(row, row + out_row);
     } else if (sampled.has_value() && i == w.n_tokens - 1) {
-      p.out = TokenSide(*sampled);
+      p.out = TokenRowSide(*sampled);
     }
     commit.Add(std::move(p));
   }

@@ -1,6 +1,8 @@
 // TailRole: the last stage's samplers and the tokens it draws (tail_role.h).
 #include "ring/tail_role.h"
 
+#include <fmt/format.h>
+
 #include "base/log.h"
 #include "base/timing_trace.h"
 #include "ring/stage_impl.h"
@@ -17,7 +19,36 @@ Result<std::unique_ptr<TailSampler>> TailRole::NewSampler(const wire::SamplingWi
                              extra, &vocab_trie_);
 }
 
-void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out) {
+Result<std::unique_ptr<TailSampler>> TailRole::CheckOpen(const OpenSessionMsg& o) {
+  if (!o.replay) return NewSampler(o.sampling, o.prompt, o.extra);
+  // Drafts or not, the sampler took one draw per token (Sampler::Verify): Resume restores it.
+  const size_t n_prompt = o.prompt.size() - o.n_generated;
+  KV_ASSIGN_OR_RETURN(
+      std::unique_ptr<TailSampler> t,
+      NewSampler(o.sampling, std::vector<int32_t>(o.prompt.begin(), o.prompt.begin() + n_prompt),
+                 o.extra));
+  KV_RETURN_IF_ERROR(t->Resume(std::span<const int32_t>(o.prompt).subspan(n_prompt),
+                               st_.window_->config().n_vocab));
+  return t;
+}
+
+int TailRole::ReplayKeepLimit(const Session& /*s*/, int n) const { return n - 1; }
+
+bool TailRole::PassKept(Session& s, const HiddenMsg& h, const Work& w, uint32_t upto) {
+  const uint32_t end = h.pos0 + h.n_tokens;
+  if (upto == end && (h.flags & wire::kHiddenSample) != 0) {
+    st_.FailSession(s.id, wire::ErrorCode::kBadRequest,
+                    fmt::format("replay: HIDDEN asks for the token after position {}, which this "
+                                "stage kept from before the replay (it draws only after position "
+                                "{} or later)",
+                                end - 1, s.replay_skip));
+    return false;
+  }
+  st_.CommitRows(w, nullptr, std::nullopt);
+  return true;
+}
+
+void TailRole::EmitOutputs(std::span<const Work> batch, const ForwardOutput& out) {
   const int n_vocab = st_.window_->config().n_vocab;
   const int n_ctx = st_.window_->n_ctx();
   auto is_eog = [&](int32_t id) { return st_.tokenizer_->IsEog(id); };
@@ -76,15 +107,8 @@ void TailRole::EmitTokens(std::span<const Work> batch, const ForwardOutput& out)
     }
   }
   if (!jobs.empty()) st_.spec_->DraftAll(jobs, n_ctx);
-  auto send = [&](const TokenMsg& t) {
-    if (st_.head_) {
-      st_.head_->HandleToken(t);  // a one-stage ring: the head samples for itself
-    } else {
-      TraceTiming(st_.options_.name, "token_out", "session={} pos={}", t.token.session,
-                  t.token.pos);
-      st_.SendNext(t);
-    }
-  };
+  // On a one-stage ring, the head takes them; elsewhere they go on (EntryRole::TakeToken).
+  auto send = [&](const TokenMsg& t) { st_.entry_->TakeToken(t); };
   for (auto& [w, tokens] : decided_) {
     st_.CommitRows(*w, nullptr, tokens.back().token.id);
     for (const TokenMsg& t : tokens) send(t);
