@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <mutex>
 #include <numeric>
@@ -160,10 +161,16 @@ TEST_F(StoreRaceTest, ExactlyOneOfManyProcessesWinsAWindow) {
     if (pid == 0) {
       close(go[1]);
       auto s = Store::Open(db_);
-      if (!s.ok()) _exit(2);
+      if (!s.ok()) {
+        fprintf(stderr, "racer %d: %s\n", i, s.status().message().c_str());
+        _exit(2);
+      }
       char c;
       (void)!read(go[0], &c, 1);  // returns at EOF: the parent closed its end
       auto r = (*s)->Claim(ClaimOf(i, 2), kT0, 30);
+      if (!r.ok() && r.status().code() != StatusCode::kConflict) {
+        fprintf(stderr, "racer %d: %s\n", i, r.status().message().c_str());
+      }
       _exit(r.ok() ? 0 : r.status().code() == StatusCode::kConflict ? 1 : 2);
     }
     children.push_back(pid);
