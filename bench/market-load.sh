@@ -6,7 +6,7 @@
 #   bench/market-load.sh STORE PROCESSES NODES [market_load options...]
 #   bench/market-load.sh sqlite 1 10000 --threads 16 --seconds 10 --map false
 # STORE: sqlite or postgresql. Environment: BIN (build/bin), WORK (a temporary directory), WIDE,
-# MARKET_ARGS (more `kvasir market` options, e.g. "--lease-flush 0" for the write-through store),
+# PORT (the first market's port, 18951; the second gets the next), MARKET_ARGS (more `kvasir market` options, e.g. "--lease-flush 0" for the write-through store),
 # PG_ARGS (more server options, e.g. "-c synchronous_commit=off"), PG_STATEMENTS=1 (PostgreSQL:
 # load pg_stat_statements and print, after the run, the statements by calls with their mean time,
 # and the transactions committed and rolled back).
@@ -63,7 +63,7 @@ done
 
 urls=()
 for ((i = 0; i < procs; ++i)); do
-  port=$((18951 + i))
+  port=$((${PORT:-18951} + i))
   # shellcheck disable=SC2086
   "$BIN/kvasir" market --db "$db" --listen 127.0.0.1:$port --lease 3600 --serve-deadline 86400 \
     --log-level warn $MARKET_ARGS &
@@ -71,7 +71,7 @@ for ((i = 0; i < procs; ++i)); do
   urls+=(--market http://127.0.0.1:$port)
 done
 for ((i = 0; i < procs; ++i)); do
-  until curl -sf http://127.0.0.1:$((18951 + i))/health >/dev/null; do sleep 0.2; done
+  until curl -sf http://127.0.0.1:$((${PORT:-18951} + i))/health >/dev/null; do sleep 0.2; done
 done
 if [[ $store == postgresql && -n ${PG_STATEMENTS:-} ]]; then
   runas "$pg_bin/psql" -X -q -h "$WORK/pg" -p 5432 -U kvasir -d postgres \
