@@ -118,8 +118,9 @@ class PgDb final : public Db {
     return Run(sql);
   }
   int64_t Changes() const override { return changes_; }
-  // Sent with the transaction's first statement (Exec above, StartPending): a heartbeat's BEGIN
-  // and its SET LOCAL cost no round trip of their own.
+  // Sent when the transaction's first statement is (Exec above, StartPending): a heartbeat's
+  // BEGIN and its SET LOCAL go in one round trip, and a transaction that sent nothing ends
+  // without one.
   Status Begin() override {
     pending_ = "BEGIN ISOLATION LEVEL SERIALIZABLE";
     return Status::Ok();
