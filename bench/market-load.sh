@@ -6,7 +6,10 @@
 #   bench/market-load.sh STORE PROCESSES NODES [market_load options...]
 #   bench/market-load.sh sqlite 1 10000 --threads 16 --seconds 10 --map false
 # STORE: sqlite or postgresql. Environment: BIN (build/bin), WORK (a temporary directory), WIDE,
-# MARKET_ARGS (more `kvasir market` options, e.g. "--lease-flush 0" for the write-through store).
+# PORT (the first market's port, 18951; the second gets the next), MARKET_ARGS (more `kvasir market` options, e.g. "--lease-flush 0" for the write-through store),
+# PG_ARGS (more server options, e.g. "-c synchronous_commit=off"), PG_STATEMENTS=1 (PostgreSQL:
+# load pg_stat_statements and print, after the run, the statements by calls with their mean time,
+# and the transactions committed and rolled back).
 set -euo pipefail
 store=${1:?sqlite or postgresql}
 procs=${2:?1 or 2}
@@ -42,7 +45,8 @@ if [[ $store == postgresql ]]; then
   if [[ $(id -u) == 0 ]]; then chmod a+x "$WORK"; chown postgres "$WORK/pg"; fi
   runas "$pg_bin/initdb" -D "$WORK/pg/data" -U kvasir -A trust >/dev/null
   runas "$pg_bin/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/server.log" -w -o \
-    "-c listen_addresses='' -c unix_socket_directories=$WORK/pg -p 5432 -c max_connections=200" \
+    "-c listen_addresses='' -c unix_socket_directories=$WORK/pg -p 5432 -c max_connections=200 \
+     ${PG_STATEMENTS:+-c shared_preload_libraries=pg_stat_statements} ${PG_ARGS:-}" \
     start >/dev/null
   db="postgresql:///postgres?host=$WORK/pg&port=5432&user=kvasir"
 else
@@ -59,7 +63,7 @@ done
 
 urls=()
 for ((i = 0; i < procs; ++i)); do
-  port=$((18951 + i))
+  port=$((${PORT:-18951} + i))
   # shellcheck disable=SC2086
   "$BIN/kvasir" market --db "$db" --listen 127.0.0.1:$port --lease 3600 --serve-deadline 86400 \
     --log-level warn $MARKET_ARGS &
@@ -67,10 +71,21 @@ for ((i = 0; i < procs; ++i)); do
   urls+=(--market http://127.0.0.1:$port)
 done
 for ((i = 0; i < procs; ++i)); do
-  until curl -sf http://127.0.0.1:$((18951 + i))/health >/dev/null; do sleep 0.2; done
+  until curl -sf http://127.0.0.1:$((${PORT:-18951} + i))/health >/dev/null; do sleep 0.2; done
 done
+if [[ $store == postgresql && -n ${PG_STATEMENTS:-} ]]; then
+  runas "$pg_bin/psql" -X -q -h "$WORK/pg" -p 5432 -U kvasir -d postgres \
+    -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" \
+    -c "SELECT pg_stat_reset()" >/dev/null
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 "$BIN/market_load" "${urls[@]}" "${model_args[@]}" --gguf "$gguf" --nodes "$nodes" "$@" || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ $store == postgresql && -n ${PG_STATEMENTS:-} ]]; then
+  psql="runas $pg_bin/psql -X -q -h $WORK/pg -p 5432 -U kvasir -d postgres"
+  $psql -c "SELECT calls, round(mean_exec_time::numeric, 3) AS mean_ms, left(query, 90) AS query
+            FROM pg_stat_statements ORDER BY calls DESC LIMIT 25"
+  $psql -c "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = 'postgres'"
+fi
 exit $status

@@ -276,6 +276,14 @@ void MarketApi::RequestStandbyChecks(const RingState& ring) {
       job.last = w.last;
       if (s.behind_nat) {
         if (config_.relay_url.empty()) continue;
+        // Its edge is the same as when it passed (the predecessor's claim held that window
+        // then): the pass holds for this epoch. Once adopted, the predecessor holds the edge's
+        // side the market would take, so a new dial could only fail (standby_peers.h).
+        if (s.verified_at > 0 && s.check_error.empty() && pred.created <= s.verified_at) {
+          (void)store_->RecordCheck(s.id, s.node, s.address, ring.epoch, Status::Ok(),
+                                    s.verified_at);
+          continue;
+        }
         // The edge its stage keeps dialed for the window's predecessor, which only dials it once
         // its successor is gone: the market takes that side for the check.
         const std::string edge = EdgeIdFor(pred.id, s.id);

@@ -74,7 +74,9 @@ class MarketApi {
   void RequestChecks(const std::string& model_id, const RingState& ring);
   // Asks, once a ring is complete, for the check of each proven standby that serves its epoch (up
   // and waiting to be adopted) and has not passed one for it: dialed at its address, or through
-  // the relay when behind NAT. A standby promoted needs its last check passed (standby.cpp).
+  // the relay when behind NAT. A standby promoted needs its last check passed (standby.cpp). A
+  // standby behind NAT is dialed once per edge: a pass carries over to later epochs while its
+  // window's predecessor is the same claim.
   void RequestStandbyChecks(const RingState& ring);
   Store* store_;
   MarketConfig config_;

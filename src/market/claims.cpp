@@ -153,7 +153,10 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
     auto inserted = InsertClaim(req, model_row, w.rate, grant.window.samples.size(), now, lease_s);
     grant.window.samples.clear();  // the market's secret: never sent
     if (!inserted.ok()) {
-      // Another process took it between our read and our write (UNIQUE constraints).
+      // Another process took the window (or this node another one) between our read and our
+      // write: run again (Store::Retry), the read then names the holder. Never a 409 on a guess:
+      // out of attempts, the failure stays what it was (503).
+      if (db_->retryable()) return inserted.status();
       return Error(StatusCode::kConflict, "window {} of ring {} of '{}' was just taken: {}",
                    req.window, req.ring, req.model, inserted.status().message());
     }

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "market/sql.h"
@@ -17,8 +18,8 @@ namespace {
 // Parameter types (pg_type OIDs): each parameter is sent with the type it was bound as.
 constexpr unsigned kInt8Oid = 20, kTextOid = 25, kFloat8Oid = 701, kByteaOid = 17;
 
-// `?N` -> `$N`, each bare `?` -> `$N` numbered as SQLite does, and the column `window` quoted. The store's SQL has
-// no `?` or `window` inside string literals.
+// `?N` -> `$N`, each bare `?` -> `$N` numbered as SQLite does, and the column `window` quoted. The
+// store's SQL has no `?` or `window` inside string literals.
 std::string Translate(std::string_view sql) {
   std::string out;
   int next = 0;
@@ -28,16 +29,16 @@ std::string Translate(std::string_view sql) {
       size_t j = i + 1;
       while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9') ++j;
       // As SQLite numbers them: a bare `?` is one more than the largest number so far.
-      const int n = j > i + 1 ? std::atoi(std::string(sql.substr(i + 1, j - i - 1)).c_str())
-                              : next + 1;
+      const int n =
+          j > i + 1 ? std::atoi(std::string(sql.substr(i + 1, j - i - 1)).c_str()) : next + 1;
       next = std::max(next, n);
       out += '$' + std::to_string(n);
       i = j - 1;
       continue;
     }
     auto word = [&](size_t at) {
-      return at < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[at])) != 0 ||
-                                 sql[at] == '_');
+      return at < sql.size() &&
+             (std::isalnum(static_cast<unsigned char>(sql[at])) != 0 || sql[at] == '_');
     };
     if (c == 'w' && sql.substr(i, 6) == "window" && !word(i + 6) && (i == 0 || !word(i - 1))) {
       out += "\"window\"";
@@ -65,7 +66,9 @@ class PgStmt final : public StmtImpl {
     if (v[0] == 't' && v[1] == '\0') return 1;  // a boolean
     return std::strtoll(v, nullptr, 10);
   }
-  double Real(int col) const override { return std::strtod(PQgetvalue(result_, row_, col), nullptr); }
+  double Real(int col) const override {
+    return std::strtod(PQgetvalue(result_, row_, col), nullptr);
+  }
   std::string Text(int col) const override {
     return std::string(PQgetvalue(result_, row_, col),
                        static_cast<size_t>(PQgetlength(result_, row_, col)));
@@ -100,39 +103,102 @@ class PgDb final : public Db {
     return Stmt(std::make_unique<PgStmt>(this, Translate(sql)));
   }
   Status Exec(std::string_view sql) override {
-    PGresult* r = PQexec(conn_, std::string(sql).c_str());
-    Status s = Check(r, sql);
-    PQclear(r);
-    return s;
+    if (!pending_.empty()) {
+      // A transaction that sent nothing yet ends without a round trip; anything else goes in
+      // one simple query with its BEGIN (and SET LOCALs).
+      if (sql == "COMMIT" || sql == "ROLLBACK") {
+        pending_.clear();
+        return Status::Ok();
+      }
+      pending_ += "; ";
+      pending_ += sql;
+      if (sql.starts_with("SET LOCAL ")) return Status::Ok();
+      return StartPending();
+    }
+    return Run(sql);
   }
   int64_t Changes() const override { return changes_; }
-  Status Begin() override { return Exec("BEGIN ISOLATION LEVEL SERIALIZABLE"); }
+  // Sent when the transaction's first statement is (Exec above, StartPending): a heartbeat's
+  // BEGIN and its SET LOCAL go in one round trip, and a transaction that sent nothing ends
+  // without one.
+  Status Begin() override {
+    pending_ = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    return Status::Ok();
+  }
   bool postgres() const override { return true; }
 
   PGconn* conn() { return conn_; }
   void set_changes(int64_t n) { changes_ = n; }
+  // Sends what Begin and Exec left waiting, if anything.
+  Status StartPending() {
+    if (pending_.empty()) return Status::Ok();
+    return Run(std::exchange(pending_, {}));
+  }
+  // The name of the server-side statement prepared for `sql` with these parameter types on this
+  // connection (prepared on first use: one round trip, then no parsing or planning per run); ""
+  // for statements run unprepared (schema and other utility statements).
+  Result<std::string> PreparedName(const std::string& sql, const std::vector<unsigned>& types) {
+    if (!Cacheable(sql)) return std::string();
+    std::string key = sql;
+    for (unsigned t : types) key += "\x1f" + std::to_string(t);
+    if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
+    std::string name = "k" + std::to_string(prepared_.size());
+    PGresult* r =
+        PQprepare(conn_, name.c_str(), sql.c_str(), static_cast<int>(types.size()), types.data());
+    Status s = Check(r, sql);
+    PQclear(r);
+    KV_RETURN_IF_ERROR(s);
+    prepared_.emplace(std::move(key), name);
+    return name;
+  }
   // OK for a result that succeeded; otherwise the error, marking a retryable one.
   Status Check(PGresult* r, std::string_view sql) {
     const ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
     const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
     const std::string code = state != nullptr ? state : "";
-    // 40001 serialization_failure, 40P01 deadlock_detected: run the transaction again.
-    if (code == "40001" || code == "40P01") retryable_ = true;
+    // 40001 serialization_failure, 40P01 deadlock_detected: run the transaction again. So also
+    // for a unique (23505) or exclusion (23P01) violation inside a transaction, which PostgreSQL
+    // reports instead of a serialization failure when a concurrent transaction inserted the key
+    // after this one's snapshot without this one having read it through that index; run again,
+    // the transaction sees the row and answers from it (who holds the window).
+    const bool in_transaction = PQtransactionStatus(conn_) == PQTRANS_INERROR;
+    if (code == "40001" || code == "40P01" ||
+        (in_transaction && (code == "23505" || code == "23P01"))) {
+      retryable_ = true;
+    }
     // Connection trouble and too many clients may pass; anything else is the statement's fault.
     const bool passing = code.starts_with("08") || code == "53300" || code == "57P01" ||
                          PQstatus(conn_) != CONNECTION_OK;
     std::string why = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(conn_);
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    if (PQstatus(conn_) != CONNECTION_OK) PQreset(conn_);
-    return Status::Error(fmt::format("{}: '{}': {}", path_, sql.substr(0, 60), why),
-                         passing || retryable_ ? StatusCode::kUnavailable
-                                               : StatusCode::kInvalidInput);
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      PQreset(conn_);
+      prepared_.clear();  // a new session has none of them
+      pending_.clear();
+    }
+    return Status::Error(
+        fmt::format("{}: '{}': {}", path_, sql.substr(0, 60), why),
+        passing || retryable_ ? StatusCode::kUnavailable : StatusCode::kInvalidInput);
   }
 
  private:
+  Status Run(std::string_view sql) {
+    PGresult* r = PQexec(conn_, std::string(sql).c_str());
+    Status s = Check(r, sql);
+    PQclear(r);
+    return s;
+  }
+  static bool Cacheable(std::string_view sql) {
+    for (std::string_view verb : {"SELECT ", "INSERT ", "UPDATE ", "DELETE ", "WITH "}) {
+      if (sql.starts_with(verb)) return true;
+    }
+    return false;
+  }
   PGconn* conn_;
   int64_t changes_ = 0;
+  std::string pending_;                                    // BEGIN (and SET LOCALs) not sent yet
+  std::unordered_map<std::string, std::string> prepared_;  // SQL + types -> statement name
 };
 
 Result<bool> PgStmt::Step() {
@@ -147,8 +213,16 @@ Result<bool> PgStmt::Step() {
       formats[i] = types_[i] == kByteaOid ? 1 : 0;  // bytea as raw bytes, the rest as text
       types[i] = types_[i];
     }
-    result_ = PQexecParams(db_->conn(), sql_.c_str(), static_cast<int>(values.size()),
-                           types.data(), values.data(), lengths.data(), formats.data(), 0);
+    KV_RETURN_IF_ERROR(db_->StartPending());
+    auto name = db_->PreparedName(sql_, types);
+    if (!name.ok()) return name.status();
+    if (name->empty()) {
+      result_ = PQexecParams(db_->conn(), sql_.c_str(), static_cast<int>(values.size()),
+                             types.data(), values.data(), lengths.data(), formats.data(), 0);
+    } else {
+      result_ = PQexecPrepared(db_->conn(), name->c_str(), static_cast<int>(values.size()),
+                               values.data(), lengths.data(), formats.data(), 0);
+    }
     KV_RETURN_IF_ERROR(db_->Check(result_, sql_));
     rows_ = PQntuples(result_);
     const char* n = PQcmdTuples(result_);
@@ -181,10 +255,12 @@ Result<std::unique_ptr<Db>> OpenPostgres(const std::string& url) {
     std::string why = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
     if (conn != nullptr) PQfinish(conn);
-    return Status::Error(fmt::format("{}: cannot connect: {}", name, why), StatusCode::kUnavailable);
+    return Status::Error(fmt::format("{}: cannot connect: {}", name, why),
+                         StatusCode::kUnavailable);
   }
   // Notices ("relation already exists, skipping") are not the market's log.
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
   auto db = std::make_unique<PgDb>(conn, name);
   // No statement waits longer than this for a row another process holds.
   KV_RETURN_IF_ERROR(db->Exec("SET lock_timeout = '5s'"));

@@ -92,6 +92,7 @@ class Db {
   // True once after a statement failed because of a concurrent transaction (PostgreSQL's
   // serialization failure or deadlock): the whole transaction may be run again.
   bool TakeRetryable() { return std::exchange(retryable_, false); }
+  bool retryable() const { return retryable_; }
   // How messages name the database (a path, or a URL without its password).
   const std::string& path() const { return path_; }
 

@@ -30,6 +30,7 @@ Result<std::pair<int64_t, bool>> Store::StandBy(const ClaimRequest& req, int64_t
   }
   auto inserted = InsertClaim(req, model_row, w.rate, n_samples, now, lease_s);
   if (!inserted.ok()) {
+    if (db_->retryable()) return inserted.status();  // run again (ClaimOnce)
     return Error(StatusCode::kConflict, "standby for window {} of ring {} of '{}': {}", req.window,
                  req.ring, req.model, inserted.status().message());
   }

@@ -269,8 +269,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     // Processes starting together must not create the tables at once (the catalog's own unique
     // keys would refuse one of them).
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_lock(7305)"));
-    Status made = PostgresUpgrade(db.get());
-    if (made.ok()) made = db->Exec(kStandbyIndex);
+    Status made;
+    // The schema's statements lock tables that a process already serving writes: a deadlock
+    // between them is run again, as a transaction's would be.
+    for (int attempt = 1; attempt <= 8; ++attempt) {
+      made = PostgresUpgrade(db.get());
+      if (made.ok()) made = db->Exec(kStandbyIndex);
+      if (made.ok() || !db->TakeRetryable()) break;
+      BackOff(attempt);
+    }
     KV_RETURN_IF_ERROR(db->Exec("SELECT pg_advisory_unlock(7305)"));
     KV_RETURN_IF_ERROR(made);
     return std::unique_ptr<Store>(new Store(std::move(db)));
@@ -332,8 +339,18 @@ Status Store::Sweep(double now) {
   // The lease clock: the wall clock, except in a silence (no heartbeat answered for half a
   // lease), when it stops where the silence began for claims made before it, for at most
   // kMaxForgivenSilenceSeconds after the silence began or this market process started.
-  KV_ASSIGN_OR_RETURN(const double last_beat, Meta(kMetaLastBeat));
-  KV_ASSIGN_OR_RETURN(const double resumed_at, Meta(kMetaResumedAt));
+  double last_beat = 0, resumed_at = 0;
+  {
+    // Both in one statement: every transaction starts here, and on PostgreSQL each statement is
+    // a round trip.
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT (SELECT value FROM meta WHERE key = ?1), "
+                                             "(SELECT value FROM meta WHERE key = ?2)"));
+    KV_ASSIGN_OR_RETURN(bool row, s.Bind(1, std::string_view(kMetaLastBeat))
+                                      .Bind(2, std::string_view(kMetaResumedAt))
+                                      .Step());
+    if (row && !s.IsNull(0)) last_beat = s.Real(0);
+    if (row && !s.IsNull(1)) resumed_at = s.Real(1);
+  }
   double lease_clock = now, silence_start = now;
   silent_ = last_beat > 0 && now - last_beat > lease_s_ / 2;
   last_beat_ = last_beat;
@@ -356,18 +373,24 @@ Status Store::Sweep(double now) {
                                                          kDue)));
     s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now);
     std::vector<std::pair<int64_t, int>> gone;
+    bool due = false;
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
+      due = true;
       if (s.Int(2) == 0) gone.emplace_back(s.Int(0), static_cast<int>(s.Int(1)));
     }
     for (auto [model, ring] : gone) KV_RETURN_IF_ERROR(BumpEpoch(model, ring));
+    // Nothing due (the common case): no DELETE to send.
+    if (due) {
+      KV_ASSIGN_OR_RETURN(auto d, db_->Prepare(fmt::format("DELETE FROM claims WHERE {}", kDue)));
+      KV_RETURN_IF_ERROR(d.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now).Run());
+    }
   }
-  {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("DELETE FROM claims WHERE {}", kDue)));
-    KV_RETURN_IF_ERROR(s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now).Run());
-  }
-  {
+  // Expired nonces at most once a second: one left a second longer refuses nothing (a request's
+  // time is checked before its nonce, and a nonce is random).
+  if (!(now >= nonce_sweep_at_ && now - nonce_sweep_at_ < 1)) {
+    nonce_sweep_at_ = now;
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM nonces WHERE expires <= ?"));
     KV_RETURN_IF_ERROR(s.Bind(1, now).Run());
   }

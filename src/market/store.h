@@ -462,6 +462,7 @@ class Store {
   AuditPolicy audit_;
   std::mt19937_64 audit_rng_;  // the draws when audit_.seed is set
   double evict_scan_at_ = 0;   // `now` of the last scan for idle claims
+  double nonce_sweep_at_ = 0;  // `now` of the last deletion of expired nonces
   double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
   LeaseTable leases_;          // renewals answered but not yet written

@@ -1,12 +1,17 @@
 // Several `kvasir market` processes on one PostgreSQL database (docs/MARKET.md, "The store"):
 // 32 claimers racing through two processes for one window, exactly one wins; 32 racing for every
 // window of a model get one winner each (and the reward of the rest agrees); a process killed
-// (SIGKILL) while claims go through it loses none it answered, and the other process goes on.
+// (SIGKILL) while claims go through it loses none it answered, and the other process goes on;
+// every 409 of 32 claimers racing for twelve windows names the claimer that holds the window.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -39,8 +44,7 @@ class MarketPostgresTest : public ::testing::Test {
         "market", "--db", url_, "--listen", "127.0.0.1:0", "--log-level", "warn"}));
     const std::string line = markets_.back()->WaitForLine("market: listening on", 60000);
     ASSERT_NE(line, "") << markets_.back()->output();
-    urls_.push_back("http://127.0.0.1:" +
-                    std::to_string(testing::ServerProcess::PortIn(line)));
+    urls_.push_back("http://127.0.0.1:" + std::to_string(testing::ServerProcess::PortIn(line)));
   }
   MarketClient Client(int market, std::shared_ptr<const ring::NodeKey> key) {
     net::HttpRequestOptions http;
@@ -147,6 +151,73 @@ TEST_F(MarketPostgresTest, ThirtyTwoClaimersRacingForEveryWindowGetOneWinnerEach
   }
 }
 
+// 32 claimers, half through each process, each trying the 12 windows of rings 0 to 3 in an order
+// of its own until it holds one: every window has exactly one winner, and every 409 names the
+// window asked for and a holder of it that is another claimer and still holds it at the end (a
+// serialization failure or a unique violation between the processes is run again, never
+// answered as a conflict on a guess).
+TEST_F(MarketPostgresTest, EveryConflictNamesTheClaimerThatHoldsTheWindow) {
+  constexpr int kClaimers = 32, kWindows = 12;
+  struct Refusal {
+    int claimer, window;
+    std::string message;
+  };
+  std::atomic<bool> go{false};
+  std::mutex mu;
+  std::vector<Refusal> refusals;
+  std::vector<int> won(kClaimers, -1);
+  std::string errors;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClaimers; ++i) {
+    threads.emplace_back([&, i] {
+      MarketClient c = Client(i % 2, std::make_shared<const ring::NodeKey>(KeyN(700 + i)));
+      std::vector<int> order(kWindows);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<uint32_t>(i)));
+      while (!go) std::this_thread::yield();
+      for (int w : order) {
+        auto r = c.PostSigned(
+            "/v1/claims",
+            {{"model", "tiny"}, {"ring", w / 3}, {"window", w % 3}, {"address", ":7001"}});
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.ok()) {
+          won[static_cast<size_t>(i)] = w;
+          return;
+        }
+        if (r.status().code() == StatusCode::kConflict) {
+          refusals.push_back({i, w, r.status().message()});
+        } else {
+          errors += r.status().message() + "\n";
+        }
+      }
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors, "");
+  std::vector<int> winners(kWindows, 0);
+  for (int w : won) {
+    if (w >= 0) ++winners[static_cast<size_t>(w)];
+  }
+  // Twenty of them lost every window they tried, which were all twelve: all are held.
+  for (int w = 0; w < kWindows; ++w) EXPECT_EQ(winners[static_cast<size_t>(w)], 1) << w;
+  auto map = Client(1, nullptr).Get("/v1/map");
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  const auto& rings = (*map)["models"][0]["rings"];
+  ASSERT_FALSE(refusals.empty());
+  for (const Refusal& f : refusals) {
+    const auto& w =
+        rings[static_cast<size_t>(f.window / 3)]["windows"][static_cast<size_t>(f.window % 3)];
+    const std::string holder = w.value("holder", std::string());
+    ASSERT_NE(holder, "") << w;
+    EXPECT_NE(holder, ring::PublicKeyHex(KeyN(700 + f.claimer).public_key()));
+    const std::string want = fmt::format("window {} of ring {} of 'tiny' is held by node {}",
+                                         f.window % 3, f.window / 3, holder.substr(0, 8));
+    EXPECT_NE(f.message.find(want), std::string::npos)
+        << "claimer " << f.claimer << ": " << f.message << "; expected: " << want;
+  }
+}
+
 TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
   // 48 nodes claim a window each (16 rings of 3) through market 0, 8 at a time; market 0 is
   // killed once 12 claims were answered.
@@ -159,10 +230,9 @@ TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
     threads.emplace_back([&] {
       for (int i = next++; i < kNodes; i = next++) {
         MarketClient c = Client(0, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
-        auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
-                                             {"ring", i / 3},
-                                             {"window", i % 3},
-                                             {"address", ":7001"}});
+        auto r = c.PostSigned(
+            "/v1/claims",
+            {{"model", "tiny"}, {"ring", i / 3}, {"window", i % 3}, {"address", ":7001"}});
         if (!r.ok()) continue;  // market 0 is gone
         std::lock_guard<std::mutex> lock(mu);
         answered.emplace_back(i, (*r)["claim"].get<int64_t>());
@@ -192,17 +262,16 @@ TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
   EXPECT_LT(answered.size(), size_t{kNodes});  // the kill came mid-way
   for (int i = 0; i < kNodes; ++i) {
     MarketClient c = Client(1, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
-    auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
-                                         {"ring", i / 3},
-                                         {"window", i % 3},
-                                         {"address", ":7001"}});
+    auto r =
+        c.PostSigned("/v1/claims",
+                     {{"model", "tiny"}, {"ring", i / 3}, {"window", i % 3}, {"address", ":7001"}});
     EXPECT_TRUE(r.ok()) << i << ": " << r.status().message();
   }
   auto after = Client(1, nullptr).Get("/v1/map");
   ASSERT_TRUE(after.ok());
   for (int i = 0; i < kNodes; ++i) {
-    const auto& w =
-        (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"][static_cast<size_t>(i % 3)];
+    const auto& w = (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"]
+                            [static_cast<size_t>(i % 3)];
     EXPECT_EQ(w.value("holder", std::string()), ring::PublicKeyHex(KeyN(300 + i).public_key()));
   }
 }

@@ -340,6 +340,86 @@ TEST_F(StandbyTest, TheMarketDialsAStandbyAndSkipsOneThatDoesNotAnswer) {
   EXPECT_EQ(w["standbys"][0]["claim"], s1);
 }
 
+// A standby behind NAT adopted by its window's predecessor serves on the edge the market would
+// dial it through, so a new dial for an unrelated epoch could only fail (the predecessor holds
+// that side): its pass holds while its predecessor is the same claim, and it is promoted when the
+// window's claim goes. A new predecessor means a new edge, which is dialed.
+TEST_F(StandbyTest, AStandbyBehindNatKeepsItsCheckThroughAnUnrelatedEpochChange) {
+  MarketConfig c;
+  c.relay_url = "wss://relay.example.org";
+  c.relay_secret = std::string(32, 's');
+  MakeApi(c);
+  const auto ids = FillRing(kT0);
+  ApiResponse nat = Claim(keys_[5], 1, kT0, {{"standby", true}, {"behind_nat", true}});
+  ASSERT_EQ(nat.status, 201) << nat.body;
+  const int64_t s = Body(nat)["claim"].get<int64_t>();
+  auto jobs_for_standby = [&] {
+    std::vector<CheckJob> out;
+    for (const CheckJob& j : checks_.jobs) {
+      if (j.claim == s) out.push_back(j);
+    }
+    return out;
+  };
+  int64_t epoch = RingJson(kT0)["epoch"].get<int64_t>();
+  ASSERT_EQ(Beat(keys_[5], s, epoch, kT0 + 1).status, 200);
+  ASSERT_EQ(jobs_for_standby().size(), 1u);
+  EXPECT_EQ(jobs_for_standby()[0].via,
+            fmt::format("wss://relay.example.org/edge/e{}-{}", ids[0], s));
+  checks_.Answer(store_.get(), kT0 + 2);
+  // An unrelated change: window 2's holder leaves and comes back (two new epochs).
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[2], "DELETE", "/v1/claims/" + std::to_string(ids[2]), "", kT0 + 3),
+                   kT0 + 3)
+          .status,
+      200);
+  ASSERT_EQ(Claim(keys_[2], 2, kT0 + 3).status, 201);
+  const int64_t later = RingJson(kT0 + 3)["epoch"].get<int64_t>();
+  ASSERT_EQ(later, epoch + 2);
+  ASSERT_EQ(Beat(keys_[5], s, later, kT0 + 4).status, 200);
+  EXPECT_TRUE(jobs_for_standby().empty()) << "dialed again on the same edge";
+  json w = Window(kT0 + 4, 1);
+  ASSERT_EQ(w["standbys"].size(), 1u) << w;
+  EXPECT_TRUE(w["standbys"][0]["checked"].get<bool>()) << w;
+  EXPECT_FALSE(w["standbys"][0].contains("check_error") && w["standbys"][0]["check_error"] != "")
+      << w;
+  // Window 1's holder leaves: the standby takes its window.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[1], "DELETE", "/v1/claims/" + std::to_string(ids[1]), "", kT0 + 5),
+                   kT0 + 5)
+          .status,
+      200);
+  EXPECT_EQ(Window(kT0 + 5, 1)["claim"], s);
+}
+
+TEST_F(StandbyTest, AStandbyBehindNatIsDialedAgainOnTheEdgeOfANewPredecessor) {
+  MarketConfig c;
+  c.relay_url = "wss://relay.example.org";
+  c.relay_secret = std::string(32, 's');
+  MakeApi(c);
+  const auto ids = FillRing(kT0);
+  ApiResponse nat = Claim(keys_[5], 1, kT0, {{"standby", true}, {"behind_nat", true}});
+  ASSERT_EQ(nat.status, 201) << nat.body;
+  const int64_t s = Body(nat)["claim"].get<int64_t>();
+  ASSERT_EQ(Beat(keys_[5], s, RingJson(kT0)["epoch"].get<int64_t>(), kT0 + 1).status, 200);
+  checks_.Answer(store_.get(), kT0 + 2);
+  // Window 0 (the standby's predecessor) changes hands: a new edge, dialed.
+  ASSERT_EQ(
+      api_->Handle(Signed(keys_[0], "DELETE", "/v1/claims/" + std::to_string(ids[0]), "", kT0 + 3),
+                   kT0 + 3)
+          .status,
+      200);
+  ApiResponse head = Claim(keys_[6], 0, kT0 + 3);
+  ASSERT_EQ(head.status, 201) << head.body;
+  const int64_t pred = Body(head)["claim"].get<int64_t>();
+  ASSERT_EQ(Beat(keys_[5], s, RingJson(kT0 + 3)["epoch"].get<int64_t>(), kT0 + 4).status, 200);
+  std::vector<std::string> vias;
+  for (const CheckJob& j : checks_.jobs) {
+    if (j.claim == s) vias.push_back(j.via);
+  }
+  ASSERT_EQ(vias.size(), 1u);
+  EXPECT_EQ(vias[0], fmt::format("wss://relay.example.org/edge/e{}-{}", pred, s));
+}
+
 TEST_F(StandbyEvictTest, AStandbyThatDoesNotProveItsBytesIsEvictedAndNeverPromoted) {
   ModelSpec m = kvasir::testing::TestModel();
   for (auto& ring : m.rings) {
