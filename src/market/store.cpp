@@ -367,7 +367,10 @@ Status Store::Sweep(double now) {
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("DELETE FROM claims WHERE {}", kDue)));
     KV_RETURN_IF_ERROR(s.Bind(1, silence_start).Bind(2, lease_clock).Bind(3, now).Run());
   }
-  {
+  // With heartbeat nonces in memory, at most once a second: those that expired meanwhile go
+  // together, not a few at each heartbeat (which would then write nothing else).
+  if (!NoncesInMemory() || !(now >= nonce_sweep_at_ && now - nonce_sweep_at_ < 1)) {
+    nonce_sweep_at_ = now;
     KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("DELETE FROM nonces WHERE expires <= ?"));
     KV_RETURN_IF_ERROR(s.Bind(1, now).Run());
   }
@@ -641,6 +644,8 @@ Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& non
                              double keep_s) {
   // No sweep: a nonce is the first of a request's two transactions, and the second sweeps (a
   // nonce expired but not yet swept is refused as used, which its request's time refuses anyway).
+  // One of a heartbeat's, not yet written, counts as used.
+  if (nonces_.Contains(node, nonce)) return false;
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce, now, keep_s));
   KV_RETURN_IF_ERROR(txn->Commit());

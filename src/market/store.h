@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "market/audit.h"
 #include "market/lease_table.h"
+#include "market/nonce_table.h"
 #include "market/proof.h"
 #include "market/sql.h"
 
@@ -254,6 +255,8 @@ class Store {
   // the next flush.
   Status FlushLeases(double now);
   size_t pending_leases() const { return leases_.size(); }
+  // Heartbeat nonces recorded in memory and not yet written (NoncesInMemory).
+  size_t pending_nonces() const { return nonces_.size(); }
 
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
@@ -454,7 +457,14 @@ class Store {
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending);
+  // Writes `pending` and the first `n_nonces` of nonces_.
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces);
+  // Whether a heartbeat's nonce is checked against nonces_ and the table, and recorded in nonces_
+  // until the next flush, instead of written in its transaction: with SQLite and renewals in
+  // memory. PostgreSQL writes each (another process on the database must see it at once).
+  bool NoncesInMemory() const { return lease_flush_s_ > 0 && !db_->postgres(); }
+  // Inside a transaction: whether `node` used `nonce` before (memory or table).
+  Result<bool> NonceSeen(const std::string& node, const std::string& nonce);
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
@@ -462,9 +472,11 @@ class Store {
   AuditPolicy audit_;
   std::mt19937_64 audit_rng_;  // the draws when audit_.seed is set
   double evict_scan_at_ = 0;   // `now` of the last scan for idle claims
+  double nonce_sweep_at_ = 0;  // `now` of the last deletion of expired nonces
   double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
   LeaseTable leases_;          // renewals answered but not yet written
+  NonceTable nonces_;          // heartbeat nonces answered but not yet written
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
 };
