@@ -1,7 +1,8 @@
 // Several `kvasir market` processes on one PostgreSQL database (docs/MARKET.md, "The store"):
 // 32 claimers racing through two processes for one window, exactly one wins; 32 racing for every
 // window of a model get one winner each (and the reward of the rest agrees); a process killed
-// (SIGKILL) while claims go through it loses none it answered, and the other process goes on.
+// (SIGKILL) while claims go through it loses none it answered, and the other process goes on; a
+// heartbeat answered by one process is refused as a replay by the other.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -12,9 +13,11 @@
 
 #include "market/market_client.h"
 #include "market/market_server.h"
+#include "market/signed_request.h"
 #include "market_test_util.h"
 #include "net/server_process.h"
 #include "pg_server.h"
+#include "raw_client.h"
 
 namespace kvasir::market {
 namespace {
@@ -39,8 +42,7 @@ class MarketPostgresTest : public ::testing::Test {
         "market", "--db", url_, "--listen", "127.0.0.1:0", "--log-level", "warn"}));
     const std::string line = markets_.back()->WaitForLine("market: listening on", 60000);
     ASSERT_NE(line, "") << markets_.back()->output();
-    urls_.push_back("http://127.0.0.1:" +
-                    std::to_string(testing::ServerProcess::PortIn(line)));
+    urls_.push_back("http://127.0.0.1:" + std::to_string(testing::ServerProcess::PortIn(line)));
   }
   MarketClient Client(int market, std::shared_ptr<const ring::NodeKey> key) {
     net::HttpRequestOptions http;
@@ -159,10 +161,9 @@ TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
     threads.emplace_back([&] {
       for (int i = next++; i < kNodes; i = next++) {
         MarketClient c = Client(0, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
-        auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
-                                             {"ring", i / 3},
-                                             {"window", i % 3},
-                                             {"address", ":7001"}});
+        auto r = c.PostSigned(
+            "/v1/claims",
+            {{"model", "tiny"}, {"ring", i / 3}, {"window", i % 3}, {"address", ":7001"}});
         if (!r.ok()) continue;  // market 0 is gone
         std::lock_guard<std::mutex> lock(mu);
         answered.emplace_back(i, (*r)["claim"].get<int64_t>());
@@ -192,18 +193,48 @@ TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
   EXPECT_LT(answered.size(), size_t{kNodes});  // the kill came mid-way
   for (int i = 0; i < kNodes; ++i) {
     MarketClient c = Client(1, std::make_shared<const ring::NodeKey>(KeyN(300 + i)));
-    auto r = c.PostSigned("/v1/claims", {{"model", "tiny"},
-                                         {"ring", i / 3},
-                                         {"window", i % 3},
-                                         {"address", ":7001"}});
+    auto r =
+        c.PostSigned("/v1/claims",
+                     {{"model", "tiny"}, {"ring", i / 3}, {"window", i % 3}, {"address", ":7001"}});
     EXPECT_TRUE(r.ok()) << i << ": " << r.status().message();
   }
   auto after = Client(1, nullptr).Get("/v1/map");
   ASSERT_TRUE(after.ok());
   for (int i = 0; i < kNodes; ++i) {
-    const auto& w =
-        (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"][static_cast<size_t>(i % 3)];
+    const auto& w = (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"]
+                            [static_cast<size_t>(i % 3)];
     EXPECT_EQ(w.value("holder", std::string()), ring::PublicKeyHex(KeyN(300 + i).public_key()));
+  }
+}
+
+// A heartbeat's nonce is written in its own transaction on PostgreSQL (not held in memory as on
+// SQLite): the same signed bytes sent to the other process are refused as a replay.
+TEST_F(MarketPostgresTest, AHeartbeatReplayedToTheOtherProcessIsRefused) {
+  auto key = std::make_shared<const ring::NodeKey>(KeyN(500));
+  auto claimed = Client(0, key).PostSigned(
+      "/v1/claims", {{"model", "tiny"}, {"ring", 0}, {"window", 0}, {"address", ":7001"}});
+  ASSERT_TRUE(claimed.ok()) << claimed.status().message();
+  const std::string body =
+      nlohmann::json{{"claim", (*claimed)["claim"].get<int64_t>()}, {"serving_epoch", -1}}.dump();
+  std::string req = "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  for (const auto& [name, value] :
+       SignRequest(*key, "POST", "/v1/heartbeat", body, static_cast<int64_t>(UnixNow()))) {
+    req += name + ": " + value + "\r\n";
+  }
+  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int m = 0; m < 2; ++m) {
+    const std::string port =
+        urls_[static_cast<size_t>(m)].substr(urls_[static_cast<size_t>(m)].rfind(':') + 1);
+    testing::RawClient c(static_cast<uint16_t>(std::stoi(port)));
+    ASSERT_TRUE(c.connected());
+    c.Send(req);
+    const std::string answer = c.ReadResponse();
+    if (m == 0) {
+      EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+    } else {
+      EXPECT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << answer;
+      EXPECT_NE(answer.find("replayed"), std::string::npos) << answer;
+    }
   }
 }
 
