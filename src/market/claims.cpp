@@ -242,8 +242,16 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
     KV_RETURN_IF_ERROR(
         s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
   }
-  // Only the claim's ring: a heartbeat costs the same whatever the size of its model.
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model, c.ring));
+  // Only the claim's ring: a heartbeat costs the same whatever the size of its model. Read
+  // again only when the database changed since it was last read (ring_cache.cpp).
+  const uint64_t mark = db_->ChangeMark();
+  std::vector<ModelState> models, fresh;
+  const bool cached = RingFromCache(c.model, c.ring, mark, now, &models);
+  if (!cached) {
+    KV_ASSIGN_OR_RETURN(fresh, ReadModels(now, c.model, c.ring, /*overlay=*/false));
+    models = fresh;
+    OverlayAll(&models);
+  }
   if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
     return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
   }
@@ -263,6 +271,10 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   if (!reply.claim.proven) KV_RETURN_IF_ERROR(ReadChallenge(claim, &reply));
   KV_RETURN_IF_ERROR(ReadAudits(node, now, &reply.audits));
   KV_RETURN_IF_ERROR(txn->Commit());
+  // Kept only as committed, and only if this heartbeat changed nothing after reading it.
+  if (!cached && mark != 0 && db_->ChangeMark() == mark) {
+    CacheRing(c.model, c.ring, mark, now, std::move(fresh));
+  }
   if (lease_only) {
     if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
     leases_.Renew(claim, node, now + lease_s, now);

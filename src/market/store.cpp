@@ -456,7 +456,7 @@ Status Store::AddModelOnce(const ModelSpec& spec, bool replace, double now) {
 }
 
 Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string& only,
-                                                  int only_ring) {
+                                                  int only_ring, bool overlay) {
   std::vector<ModelState> models;
   std::vector<int64_t> rows;
   std::vector<std::pair<int64_t, int64_t>> counts;  // windows, held
@@ -540,7 +540,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
         ClaimInfo c = ClaimFromRow(s, 0);
-        Overlay(&c);
+        if (overlay) Overlay(&c);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
           WindowState& w = m.rings[r].windows[static_cast<size_t>(c.window)];

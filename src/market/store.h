@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -447,8 +448,20 @@ class Store {
   Result<int64_t> ModelRow(const std::string& name);
   // Every model, or only the one named `only`; with `only_ring` >= 0, the windows and claims of
   // that ring only (the other rings come without them: what a heartbeat needs).
+  // `overlay`: with the renewals in memory laid over the claims (OverlayAll).
   Result<std::vector<ModelState>> ReadModels(double now, const std::string& only,
-                                             int only_ring = -1);
+                                             int only_ring = -1, bool overlay = true);
+  // ring_cache.cpp. The state of one ring as a heartbeat reads it (ReadModels of that ring,
+  // without the renewals in memory), kept while the database is unchanged (Db::ChangeMark) and
+  // for at most kRingCacheSeconds (its counts of recent demand move with the clock): a heartbeat
+  // that changes nothing answers from it instead of reading its ring again.
+  // Into `*out` with the renewals laid over it; false when none is valid under `mark`.
+  bool RingFromCache(const std::string& model, int ring, uint64_t mark, double now,
+                     std::vector<ModelState>* out);
+  // Keeps `fresh` (ReadModels of that ring without overlay, read under `mark`).
+  void CacheRing(const std::string& model, int ring, uint64_t mark, double now,
+                 std::vector<ModelState> fresh);
+  void OverlayAll(std::vector<ModelState>* models) const;
   Result<ClaimInfo> ReadClaim(int64_t claim);
   // lease_flush.cpp. The lease and last heartbeat of `c` as this Store answered them (a renewal
   // waiting in memory is later than the row).
@@ -477,6 +490,12 @@ class Store {
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
   LeaseTable leases_;          // renewals answered but not yet written
   NonceTable nonces_;          // heartbeat nonces answered but not yet written
+  struct CachedRing {
+    double filled_at = 0;
+    ModelState state;  // one ring's windows and claims, as ReadModels without overlay
+  };
+  std::map<std::pair<std::string, int>, CachedRing> ring_cache_;  // by model name, ring
+  uint64_t ring_cache_mark_ = 0;  // the Db::ChangeMark every entry was read under
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
 };
