@@ -164,6 +164,10 @@ int Serve(int argc, char** argv) {
                  "seconds a renewal may wait in memory before it is written with the others "
                  "(0: each at once)")
       ->capture_default_str();
+  app.add_option("--verify-threads", so.verify_threads,
+                 "threads that check the signatures of signed requests beside the one that "
+                 "answers them (0: that one checks them too)")
+      ->capture_default_str();
   app.add_option("--clock-skew", config.clock_skew_s,
                  "seconds a signed request's time may differ from the market's")
       ->capture_default_str();
@@ -218,6 +222,9 @@ int Serve(int argc, char** argv) {
   }
   if (!(config.lease_flush_s >= 0 && config.lease_flush_s <= config.lease_s / 3)) {
     return UsageError(kCmd, "--lease-flush must be from 0 to a third of --lease");
+  }
+  if (so.verify_threads < 0 || so.verify_threads > 64) {
+    return UsageError(kCmd, "--verify-threads must be from 0 to 64");
   }
   if (config.clock_skew_s < 5 || config.clock_skew_s > 3600) {
     return UsageError(kCmd, "--clock-skew must be from 5 to 3600 seconds");

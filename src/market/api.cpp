@@ -144,8 +144,10 @@ double NonceKeepSeconds(const MarketConfig& config) {
 Result<SignedBy> Authenticate(Store* store, const MarketConfig& config, const ApiRequest& req,
                               double now, std::string* verified, bool defer_nonce = false) {
   KV_ASSIGN_OR_RETURN(SignedBy by,
-                      VerifySignedRequest(req.headers, req.method, req.target, req.body,
-                                          static_cast<int64_t>(now), config.clock_skew_s));
+                      req.signature.has_value()
+                          ? *req.signature
+                          : VerifySignedRequest(req.headers, req.method, req.target, req.body,
+                                                static_cast<int64_t>(now), config.clock_skew_s));
   if (defer_nonce) {
     *verified = by.node_hex;
     return by;
@@ -299,6 +301,11 @@ void MarketApi::RequestStandbyChecks(const RingState& ring) {
       checks_->Request(job);
     }
   }
+}
+
+Result<SignedBy> MarketApi::CheckSignature(const ApiRequest& request, double now) const {
+  return VerifySignedRequest(request.headers, request.method, request.target, request.body,
+                             static_cast<int64_t>(now), config_.clock_skew_s);
 }
 
 ApiResponse MarketApi::Handle(const ApiRequest& request, double now) {

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "market/ring_check.h"
+#include "market/signed_request.h"
 #include "market/store.h"
 
 namespace kvasir::market {
@@ -18,11 +20,14 @@ inline constexpr size_t kMaxNameChars = 64;
 inline constexpr size_t kMaxAddressChars = 255;
 
 struct ApiRequest {
-  std::string method;  // "GET", "POST", "DELETE", ...
-  std::string target;  // "/v1/claims/17?x=y"
+  std::string method;                          // "GET", "POST", "DELETE", ...
+  std::string target;                          // "/v1/claims/17?x=y"
   std::map<std::string, std::string> headers;  // lowercase names
   std::string body;
   std::string remote_ip;  // completes an address with an empty or wildcard host
+  // The check of the request's signature when the caller made it before (CheckSignature, on a
+  // thread of its own); without it, Handle checks the signature itself.
+  std::optional<Result<SignedBy>> signature;
 };
 
 struct ApiResponse {
@@ -54,6 +59,10 @@ class MarketApi {
   MarketApi(Store* store, MarketConfig config, CheckQueue* checks = nullptr);
   // Answers one request as of `now` (Unix seconds). Never throws, whatever the bytes.
   ApiResponse Handle(const ApiRequest& request, double now);
+  // Checks the signature of `request` as of `now` (VerifySignedRequest with the configured clock
+  // skew; not its nonce, which Handle checks). Thread-safe, touches no store: a server may call it
+  // on other threads and pass the outcome in ApiRequest::signature.
+  Result<SignedBy> CheckSignature(const ApiRequest& request, double now) const;
   // Writes the renewals waiting in memory once their flush is due (`force`: now, as at a stop).
   // To be called on the thread that calls Handle, or under the same lock.
   Status FlushLeases(double now, bool force = false);

@@ -2,7 +2,6 @@
 // and the outcomes of the market's checks of holders (docs/MARKET.md, "POST /v1/claims",
 // "POST /v1/heartbeat", "Grace", "Ready rings are checked").
 #include <fmt/format.h>
-
 #include <sodium.h>
 
 #include <algorithm>
@@ -108,8 +107,9 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
   }
   KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(req.model));
   {
-    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT tensors, samples FROM windows WHERE model = ? AND "
-                                             "ring = ? AND window = ?"));
+    KV_ASSIGN_OR_RETURN(auto s,
+                        db_->Prepare("SELECT tensors, samples FROM windows WHERE model = ? AND "
+                                     "ring = ? AND window = ?"));
     KV_ASSIGN_OR_RETURN(bool row,
                         s.Bind(1, model_row).Bind(2, req.ring).Bind(3, req.window).Step());
     if (!row) return Error("{}: window row missing", db_->path());
@@ -130,8 +130,8 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
   }
   int64_t claim_id = 0;
   if (req.standby) {
-    KV_ASSIGN_OR_RETURN(auto made, StandBy(req, model_row, w, grant.window.samples.size(), now,
-                                           lease_s));
+    KV_ASSIGN_OR_RETURN(auto made,
+                        StandBy(req, model_row, w, grant.window.samples.size(), now, lease_s));
     claim_id = made.first;
     grant.renewed = made.second;
     grant.window.samples.clear();  // the market's secret: never sent
@@ -182,14 +182,26 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   // anyway): a database server that loses its last commits loses renewals, which the grace of a
   // restarted market covers (docs/MARKET.md, "Grace").
   if (db_->postgres()) KV_RETURN_IF_ERROR(db_->Exec("SET LOCAL synchronous_commit = off"));
+  const bool nonce_in_memory = nonce != nullptr && NoncesInMemory();
   if (nonce != nullptr) {
     // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could.
-    KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
+    // In memory, the nonce is recorded only once the heartbeat committed.
+    bool fresh = false;
+    if (nonce_in_memory) {
+      KV_ASSIGN_OR_RETURN(const bool seen, NonceSeen(node, nonce->nonce));
+      fresh = !seen;
+    } else {
+      KV_ASSIGN_OR_RETURN(fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
+    }
     if (!fresh) {
       return Error(StatusCode::kUnauthenticated,
                    "X-Kvasir-Nonce: used before by node {}: a replayed request", Short(node));
     }
   }
+  auto record_nonce = [&] {
+    if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
+    nonces_.Add(node, nonce->nonce, now + nonce->keep_s);
+  };
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
   if (c.node != node) {
@@ -203,6 +215,7 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
       KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(c.model));
       KV_RETURN_IF_ERROR(Evict(c.id, model_row, c.ring, c.node, now));
       KV_RETURN_IF_ERROR(txn->Commit());
+      if (nonce_in_memory) record_nonce();
       return Error(StatusCode::kForbidden, "{}; the claim is evicted", st.message());
     }
   }
@@ -232,8 +245,16 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
     KV_RETURN_IF_ERROR(
         s.Bind(1, now + lease_s).Bind(2, now).Bind(3, serving_epoch).Bind(4, claim).Run());
   }
-  // Only the claim's ring: a heartbeat costs the same whatever the size of its model.
-  KV_ASSIGN_OR_RETURN(auto models, ReadModels(now, c.model, c.ring));
+  // Only the claim's ring: a heartbeat costs the same whatever the size of its model. Read
+  // again only when the database changed since it was last read (ring_cache.cpp).
+  const uint64_t mark = db_->ChangeMark();
+  std::vector<ModelState> models, fresh;
+  const bool cached = RingFromCache(c.model, c.ring, mark, now, &models);
+  if (!cached) {
+    KV_ASSIGN_OR_RETURN(fresh, ReadModels(now, c.model, c.ring, /*overlay=*/false));
+    models = fresh;
+    OverlayAll(&models);
+  }
   if (models.empty() || static_cast<size_t>(c.ring) >= models[0].rings.size()) {
     return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
   }
@@ -253,10 +274,15 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   if (!reply.claim.proven) KV_RETURN_IF_ERROR(ReadChallenge(claim, &reply));
   KV_RETURN_IF_ERROR(ReadAudits(node, now, &reply.audits));
   KV_RETURN_IF_ERROR(txn->Commit());
+  // Kept only as committed, and only if this heartbeat changed nothing after reading it.
+  if (!cached && mark != 0 && db_->ChangeMark() == mark) {
+    CacheRing(c.model, c.ring, mark, now, std::move(fresh));
+  }
   if (lease_only) {
-    if (leases_.empty()) flushed_at_ = now;  // the interval counts from the oldest waiting
+    if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
     leases_.Renew(claim, node, now + lease_s, now);
   }
+  if (nonce_in_memory) record_nonce();
   return reply;
 }
 
@@ -276,7 +302,7 @@ Status Store::ReleaseOnce(const std::string& node, int64_t claim, double now) {
 }
 
 Status Store::RecordCheckOnce(int64_t claim, const std::string& node, const std::string& address,
-                          int64_t epoch, const Status& outcome, double now) {
+                              int64_t epoch, const Status& outcome, double now) {
   // No sweep: this only marks rows that are there, and a checker's Store need not know the lease.
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   // Only for the holder and the address that were checked, and only for the epoch checked.

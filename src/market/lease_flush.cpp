@@ -1,5 +1,5 @@
-// Renewals in memory (lease_table.h): when they are written, and how what is answered and decided
-// meanwhile sees them.
+// Renewals and heartbeat nonces in memory (lease_table.h, nonce_table.h): when they are written,
+// and how what is answered and decided meanwhile sees them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,23 +23,33 @@ Status WriteRenewal(Db* db, int64_t id, const PendingLease& p) {
 }  // namespace
 
 bool Store::LeaseFlushDue(double now) const {
-  return !leases_.empty() && (now - flushed_at_ >= lease_flush_s_ || now < flushed_at_);
+  return !(leases_.empty() && nonces_.empty()) &&
+         (now - flushed_at_ >= lease_flush_s_ || now < flushed_at_);
 }
 
 Status Store::FlushLeases(double now) {
-  if (leases_.empty()) {
+  if (leases_.empty() && nonces_.empty()) {
     flushed_at_ = now;
     return Status::Ok();
   }
   // A copy: the transaction may be tried again, and the table changes only once it committed.
   const std::unordered_map<int64_t, PendingLease> pending = leases_.pending();
-  KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(pending); }));
+  const size_t n_nonces = nonces_.size();
+  KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(pending, n_nonces); }));
   leases_.Written(pending);
+  nonces_.Written(n_nonces);
   flushed_at_ = now;
   return Status::Ok();
 }
 
-Status Store::FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending) {
+Result<bool> Store::NonceSeen(const std::string& node, const std::string& nonce) {
+  if (nonces_.Contains(node, nonce)) return true;
+  KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT 1 FROM nonces WHERE node = ? AND nonce = ?"));
+  return s.Bind(1, node).Bind(2, nonce).Step();
+}
+
+Status Store::FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending,
+                              size_t n_nonces) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   if (db_->postgres()) {
     // Each UPDATE only ever lengthens a lease and reads the row it writes as it is then, so the
@@ -55,6 +65,10 @@ Status Store::FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& p
   for (const auto& [id, p] : pending) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) KV_RETURN_IF_ERROR(WriteRenewal(db_.get(), id, pending.at(id)));
+  for (size_t i = 0; i < n_nonces; ++i) {
+    const PendingNonce& n = nonces_.pending()[i];
+    KV_RETURN_IF_ERROR(InsertNonce(n.node, n.nonce, n.expires, 0).status());
+  }
   return txn->Commit();
 }
 

@@ -25,7 +25,18 @@ net::HttpServerResponse ToHttp(const ApiResponse& a) {
   return r;
 }
 
+// The header as HttpServerRequest names it (lowercase).
+constexpr const char* kSignatureLower = "x-kvasir-signature";
+
 }  // namespace
+
+net::HttpServerResponse MarketServer::Answer(Shared& shared, const ApiRequest& r) {
+  std::unique_lock<std::mutex> lock(shared.mu);
+  const ApiResponse res = shared.api->Handle(r, UnixNow());
+  lock.unlock();
+  KV_LOG_DEBUG("market: {} {} {} -> {}", r.remote_ip, r.method, r.target.substr(0, 80), res.status);
+  return ToHttp(res);
+}
 
 MarketServer::MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_ptr<Shared> shared)
     : http_(std::move(http)), shared_(std::move(shared)) {}
@@ -66,16 +77,30 @@ Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOpti
   };
   auto shared = std::make_shared<Shared>();
   shared->api = api;
-  auto http = net::HttpServer::Start(
-      h, net::Synchronous([shared](const net::HttpServerRequest& req) {
-        ApiRequest r{req.method, req.target, req.headers, req.body, req.remote_ip};
-        std::unique_lock<std::mutex> lock(shared->mu);
-        const ApiResponse res = shared->api->Handle(r, UnixNow());
-        lock.unlock();
-        KV_LOG_DEBUG("market: {} {} {} -> {}", req.remote_ip, r.method, r.target.substr(0, 80),
-                     res.status);
-        return ToHttp(res);
-      }));
+  if (o.verify_threads > 0) {
+    shared->verifiers = std::make_unique<VerifyPool>(o.verify_threads, o.max_verify_waiting);
+  }
+  auto http =
+      net::HttpServer::Start(h, [shared](net::HttpServerRequest req, net::HttpResponder reply) {
+        ApiRequest r;
+        r.method = std::move(req.method);
+        r.target = std::move(req.target);
+        r.headers = std::move(req.headers);
+        r.body = std::move(req.body);
+        r.remote_ip = std::move(req.remote_ip);
+        if (!shared->verifiers || r.headers.count(kSignatureLower) == 0) {
+          reply(Answer(*shared, r));
+          return;
+        }
+        auto job = [shared, r = std::move(r), reply]() mutable {
+          r.signature = shared->api->CheckSignature(r, UnixNow());
+          reply(Answer(*shared, r));
+        };
+        if (!shared->verifiers->Submit(std::move(job))) {
+          reply(ToHttp(ErrorResponse(503, "unavailable",
+                                     "market: too many signed requests wait for their check")));
+        }
+      });
   if (!http.ok()) return http.status();
   std::unique_ptr<MarketServer> server(new MarketServer(std::move(http).value(), shared));
   if (api->lease_flush_s() <= 0) return server;  // every renewal is written at once
@@ -106,6 +131,8 @@ bool MarketServer::WaitFor(const std::function<bool(const MarketServerStats&)>& 
 
 void MarketServer::Stop() {
   if (http_) http_->Stop();
+  // Answers what waits (to connections that are gone) before the API may go.
+  if (shared_ && shared_->verifiers) shared_->verifiers->Stop();
   if (!flusher_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);

@@ -6,8 +6,11 @@
 // request carried a verified signature moves to a pool of its own, which strangers cannot take; a
 // newcomer from an address holding few connections takes the place of the oldest idle one of the
 // address holding the most; and silent or idle connections get a second once the open pool is
-// half full. Renewals the API holds in memory are flushed by a thread of the server's at their
-// interval (MarketConfig::lease_flush_s), under the lock requests are answered with, and at Stop.
+// half full. A signed request's signature is checked on one of `verify_threads` threads of its own
+// (verify_pool.h) before it takes the lock around the API, so that check runs beside the store
+// work of another request. Renewals the API holds in memory are flushed by a thread of the server's
+// at their interval (MarketConfig::lease_flush_s), under the lock requests are answered with, and
+// at Stop.
 #pragma once
 
 #include <condition_variable>
@@ -20,10 +23,12 @@
 
 #include "base/status.h"
 #include "market/api.h"
+#include "market/verify_pool.h"
 
 namespace kvasir::net {
 class HttpServer;
-}
+struct HttpServerResponse;
+}  // namespace kvasir::net
 
 namespace kvasir::market {
 
@@ -37,6 +42,10 @@ struct MarketServerOptions {
   int max_connections_per_address = 64;
   int max_proven = 256;  // proven pool: connections that sent a signed request
   int max_proven_per_address = 16;
+  // Threads that check signatures before the lock (0: on the server's thread, under the lock),
+  // and how many signed requests may wait for one (past that: 503).
+  int verify_threads = 2;
+  size_t max_verify_waiting = 1024;
 };
 
 struct MarketServerStats {
@@ -72,10 +81,13 @@ class MarketServer {
     MarketApi* api = nullptr;
     std::mutex mu;  // around every call into `api`
     std::condition_variable wake;
-    bool stopping = false;  // guarded by mu
+    bool stopping = false;                  // guarded by mu
+    std::unique_ptr<VerifyPool> verifiers;  // null with verify_threads 0
   };
   MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_ptr<Shared> shared);
   void Flusher(int interval_ms);
+  // Answers `r` with the API, under shared.mu.
+  static net::HttpServerResponse Answer(Shared& shared, const ApiRequest& r);
   std::unique_ptr<net::HttpServer> http_;
   std::shared_ptr<Shared> shared_;
   std::thread flusher_;

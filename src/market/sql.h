@@ -89,6 +89,10 @@ class Db {
   // write lock up front), SERIALIZABLE on PostgreSQL (which may fail it later: see Retryable).
   virtual Status Begin() = 0;
   virtual bool postgres() const = 0;
+  // A mark that differs whenever the database may have changed since it was taken: another
+  // connection committed, or this one changed a row (even in a transaction later rolled back).
+  // Zero when the back end cannot tell (PostgreSQL): nothing read may then be reused.
+  virtual uint64_t ChangeMark() { return 0; }
   // True once after a statement failed because of a concurrent transaction (PostgreSQL's
   // serialization failure or deadlock): the whole transaction may be run again.
   bool TakeRetryable() { return std::exchange(retryable_, false); }

@@ -21,12 +21,12 @@ class SqliteStmt final : public StmtImpl {
   Status BindInt(int i, int64_t v) override { return Check(sqlite3_bind_int64(stmt_, i, v), i); }
   Status BindReal(int i, double v) override { return Check(sqlite3_bind_double(stmt_, i, v), i); }
   Status BindText(int i, std::string_view v) override {
-    return Check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT),
-                 i);
+    return Check(
+        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), i);
   }
   Status BindBlob(int i, std::string_view v) override {
-    return Check(sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT),
-                 i);
+    return Check(
+        sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT), i);
   }
   Result<bool> Step() override;
   int64_t Int(int col) const override { return sqlite3_column_int64(stmt_, col); }
@@ -50,6 +50,7 @@ class SqliteDb final : public Db {
  public:
   SqliteDb(sqlite3* db, std::string path) : Db(std::move(path)), db_(db) {}
   ~SqliteDb() override {
+    sqlite3_finalize(data_version_);
     for (auto& [sql, stmts] : cache_) {
       for (sqlite3_stmt* stmt : stmts) sqlite3_finalize(stmt);
     }
@@ -93,6 +94,23 @@ class SqliteDb final : public Db {
   int64_t Changes() const override { return sqlite3_changes(db_); }
   Status Begin() override { return Exec("BEGIN IMMEDIATE"); }
   bool postgres() const override { return false; }
+  uint64_t ChangeMark() override {
+    // data_version moves with other connections' commits (not this one's, unlike the pager's
+    // counter, which every write transaction moves, empty or not), the total of changed rows
+    // with this connection's writes (trigger rows included). Neither wraps in practice.
+    if (data_version_ == nullptr &&
+        sqlite3_prepare_v2(db_, "PRAGMA data_version", -1, &data_version_, nullptr) != SQLITE_OK) {
+      data_version_ = nullptr;
+      return 0;
+    }
+    uint64_t version = 0;
+    if (sqlite3_step(data_version_) == SQLITE_ROW) {
+      version = static_cast<uint64_t>(sqlite3_column_int64(data_version_, 0));
+    }
+    sqlite3_reset(data_version_);
+    if (version == 0) return 0;
+    return (version << 40) ^ static_cast<uint64_t>(sqlite3_total_changes64(db_));
+  }
   // "market.sqlite: <what>: <sqlite's message>".
   Status Fail(std::string_view what) const {
     const int code = sqlite3_extended_errcode(db_);
@@ -108,6 +126,7 @@ class SqliteDb final : public Db {
   static constexpr size_t kMaxCached = 512;
   sqlite3* db_;
   std::unordered_map<std::string, std::vector<sqlite3_stmt*>> cache_;
+  sqlite3_stmt* data_version_ = nullptr;  // ChangeMark's, compiled once
 };
 
 SqliteStmt::~SqliteStmt() { db_->Keep(std::move(sql_), stmt_); }
@@ -128,9 +147,9 @@ Result<bool> SqliteStmt::Step() {
 
 Result<std::unique_ptr<Db>> OpenSqlite(const std::string& path) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string why = raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
     if (raw != nullptr) sqlite3_close(raw);

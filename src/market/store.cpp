@@ -476,7 +476,7 @@ Status Store::AddModelOnce(const ModelSpec& spec, bool replace, double now) {
 }
 
 Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string& only,
-                                                  int only_ring) {
+                                                  int only_ring, bool overlay) {
   std::vector<ModelState> models;
   std::vector<int64_t> rows;
   std::vector<std::pair<int64_t, int64_t>> counts;  // windows, held
@@ -560,7 +560,7 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
         KV_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;
         ClaimInfo c = ClaimFromRow(s, 0);
-        Overlay(&c);
+        if (overlay) Overlay(&c);
         const auto r = static_cast<size_t>(c.ring);
         if (r < m.rings.size() && static_cast<size_t>(c.window) < m.rings[r].windows.size()) {
           WindowState& w = m.rings[r].windows[static_cast<size_t>(c.window)];
@@ -664,6 +664,8 @@ Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& non
                              double keep_s) {
   // No sweep: a nonce is the first of a request's two transactions, and the second sweeps (a
   // nonce expired but not yet swept is refused as used, which its request's time refuses anyway).
+  // One of a heartbeat's, not yet written, counts as used.
+  if (nonces_.Contains(node, nonce)) return false;
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce, now, keep_s));
   KV_RETURN_IF_ERROR(txn->Commit());

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -21,6 +22,7 @@
 #include "base/status.h"
 #include "market/audit.h"
 #include "market/lease_table.h"
+#include "market/nonce_table.h"
 #include "market/proof.h"
 #include "market/sql.h"
 
@@ -254,6 +256,8 @@ class Store {
   // the next flush.
   Status FlushLeases(double now);
   size_t pending_leases() const { return leases_.size(); }
+  // Heartbeat nonces recorded in memory and not yet written (NoncesInMemory).
+  size_t pending_nonces() const { return nonces_.size(); }
 
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
@@ -444,8 +448,20 @@ class Store {
   Result<int64_t> ModelRow(const std::string& name);
   // Every model, or only the one named `only`; with `only_ring` >= 0, the windows and claims of
   // that ring only (the other rings come without them: what a heartbeat needs).
+  // `overlay`: with the renewals in memory laid over the claims (OverlayAll).
   Result<std::vector<ModelState>> ReadModels(double now, const std::string& only,
-                                             int only_ring = -1);
+                                             int only_ring = -1, bool overlay = true);
+  // ring_cache.cpp. The state of one ring as a heartbeat reads it (ReadModels of that ring,
+  // without the renewals in memory), kept while the database is unchanged (Db::ChangeMark) and
+  // for at most kRingCacheSeconds (its counts of recent demand move with the clock): a heartbeat
+  // that changes nothing answers from it instead of reading its ring again.
+  // Into `*out` with the renewals laid over it; false when none is valid under `mark`.
+  bool RingFromCache(const std::string& model, int ring, uint64_t mark, double now,
+                     std::vector<ModelState>* out);
+  // Keeps `fresh` (ReadModels of that ring without overlay, read under `mark`).
+  void CacheRing(const std::string& model, int ring, uint64_t mark, double now,
+                 std::vector<ModelState> fresh);
+  void OverlayAll(std::vector<ModelState>* models) const;
   Result<ClaimInfo> ReadClaim(int64_t claim);
   // lease_flush.cpp. The lease and last heartbeat of `c` as this Store answered them (a renewal
   // waiting in memory is later than the row).
@@ -454,7 +470,14 @@ class Store {
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending);
+  // Writes `pending` and the first `n_nonces` of nonces_.
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces);
+  // Whether a heartbeat's nonce is checked against nonces_ and the table, and recorded in nonces_
+  // until the next flush, instead of written in its transaction: with SQLite and renewals in
+  // memory. PostgreSQL writes each (another process on the database must see it at once).
+  bool NoncesInMemory() const { return lease_flush_s_ > 0 && !db_->postgres(); }
+  // Inside a transaction: whether `node` used `nonce` before (memory or table).
+  Result<bool> NonceSeen(const std::string& node, const std::string& nonce);
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
@@ -466,6 +489,13 @@ class Store {
   double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
   LeaseTable leases_;          // renewals answered but not yet written
+  NonceTable nonces_;          // heartbeat nonces answered but not yet written
+  struct CachedRing {
+    double filled_at = 0;
+    ModelState state;  // one ring's windows and claims, as ReadModels without overlay
+  };
+  std::map<std::pair<std::string, int>, CachedRing> ring_cache_;  // by model name, ring
+  uint64_t ring_cache_mark_ = 0;  // the Db::ChangeMark every entry was read under
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
 };

@@ -2,7 +2,8 @@
 // 32 claimers racing through two processes for one window, exactly one wins; 32 racing for every
 // window of a model get one winner each (and the reward of the rest agrees); a process killed
 // (SIGKILL) while claims go through it loses none it answered, and the other process goes on;
-// every 409 of 32 claimers racing for twelve windows names the claimer that holds the window.
+// every 409 of 32 claimers racing for twelve windows names the claimer that holds the window; a
+// heartbeat answered by one process is refused as a replay by the other.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -17,9 +18,11 @@
 
 #include "market/market_client.h"
 #include "market/market_server.h"
+#include "market/signed_request.h"
 #include "market_test_util.h"
 #include "net/server_process.h"
 #include "pg_server.h"
+#include "raw_client.h"
 
 namespace kvasir::market {
 namespace {
@@ -273,6 +276,37 @@ TEST_F(MarketPostgresTest, AProcessKilledMidClaimLosesNothingItAnswered) {
     const auto& w = (*after)["models"][0]["rings"][static_cast<size_t>(i / 3)]["windows"]
                             [static_cast<size_t>(i % 3)];
     EXPECT_EQ(w.value("holder", std::string()), ring::PublicKeyHex(KeyN(300 + i).public_key()));
+  }
+}
+
+// A heartbeat's nonce is written in its own transaction on PostgreSQL (not held in memory as on
+// SQLite): the same signed bytes sent to the other process are refused as a replay.
+TEST_F(MarketPostgresTest, AHeartbeatReplayedToTheOtherProcessIsRefused) {
+  auto key = std::make_shared<const ring::NodeKey>(KeyN(500));
+  auto claimed = Client(0, key).PostSigned(
+      "/v1/claims", {{"model", "tiny"}, {"ring", 0}, {"window", 0}, {"address", ":7001"}});
+  ASSERT_TRUE(claimed.ok()) << claimed.status().message();
+  const std::string body =
+      nlohmann::json{{"claim", (*claimed)["claim"].get<int64_t>()}, {"serving_epoch", -1}}.dump();
+  std::string req = "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  for (const auto& [name, value] :
+       SignRequest(*key, "POST", "/v1/heartbeat", body, static_cast<int64_t>(UnixNow()))) {
+    req += name + ": " + value + "\r\n";
+  }
+  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int m = 0; m < 2; ++m) {
+    const std::string port =
+        urls_[static_cast<size_t>(m)].substr(urls_[static_cast<size_t>(m)].rfind(':') + 1);
+    testing::RawClient c(static_cast<uint16_t>(std::stoi(port)));
+    ASSERT_TRUE(c.connected());
+    c.Send(req);
+    const std::string answer = c.ReadResponse();
+    if (m == 0) {
+      EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+    } else {
+      EXPECT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << answer;
+      EXPECT_NE(answer.find("replayed"), std::string::npos) << answer;
+    }
   }
 }
 

@@ -102,5 +102,48 @@ TEST_F(MarketScaleTest, AReplayedHeartbeatIsRefusedAndRenewsNothing) {
   EXPECT_EQ(api_->Handle(bad, kT0 + 8).status, 401);
 }
 
+// A heartbeat answers from the ring it read last while the database is unchanged (ring_cache.cpp):
+// every change of the ring, by this store or another connection to the database, shows in the
+// very next heartbeat, as does a renewal held in memory.
+TEST_F(MarketScaleTest, AHeartbeatSeesEveryChangeOfItsRingAtOnce) {
+  const std::string a = kvasir::testing::Hex(keys_[0]);
+  auto first = store_->Claim(Request(0, 0, 0), kT0, 30);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const int64_t claim = first->claim.id;
+  auto beat = [&](double now) {
+    auto r = store_->Heartbeat(a, claim, -1, now, 30);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->ring : RingState{};
+  };
+  EXPECT_FALSE(beat(kT0 + 0.1).windows[1].claim.has_value());
+  // A claim through this store.
+  auto second = store_->Claim(Request(1, 0, 1), kT0 + 0.2, 30);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  RingState r = beat(kT0 + 0.3);
+  ASSERT_TRUE(r.windows[1].claim.has_value());
+  EXPECT_EQ(r.windows[1].claim->id, second->claim.id);
+  // A claim through another connection to the database (another market process).
+  auto other = Store::Open(db_);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  (*other)->set_lease_s(30);
+  auto third = (*other)->Claim(Request(2, 0, 2), kT0 + 0.4, 30);
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  r = beat(kT0 + 0.5);
+  ASSERT_TRUE(r.windows[2].claim.has_value());
+  EXPECT_EQ(r.windows[2].claim->id, third->claim.id);
+  EXPECT_TRUE(r.complete);
+  // Released through the other connection: gone at the next heartbeat, and the epoch moved.
+  const int64_t epoch = r.epoch;
+  ASSERT_TRUE((*other)->Release(kvasir::testing::Hex(keys_[2]), third->claim.id, kT0 + 0.6).ok());
+  r = beat(kT0 + 0.7);
+  EXPECT_FALSE(r.windows[2].claim.has_value());
+  EXPECT_NE(r.epoch, epoch);
+  // The renewal of the heartbeat before, held in memory, shows in the ring of the next one.
+  r = beat(kT0 + 0.8);
+  ASSERT_TRUE(r.windows[0].claim.has_value());
+  EXPECT_DOUBLE_EQ(r.windows[0].claim->last_beat, kT0 + 0.7);
+  EXPECT_DOUBLE_EQ(r.windows[0].claim->expires, kT0 + 30.7);
+}
+
 }  // namespace
 }  // namespace kvasir::market
