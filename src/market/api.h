@@ -27,7 +27,7 @@ struct ApiRequest {
   std::string remote_ip;  // completes an address with an empty or wildcard host
   // The check of the request's signature when the caller made it before (CheckSignature, on a
   // thread of its own); without it, Handle checks the signature itself.
-  std::optional<Result<SignedBy>> signature;
+  std::optional<Result<SignedBy>> signature = std::nullopt;
 };
 
 struct ApiResponse {
