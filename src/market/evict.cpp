@@ -54,7 +54,10 @@ Status Store::EvictIdle(double now) {
   std::map<std::pair<int64_t, int>, RingRows> rings;
   {
     // Claims that prove and serve are never due: only the others are read, and only their
-    // rings are counted (a scan of the claims, not of every window for each).
+    // rings are counted (a scan of the claims, not of every window for each). Nor is a claim
+    // younger than the deadline: every deadline below starts at or after its claim's creation
+    // (its ring's completion is its newest claim's), so thousands of fresh claims cost the
+    // once-a-second scan no ring query (a stall every heartbeat behind it would wait out).
     KV_ASSIGN_OR_RETURN(
         auto s,
         db_->Prepare(
@@ -62,7 +65,8 @@ Status Store::EvictIdle(double now) {
             "THEN 1 ELSE 0 END, c.proven, w.bytes, c.standby FROM claims c JOIN rings r ON "
             "r.model = c.model AND r.ring = c.ring JOIN windows w ON w.model = c.model AND "
             "w.ring = c.ring AND w.window = c.window "
-            "WHERE c.proven = 0 OR c.serving_epoch <> r.epoch"));
+            "WHERE c.created <= ?1 AND (c.proven = 0 OR c.serving_epoch <> r.epoch)"));
+    s.Bind(1, now - eviction_.deadline_s);
     while (true) {
       KV_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
