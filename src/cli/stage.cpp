@@ -16,7 +16,7 @@
 #include "node/relay_dial.h"
 #include "node/signals.h"
 #include "node/slice_cache.h"
-#include "node/stage_check.h"
+#include "ring/stage.h"
 
 namespace kvasir::cli {
 namespace {
@@ -249,7 +249,7 @@ int StageMain(int argc, char** argv) {
     }
     // Every option is checked before the slice is fetched: a typo must not cost a download.
     // (Exit 1, as when the stage refuses them at start.)
-    if (Status c = node::CheckStageOptions(opt); !c.ok()) return Fail(kCmd, c);
+    if (Status c = ring::CheckStageOptions(opt); !c.ok()) return Fail(kCmd, c);
     if (!fetch_url.empty()) {
       fetch.url = fetch_url;
       fetch.first = opt.first;

@@ -49,9 +49,9 @@ struct StandbyPeer {
 
 struct StageOptions {
   std::string model_path;
-  int first = 0;             // layers [first, last)
+  int first = 0;  // layers [first, last)
   int last = 0;
-  std::string listen;        // HOST:PORT to accept the predecessor (and clients, on the head)
+  std::string listen;  // HOST:PORT to accept the predecessor (and clients, on the head)
   // Instead of binding `listen`: an inherited socket already bound and listening. Create() takes
   // it over (and closes it when it fails).
   int listen_fd = -1;
@@ -78,16 +78,16 @@ struct StageOptions {
   // accepted predecessor, redial when it ends. The listener keeps accepting clients and direct
   // predecessors either way.
   DialHook dial_next;
-  std::string next_via;      // what dial_next reaches, for logs ("wss://relay/edge/r1-r2")
+  std::string next_via;  // what dial_next reaches, for logs ("wss://relay/edge/r1-r2")
   DialHook dial_pred;
   std::string pred_via;
-  std::string name;          // for logs and stats; defaults to "stage-<first>-<last>"
+  std::string name;  // for logs and stats; defaults to "stage-<first>-<last>"
   int n_threads = 1;
   std::string backend = "cpu";  // where the window runs (--backend: cpu, opencl[:P:D], cuda[:N])
   AttnType attn_type = AttnType::kF32;  // the window's attention operands (--attn-type)
-  int n_ctx = 0;             // KV capacity per session; 0 = the model's, capped at 4096
+  int n_ctx = 0;                        // KV capacity per session; 0 = the model's, capped at 4096
   wire::Dtype boundary = wire::Dtype::kF32;  // dtype of hidden states sent to the successor
-  int chunk = 64;            // prompt tokens per prefill batch on the head
+  int chunk = 64;                            // prompt tokens per prefill batch on the head
   int max_sessions = 64;
   // Prompt cache: the state of ended sessions kept for later ones whose prompt starts with the
   // same tokens, up to this many bytes (0: off) and for this long.
@@ -100,24 +100,24 @@ struct StageOptions {
   spec::DraftOptions draft;
 
   // Trust (docs/PROTOCOL.md, "Handshake"). Every link runs the handshake and is encrypted.
-  std::shared_ptr<const NodeKey> key;   // this node's identity; required
-  std::string ring_secret;              // demanded of both neighbours when set
-  std::optional<PublicKey> pred_key;    // the predecessor must be this node (manifest)
-  std::optional<PublicKey> succ_key;    // the successor must be this node (manifest)
-  std::string client_secret;            // head: demanded of clients when set
+  std::shared_ptr<const NodeKey> key;  // this node's identity; required
+  std::string ring_secret;             // demanded of both neighbours when set
+  std::optional<PublicKey> pred_key;   // the predecessor must be this node (manifest)
+  std::optional<PublicKey> succ_key;   // the successor must be this node (manifest)
+  std::string client_secret;           // head: demanded of clients when set
   // Neighbours without any proof; refused unless `listen` is a loopback address.
   bool insecure = false;
 
   // Liveness and limits (docs/PROTOCOL.md, "Limits").
-  int link_timeout_ms = 10000;       // a silent neighbour or client is down after this long
-  int handshake_timeout_ms = 5000;   // handshake and HELLO must complete within this
+  int link_timeout_ms = 10000;      // a silent neighbour or client is down after this long
+  int handshake_timeout_ms = 5000;  // handshake and HELLO must complete within this
   // ... and within this while half the handshake slots are taken (a flood of connections).
   int pressure_handshake_timeout_ms = 1000;
-  int max_pending = 64;              // connections still in their handshake
-  int max_pending_per_address = 8;   // of them, from one address (an IPv6 /64 counts as one)
-  int pending_reserved = 8;          // of them, kept for the addresses a predecessor came from
-  int max_clients = 256;             // handshaken client connections (head)
-  int max_sessions_per_client = 4;   // sessions one client connection may have at once
+  int max_pending = 64;             // connections still in their handshake
+  int max_pending_per_address = 8;  // of them, from one address (an IPv6 /64 counts as one)
+  int pending_reserved = 8;         // of them, kept for the addresses a predecessor came from
+  int max_clients = 256;            // handshaken client connections (head)
+  int max_sessions_per_client = 4;  // sessions one client connection may have at once
   // Bytes held for all clients together (records arriving, requests waiting, frames queued to
   // them); the clients that have held bytes the longest are dropped first to make room.
   size_t client_buffer_bytes = size_t{16} << 20;
@@ -144,6 +144,15 @@ struct StageOptions {
   // perturbed (and committed to as sent), for tests of the audits. Refused above 0 elsewhere.
   double test_fault_noise = 0;
 };
+
+// The checks of a stage's options that need no model (stage_check.cpp): addresses (--listen
+// unless only a listening fd is given, --next unless a dial hook is set, --standby-peers),
+// --chunk, --max-sessions, --max-clients, -t, --link-timeout, the handshake deadlines and slots,
+// --repair-timeout, --standby on the head's window, --insecure off loopback, the test fault, and
+// something to authenticate both neighbours with (a node key must already be set). Create() runs
+// them; `kvasir stage` and `kvasir join` run them before anything is fetched, so a typo never
+// costs a download. Errors name the flag and what is wrong.
+Status CheckStageOptions(const StageOptions& opt);
 
 class Stage {
  public:

@@ -1,4 +1,4 @@
-// What a stage's setup refuses before anything is fetched (node::CheckStageOptions) and the dial
+// What a stage's setup refuses before anything is fetched (ring::CheckStageOptions) and the dial
 // hooks of relayed links (node::ApplyRelayEdges).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,13 +6,14 @@
 #include <fstream>
 
 #include "node/relay_dial.h"
-#include "node/stage_check.h"
 #include "ring/node_key.h"
+#include "ring/stage.h"
 #include "test_assets.h"
 
 namespace kvasir::node {
 namespace {
 
+using ring::CheckStageOptions;
 using ::testing::HasSubstr;
 
 ring::StageOptions Valid() {

@@ -1,12 +1,13 @@
-#include "node/stage_check.h"
-
+// The checks of a stage's options that need no model (ring/stage.h, CheckStageOptions).
 #include <thread>
 
 #include "net/stream.h"
+#include "ring/stage.h"
+#include "ring/test_fault.h"
 
-namespace kvasir::node {
+namespace kvasir::ring {
 
-Status CheckStageOptions(const ring::StageOptions& opt) {
+Status CheckStageOptions(const StageOptions& opt) {
   if (opt.chunk < 1) return Error("--chunk {} must be at least 1", opt.chunk);
   if (opt.max_sessions < 1) return Error("--max-sessions {} must be at least 1", opt.max_sessions);
   if (opt.max_clients < 1) return Error("--max-clients {} must be at least 1", opt.max_clients);
@@ -17,6 +18,21 @@ Status CheckStageOptions(const ring::StageOptions& opt) {
   if (opt.link_timeout_ms < 100) {
     return Error("--link-timeout {} ms is too short (at least 100 ms)", opt.link_timeout_ms);
   }
+  if (opt.handshake_timeout_ms < 100 || opt.pressure_handshake_timeout_ms < 100 ||
+      opt.pressure_handshake_timeout_ms > opt.handshake_timeout_ms) {
+    return Error(
+        "handshake deadlines of {} ms ({} ms under pressure) must be at least 100 ms, the "
+        "second no longer than the first",
+        opt.handshake_timeout_ms, opt.pressure_handshake_timeout_ms);
+  }
+  if (opt.max_pending_per_address < 1 || opt.pending_reserved < 0 ||
+      opt.max_pending <= opt.pending_reserved) {
+    return Error(
+        "handshake slots: {} in all, {} reserved, {} per address: need more slots than "
+        "reserved ones and at least 1 per address",
+        opt.max_pending, opt.pending_reserved, opt.max_pending_per_address);
+  }
+  KV_RETURN_IF_ERROR(CheckTestFaultNoise(opt.test_fault_noise));
   if (opt.repair_timeout_ms < 0 || opt.repair_timeout_ms > 3600000) {
     return Error("--repair-timeout {} ms must be from 0 to 3600 s", opt.repair_timeout_ms);
   }
@@ -35,7 +51,8 @@ Status CheckStageOptions(const ring::StageOptions& opt) {
   for (const std::string& peer : opt.standby_peers) {
     KV_RETURN_IF_ERROR(net::ParseHostPort(peer, &host, &port).WithContext("--standby-peers"));
   }
-  if (opt.listen_fd < 0) {
+  // An inherited listener is checked by the address it was bound to, once that is known.
+  if (opt.listen_fd < 0 || !opt.listen.empty()) {
     KV_RETURN_IF_ERROR(net::ParseHostPort(opt.listen, &host, &port).WithContext("--listen"));
     if (opt.insecure && !net::IsLoopbackHost(host)) {
       return Error("--insecure stages listen on loopback only (127.0.0.1 or ::1), not {}",
@@ -55,4 +72,4 @@ Status CheckStageOptions(const ring::StageOptions& opt) {
   return Status::Ok();
 }
 
-}  // namespace kvasir::node
+}  // namespace kvasir::ring
