@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "link_events.h"
 #include "ring/node_key.h"
 #include "ring/secure_stream.h"
 
@@ -22,49 +23,7 @@ namespace kvasir::ring {
 namespace {
 
 const std::string kSecret = "predecessor-side-test-secret-0123456789";
-constexpr int kWaitMs = 10000;
 using Clock = std::chrono::steady_clock;
-
-wire::Hello HelloOf(wire::Role role, uint32_t first, uint32_t last, uint64_t generation = 0) {
-  wire::Hello h{};
-  h.protocol_version = wire::kProtocolVersion;
-  h.role = static_cast<uint32_t>(role);
-  h.window_first = first;
-  h.window_last = last;
-  h.generation = generation;
-  return h;
-}
-
-// What the side told its owner, in order, waited on with a deadline.
-class Events {
- public:
-  void Add(std::string e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(e));
-    cv_.notify_all();
-  }
-  // The next event within kWaitMs, or "(none)".
-  std::string Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(kWaitMs), [&] { return !events_.empty(); })) {
-      return "(none)";
-    }
-    std::string e = std::move(events_.front());
-    events_.pop_front();
-    return e;
-  }
-  std::vector<std::string> Rest() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> rest(events_.begin(), events_.end());
-    events_.clear();
-    return rest;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> events_;
-};
 
 // The test's end of one link to the side: it dials, handshakes as the initiator, says HELLO and
 // reads the side's answer.

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "link_events.h"
 #include "ring/messages.h"
 #include "ring/node_key.h"
 #include "ring/secure_stream.h"
@@ -19,7 +20,6 @@ namespace kvasir::ring {
 namespace {
 
 const std::string kSecret = "successor-link-test-secret-0123456789";
-constexpr int kWaitMs = 10000;
 
 LinkAuth Auth(const std::shared_ptr<const NodeKey>& key) {
   LinkAuth a;
@@ -27,40 +27,6 @@ LinkAuth Auth(const std::shared_ptr<const NodeKey>& key) {
   a.ring_secret = kSecret;
   return a;
 }
-
-wire::Hello HelloOf(uint32_t first, uint32_t last) {
-  wire::Hello h{};
-  h.protocol_version = wire::kProtocolVersion;
-  h.role = static_cast<uint32_t>(wire::Role::kStage);
-  h.window_first = first;
-  h.window_last = last;
-  return h;
-}
-
-// What the link told its owner, in order, waited on with a deadline.
-class Events {
- public:
-  void Add(std::string e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(e));
-    cv_.notify_all();
-  }
-  // The next event within kWaitMs, or "(none)".
-  std::string Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(kWaitMs), [&] { return !events_.empty(); })) {
-      return "(none)";
-    }
-    std::string e = std::move(events_.front());
-    events_.pop_front();
-    return e;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> events_;
-};
 
 // The test's side of one connection the link dialed: handshake as the responder, then HELLO.
 struct FakeSuccessor {
@@ -110,7 +76,7 @@ class SuccessorLinkTest : public ::testing::Test {
     o.auth = Auth(std::make_shared<const NodeKey>(NodeKey::Generate()));
     o.handshake_timeout_ms = handshake_timeout_ms;
     o.max_payload = 1 << 16;
-    o.hello = HelloOf(0, 4);
+    o.hello = HelloOf(wire::Role::kStage, 0, 4);
     o.check_hello = [](const wire::Hello& h) {
       if (h.window_first != 4) return Status::Error(fmt::format("starts at {}", h.window_first));
       return Status::Ok();
@@ -131,7 +97,7 @@ class SuccessorLinkTest : public ::testing::Test {
 
 TEST_F(SuccessorLinkTest, ComesUpCarriesFramesAndDialsAgainAfterADrop) {
   Start();
-  auto fake = FakeSuccessor::Accept(*listener_, HelloOf(4, 8));
+  auto fake = FakeSuccessor::Accept(*listener_, HelloOf(wire::Role::kStage, 4, 8));
   ASSERT_NE(fake, nullptr);
   EXPECT_EQ(fake->their_hello.window_last, 4u);  // this stage's HELLO, as given
   EXPECT_EQ(events_.Next(), "up");
@@ -144,14 +110,15 @@ TEST_F(SuccessorLinkTest, ComesUpCarriesFramesAndDialsAgainAfterADrop) {
 
   fake->link->Close();  // the successor dies
   EXPECT_EQ(events_.Next(), "down: link to successor fake down");
-  auto again = FakeSuccessor::Accept(*listener_, HelloOf(4, 8));
+  auto again = FakeSuccessor::Accept(*listener_, HelloOf(wire::Role::kStage, 4, 8));
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(events_.Next(), "up");
 }
 
 TEST_F(SuccessorLinkTest, ASuccessorWhoseHelloIsRefusedNeverComesUp) {
   Start();
-  auto fake = FakeSuccessor::Accept(*listener_, HelloOf(5, 8));  // not where this window ends
+  auto fake = FakeSuccessor::Accept(
+      *listener_, HelloOf(wire::Role::kStage, 5, 8));  // not where this window ends
   ASSERT_NE(fake, nullptr);
   EXPECT_EQ(events_.Next(), "refused");
   EXPECT_FALSE(link_->up());
