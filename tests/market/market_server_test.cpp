@@ -330,6 +330,44 @@ TEST_F(MarketServerTest, AConnectionThatSentASignedRequestKeepsItsPlaceThroughTh
   EXPECT_EQ(server_->stats().proven, 1u);
 }
 
+// A flood whose every connection sends one heartbeat with a forged signature (signed over another
+// body), then falls silent: each costs the signature threads a check and their queue a place, and
+// none may earn its connection the proven pool; honest heartbeats and reads are still answered
+// within a second, as in the silent flood.
+TEST_F(MarketServerTest, AFloodOfForgedSignaturesLeavesClientsAndHeartbeatsServed) {
+  Restart(MarketServerOptions{});
+  auto key = std::make_shared<const ring::NodeKey>(KeyN(7));
+  const int64_t claim = ClaimWindow(Client(key));
+  const ring::NodeKey forger = KeyN(9);
+  const std::string body = json{{"claim", claim}, {"serving_epoch", -1}}.dump();
+  std::string forged =
+      "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  for (const auto& [name, value] :
+       SignRequest(forger, "POST", "/v1/heartbeat", body + " ", static_cast<int64_t>(UnixNow()))) {
+    forged += name + ": " + value + "\r\n";
+  }
+  forged += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  {
+    // The flood's bytes are a whole request whose signature is checked and refused.
+    testing::RawClient probe(server_->port());
+    probe.Send(forged);
+    ASSERT_THAT(probe.ReadResponse(), ::testing::StartsWith("HTTP/1.1 401"));
+  }
+  testing::FloodOptions o = SilentFlood(server_->port());
+  o.first_bytes = forged;
+  ConnectionFlood flood(o);
+  ASSERT_TRUE(
+      server_->WaitFor([](const MarketServerStats& s) { return s.open >= 512; }, kDeadlineMs))
+      << "the flood never filled the market's 512 places";
+  const FloodFigures f = ServeThroughFlood(url_, claim, key, flood, server_->port(), 6);
+  PrintFigures("market (forged signatures)", f, flood);
+  // Only the honest node's connections ever sent a signature that verified.
+  EXPECT_LE(server_->stats().proven, 2u);
+  flood.Stop();
+  EXPECT_TRUE(server_->WaitFor(
+      [](const MarketServerStats& s) { return s.open == 0 && s.proven == 0; }, kDeadlineMs));
+}
+
 // The flood against `kvasir market` started the documented way, with the process's memory: its
 // peak (VmHWM) stays within 64 MiB of what it held before, and its resident memory returns after.
 TEST(MarketProcessTest, AMarketUnderASilentFloodServesWithinASecondAndItsMemory) {
