@@ -59,9 +59,12 @@ Millis NowMs() {
 
 const char* CloseCauseName(CloseCause cause) {
   switch (cause) {
-    case CloseCause::kDeadline: return "deadline";
-    case CloseCause::kEvicted: return "evicted";
-    case CloseCause::kStopping: return "stopping";
+    case CloseCause::kDeadline:
+      return "deadline";
+    case CloseCause::kEvicted:
+      return "evicted";
+    case CloseCause::kStopping:
+      return "stopping";
   }
   return "?";
 }
@@ -89,7 +92,8 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   uint64_t refused_since_log = 0, evicted_since_log = 0, expired_since_log = 0;
   std::string last_refusal;
   Millis last_log_ms = 0;
-  bool flooded = false;  // a pool was under pressure since the last GiveBackAfterFlood
+  bool flooded = false;     // a pool was under pressure since the last GiveBackAfterFlood
+  size_t held_at_trim = 0;  // connections open at the last trim after a flood (0: none due)
 
   std::atomic<uint64_t> accepted{0}, refused{0}, evicted{0}, expired{0}, open_now{0}, proven_now{0};
   mutable std::mutex mu;
@@ -124,13 +128,24 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 // The connections of a flood leave their memory scattered through the heap, where the allocator
 // keeps it. Once the pressure has gone (a quarter of the pressure point left in every pool), the
 // free pages go back to the system, so the process returns to its idle size.
+// The flood's last connections close after that, and their memory too: the pages go back once
+// more each time half of the connections left at the last trim have gone, down to none (a few
+// trims, never one per sweep).
 void ServerCore::GiveBackAfterFlood() {
-  if (!flooded) return;
+  const auto held = static_cast<size_t>(table.Count(Pool::kOpen) + table.Count(Pool::kProven));
+  if (!flooded) {
+    if (held_at_trim > 0 && held <= held_at_trim / 2) {
+      held_at_trim = held;
+      ::malloc_trim(0);
+    }
+    return;
+  }
   for (Pool pool : {Pool::kOpen, Pool::kProven}) {
     const PoolLimits& l = pool == Pool::kOpen ? o.admission.open : o.admission.proven;
     if (table.Count(pool) > l.pressure_from / 4) return;
   }
   flooded = false;
+  held_at_trim = held;
   ::malloc_trim(0);
 }
 
@@ -278,9 +293,10 @@ void EnsureFileLimit(const ServerOptions& o) {
   const rlim_t hard = lim.rlim_max;
   lim.rlim_cur = (hard == RLIM_INFINITY || hard >= want) ? want : hard;
   if (::setrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < want) {
-    KV_LOG_WARN("{}: its {} places need {} open files, and the limit is {} (ulimit -n): a flood "
-                "may be refused by the system before the server's own limits",
-                o.name, want - kSpare, want, lim.rlim_cur);
+    KV_LOG_WARN(
+        "{}: its {} places need {} open files, and the limit is {} (ulimit -n): a flood "
+        "may be refused by the system before the server's own limits",
+        o.name, want - kSpare, want, lim.rlim_cur);
   }
 }
 
