@@ -27,9 +27,9 @@ void HeadRole::OnClientMessage(uint64_t client, Message& m, ByteCharge charge) {
   } else if (auto* c = std::get_if<CloseMsg>(&m)) {
     auto it = st_.sessions_.find(c->session);
     if (it != st_.sessions_.end() && it->second.client == client && !it->second.closing) {
-      st_.EndSession(c->session, wire::FinishReason::kClientClosed, "");
+      EndSession(c->session, wire::FinishReason::kClientClosed, "");
     }
-    if (c->count) st_.ClientVouched(c->session, client, *c->count);
+    if (c->count) ClientVouched(c->session, client, *c->count);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
     if (!st->records.empty() || !st->drafts.empty()) {
       st_.SendToClient(client, ErrorMsg{wire::ErrorCode::kBadRequest, 0,
@@ -56,7 +56,7 @@ void HeadRole::OnPredMessage(Message& m) {
   if (auto* t = std::get_if<TokenMsg>(&m)) {
     HandleToken(*t);
   } else if (auto* o = std::get_if<OpenSessionMsg>(&m)) {
-    if (o->replay) st_.ReplayCameBack(o->session);
+    if (o->replay) ReplayCameBack(o->session);
   } else if (auto* c = std::get_if<CloseMsg>(&m)) {
     auto it = st_.sessions_.find(c->session);
     if (it != st_.sessions_.end() && it->second.closing) st_.sessions_.erase(it);
@@ -66,13 +66,13 @@ void HeadRole::OnPredMessage(Message& m) {
     if (!p->pong && p->body.nonce == probe_nonce_) {
       if (!ring_closed_) KV_LOG_INFO("{}: ring closed", st_.options_.name);
       ring_closed_ = true;
-      st_.ReplayHeld();  // sessions held while the ring was broken go first
+      ReplayHeld();  // sessions held while the ring was broken go first
       std::deque<WaitingGenerate> waiting;
       waiting.swap(waiting_generates_);
       for (WaitingGenerate& w : waiting) StartSession(w.client, w.request);
     }
   } else if (auto* r = std::get_if<ReceiptMsg>(&m)) {
-    st_.ReceiptCameBack(*r);
+    ReceiptCameBack(*r);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
     if (!stats_waiters_.empty()) {
       st_.SendToClient(stats_waiters_.front(), *st);
@@ -84,9 +84,9 @@ void HeadRole::OnPredMessage(Message& m) {
 void HeadRole::OnClientGone(uint64_t client) {
   std::vector<uint32_t> ids;
   for (auto& [id, s] : st_.sessions_) {
-    if (s.originated && s.client == client && !s.closing) ids.push_back(id);
+    if (s.client == client && !s.closing) ids.push_back(id);
   }
-  for (uint32_t id : ids) st_.EndSession(id, wire::FinishReason::kClientClosed, "");
+  for (uint32_t id : ids) EndSession(id, wire::FinishReason::kClientClosed, "");
   std::erase(stats_waiters_, client);
   std::erase_if(waiting_generates_, [&](const auto& w) { return w.client == client; });
 }
@@ -103,8 +103,6 @@ void HeadRole::OnRingDown(const std::string& why, bool /*forward*/) {
   }
   stats_waiters_.clear();
 }
-
-void HeadRole::OnHeld(uint32_t id) { st_.scheduler_.TakeSession(id); }
 
 std::chrono::milliseconds HeadRole::IdleWait() const {
   return std::chrono::milliseconds(ring_closed_ && st_.holds_.empty() ? 1000 : 100);
@@ -125,7 +123,7 @@ void HeadRole::OnKept(Session& s, PromptCache::Entry& e) {
 }
 
 void HeadRole::OnTurn() {
-  st_.SendReceiptsOverdue();
+  SendReceiptsOverdue();
   if (ring_closed_) return;
   const auto now = Clock::now();
   // Sessions held for a repair resume as soon as a probe comes around: probe more often then.
@@ -134,6 +132,30 @@ void HeadRole::OnTurn() {
   last_probe_ = now;
   PingMsg probe{false, {probe_nonce_, 0}};
   st_.SendNext(probe);
+}
+
+void HeadRole::FailSession(uint32_t session, wire::ErrorCode /*code*/, const std::string& why) {
+  EndSession(session, wire::FinishReason::kError, why);
+}
+
+void HeadRole::EndSession(uint32_t session, wire::FinishReason reason, const std::string& error) {
+  auto it = st_.sessions_.find(session);
+  // A session whose CLOSE is already on its way ends once (one CLOSE, one receipt).
+  if (it == st_.sessions_.end() || it->second.closing) return;
+  Session& s = it->second;
+  st_.KeepOrClose(s, error.empty() ? reason : wire::FinishReason::kError);
+  if (!error.empty()) {
+    st_.SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBadRequest, session, error});
+  }
+  KV_LOG_INFO("{}: session {} closed: {} after {} tokens", st_.options_.name, session,
+              error.empty() ? wire::FinishReasonName(static_cast<uint8_t>(reason)) : error,
+              s.n_generated);
+  if (st_.SendNext(CloseMsg{session, static_cast<uint8_t>(reason)})) {
+    s.closing = true;  // dropped when the CLOSE comes back around
+    SendReceipt(s);    // behind the CLOSE: links keep their order
+    return;
+  }
+  st_.sessions_.erase(it);
 }
 
 void HeadRole::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge) {
@@ -157,7 +179,7 @@ void HeadRole::HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge
   }
   int open = 0;
   for (const auto& [id, s] : st_.sessions_) {
-    open += s.originated && s.client == client && !s.closing;
+    open += s.client == client && !s.closing;
   }
   for (const auto& w : waiting_generates_) open += w.client == client;
   if (open >= st_.options_.max_sessions_per_client) {
@@ -223,7 +245,6 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   s.id = id;
   s.sampling = g.sampling;
   s.n_prompt = static_cast<int>(ids.size());
-  s.originated = true;
   s.commit = st_.NewCommit();
   s.client = client;
   s.report_cached = g.report_cached;
@@ -246,7 +267,7 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
   open.n_cached = static_cast<uint32_t>(n_cached);
   open.keep = s.keep;
   if (!st_.SendNext(open)) {
-    st_.EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
+    EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
     return;
   }
   // Chunks of equal size, at most options.chunk rows: a short last chunk (64 + 2) would cross
@@ -272,10 +293,10 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   if (t.ahead) {
     // Overlap: the last stage's guess of a later window, fed right behind the chunks before it
     // and never streamed; rows that turn out wrong are dropped before the session's next chunk.
-    if (!st_.DrawnBeforeReplay(s)) st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
+    if (!DrawnBeforeReplay(s)) st_.scheduler_.AddDecode(VerifyChunk(s.id, t));
     return;
   }
-  if (!st_.AcceptsToken(s, t)) return;  // held, or drawn before a replay (stage_repair.cpp)
+  if (!AcceptsToken(s, t)) return;  // held, or drawn before a replay (head_replay.cpp)
   TraceTiming(st_.options_.name, "token_in", "session={} pos={}", s.id, t.token.pos);
   s.n_generated++;
   s.retry.reset();  // every stage has the session: no fallback from here on
@@ -286,7 +307,7 @@ void HeadRole::HandleToken(const TokenMsg& t) {
   const bool finished = out.token.finished != 0;
   st_.SendToClient(s.client, out);
   if (finished) {
-    st_.EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
+    EndSession(s.id, static_cast<wire::FinishReason>(out.token.reason), "");
     return;
   }
   s.history.push_back(t.token.id);  // for the prompt cache, and for a replay
@@ -315,7 +336,7 @@ void HeadRole::HandleError(const ErrorMsg& e) {
   }
   if (e.code == wire::ErrorCode::kCacheMiss && RetryWithoutCache(e.session)) return;
   auto it = st_.sessions_.find(e.session);
-  if (it != st_.sessions_.end() && it->second.originated) {
+  if (it != st_.sessions_.end()) {
     Session& s = it->second;
     st_.SendToClient(s.client, ErrorMsg{e.code, e.session, e.message});
     st_.window_->CloseSequence(static_cast<int>(e.session));
@@ -326,8 +347,7 @@ void HeadRole::HandleError(const ErrorMsg& e) {
 
 bool HeadRole::RetryWithoutCache(uint32_t session) {
   auto it = st_.sessions_.find(session);
-  if (it == st_.sessions_.end() || !it->second.originated || it->second.retry == nullptr ||
-      it->second.n_generated > 0) {
+  if (it == st_.sessions_.end() || it->second.retry == nullptr || it->second.n_generated > 0) {
     return false;
   }
   Session& s = it->second;

@@ -48,8 +48,15 @@ class HeadRole final : public EntryRole {
   void OnSuccUp() override;
   // Clients waiting for statistics are told (nothing goes on: the head is where news ends).
   void OnRingDown(const std::string& why, bool forward) override;
-  // The head runs nothing for a held session: its rows would die at the break.
-  void OnHeld(uint32_t id) override;
+  // head_replay.cpp: a held session is not run (its rows would die at the break); one whose
+  // CLOSE went out before the break is dropped.
+  bool Holds(Session& s) override;
+  // Ends the session (EndSession) with `why` as its client's error.
+  void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) override;
+  // head_replay.cpp: the client is told, unless its session was closing already.
+  void OnDropped(const Session& s, const std::string& why) override;
+  // head_replay.cpp: the client is told, and CLOSE goes around for the stages before the break.
+  void OnHeldEnded(const Session& s, const std::string& why) override;
   // Sends the overdue receipts, and the probe around (at most every 300 ms, 50 ms while
   // sessions are held for a repair) while the ring is not known to be closed.
   void OnTurn() override;
@@ -63,6 +70,9 @@ class HeadRole final : public EntryRole {
   void OnKept(Session& s, PromptCache::Entry& e) override;
 
  private:
+  // Ends a session of this head: kept or freed, its client told `error` (if any), and its CLOSE
+  // sent around with its receipt behind it (dropped when the CLOSE comes back).
+  void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   // A token the last stage sampled (from the predecessor, or this stage on a one-stage ring).
   void HandleToken(const TokenMsg& t);
   void HandleGenerate(uint64_t client, GenerateMsg& g, ByteCharge charge);
@@ -70,6 +80,31 @@ class HeadRole final : public EntryRole {
   void HandleError(const ErrorMsg& e);
   // A forked session that a stage could not fork is opened afresh; true when it was.
   bool RetryWithoutCache(uint32_t session);
+
+  // head_replay.cpp: repair (docs/PROTOCOL.md, "Repair").
+  // Once the probe came around the repaired ring: replays every held session.
+  void ReplayHeld();
+  // Sends the kept rows [0, skip) of a replayed session of `n` positions on.
+  bool SendKeptRows(uint32_t session, int skip, int n);
+  // Whether a TOKEN for `s` is the one it waits for (not held, not from before a replay); the
+  // first after a replay ends the client's pause.
+  bool AcceptsToken(Session& s, const TokenMsg& t);
+  // Whether TOKENs of `s` arriving now were drawn before its replay (it is held, or the
+  // replay's OPEN_SESSION has not come back around): none of them is streamed or fed.
+  bool DrawnBeforeReplay(const Session& s) const;
+  // A replay's OPEN_SESSION of `session` came back around; the TOKENs behind it are the
+  // replay's own.
+  void ReplayCameBack(uint32_t session);
+
+  // head_receipts.cpp: contribution receipts (docs/PROTOCOL.md, "RECEIPT").
+  // Once the session's CLOSE went out: starts its receipt around the ring.
+  void SendReceipt(Session& s);
+  // The client's count for `session` came with its CLOSE; receipts whose client did not vouch
+  // in time go without (docs/PROTOCOL.md, "Client counts").
+  void ClientVouched(uint32_t session, uint64_t client, const wire::ClientCount& count);
+  void SendReceiptsOverdue();
+  // Checks a receipt that came back and hands it to StageOptions::on_receipt.
+  void ReceiptCameBack(ReceiptMsg& m);
   // The chunk a TOKEN tells the head to feed: the token, then its drafts (a verify chunk).
   static Work VerifyChunk(uint32_t session, const TokenMsg& t);
 

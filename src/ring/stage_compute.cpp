@@ -143,37 +143,7 @@ void StageImpl::HandleHidden(HiddenMsg& h) {
 }
 
 void StageImpl::FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) {
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
-  if (it->second.originated) {
-    EndSession(session, wire::FinishReason::kError, why);
-    return;
-  }
-  window_->CloseSequence(static_cast<int>(session));
-  sessions_.erase(it);
-  SendNext(ErrorMsg{code, session, why});
-}
-
-void StageImpl::EndSession(uint32_t session, wire::FinishReason reason, const std::string& error) {
-  auto it = sessions_.find(session);
-  // A session whose CLOSE is already on its way ends once (one CLOSE, one receipt).
-  if (it == sessions_.end() || it->second.closing) return;
-  Session& s = it->second;
-  KeepOrClose(s, error.empty() ? reason : wire::FinishReason::kError);
-  if (s.originated) {
-    if (!error.empty()) {
-      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBadRequest, session, error});
-    }
-    KV_LOG_INFO("{}: session {} closed: {} after {} tokens", options_.name, session,
-                error.empty() ? wire::FinishReasonName(static_cast<uint8_t>(reason)) : error,
-                s.n_generated);
-    if (SendNext(CloseMsg{session, static_cast<uint8_t>(reason)})) {
-      s.closing = true;  // dropped when the CLOSE comes back around
-      SendReceipt(s);    // behind the CLOSE: links keep their order
-      return;
-    }
-  }
-  sessions_.erase(it);
+  if (sessions_.count(session) != 0) entry_->FailSession(session, code, why);
 }
 
 void StageImpl::HandleClose(const CloseMsg& c) {
@@ -215,9 +185,7 @@ void StageImpl::FailAll(const std::string& why, bool forward) {
   }
   for (auto& [id, s] : sessions_) {
     window_->CloseSequence(static_cast<int>(id));
-    if (s.originated && !s.closing) {
-      SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, "session ended: " + why});
-    }
+    entry_->OnDropped(s, why);
   }
   sessions_.clear();
   scheduler_.Clear();

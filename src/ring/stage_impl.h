@@ -1,11 +1,12 @@
 // Private to the stage runtime: the StageImpl class shared by stage.cpp (creation, stop,
 // statistics), stage_links.cpp (what its two link parts need, sending), stage_compute.cpp (the
-// compute loop, a ring member's sessions), stage_cache.cpp, stage_rows.cpp and stage_receipts.cpp;
-// and by its two roles (stage_roles.h), which it calls instead of asking where it is in the ring:
-// an entry role, HeadRole (head_role.h) on the head or MemberEntry elsewhere, and an exit role,
-// TailRole (tail_role.h) on the last stage or MemberExit elsewhere. Its links are two parts that
-// tell it events: PredecessorSide (predecessor_side.h: the predecessor and clients) and
-// SuccessorLink (successor_link.h). Receipts are kept by a ReceiptBook (receipt_book.h).
+// compute loop, a ring member's sessions), stage_cache.cpp, stage_rows.cpp, stage_repair.cpp and
+// stage_replay.cpp; and by its two roles (stage_roles.h), which it calls instead of asking where
+// it is in the ring: an entry role, HeadRole (head_role.h) on the head or MemberEntry elsewhere,
+// and an exit role, TailRole (tail_role.h) on the last stage or MemberExit elsewhere. Its links are
+// two parts that tell it events: PredecessorSide (predecessor_side.h: the predecessor and clients)
+// and SuccessorLink (successor_link.h). Receipts are kept by a ReceiptBook (receipt_book.h): the
+// head's role starts and checks them, a member's signs them.
 #pragma once
 
 #include <atomic>
@@ -76,9 +77,8 @@ struct Session {
   // last stage that drafts, the session's drafting.
   VerifySpan verify;
   std::unique_ptr<SessionDraft> draft;
-  // Head only:
-  bool originated = false;  // opened by this stage (it is the head)
-  bool closing = false;     // CLOSE sent around, waiting for it to come back
+  // Head only (every session of a head is one it opened, HeadRole::StartSession):
+  bool closing = false;  // CLOSE sent around, waiting for it to come back
   uint64_t client = 0;
   StopMatcher stops;
   bool report_cached = false;  // the client asked for the cached count with the first token
@@ -164,9 +164,8 @@ class StageImpl final : public Stage {
   void HandleError(const ErrorMsg& e);
   // Drops every session for `why`; `forward`: an ERROR for session 0 goes on (not the head).
   void FailAll(const std::string& why, bool forward);
-  void EndSession(uint32_t session, wire::FinishReason reason, const std::string& error);
   void SendToClient(uint64_t client, const Message& m);
-  // Ends a session this stage cannot carry on (head: tells the client; others: ERROR onward).
+  // Ends a session this stage cannot carry on, as its entry role does (EntryRole::FailSession).
   void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why);
   bool RunBatch();
   // Runs `batch` (one forward pass, or item by item when refused) and sends its outputs on.
@@ -209,8 +208,6 @@ class StageImpl final : public Stage {
   bool EndOldestHeld();
   // Ends held session `id` (already released from the hold book) with `why`.
   void EndHeld(uint32_t id, const std::string& why);
-  // Head, once its probe came around the repaired ring: replays every held session.
-  void ReplayHeld();
   // Not the head: a replay that cannot keep what this stage holds (ResumeReplay) starts the
   // session again from position 0.
   void ResetForReplay(uint32_t session);
@@ -221,19 +218,9 @@ class StageImpl final : public Stage {
   // Not the head: a replay's OPEN_SESSION for a session this stage holds; true when it kept its
   // state (and sent the OPEN on), false when the session opens afresh as a new one.
   bool ResumeReplay(OpenSessionMsg& o);
-  // Head: sends the kept rows [0, skip) of a replayed session of `n` positions on.
-  bool SendKeptRows(uint32_t session, int skip, int n);
   // Not the head: the part of `h` below the session's replay_skip is not run again (its kept
   // rows go on instead); false when nothing of `h` is left to run (or the session failed).
   bool SkipReplayed(Session& s, HiddenMsg& h);
-  // Head: whether a TOKEN for `s` is the one it waits for (not held, not from before a replay).
-  bool AcceptsToken(Session& s, const TokenMsg& t);
-  // Head: whether TOKENs of `s` arriving now were drawn before its replay (it is held, or the
-  // replay's OPEN_SESSION has not come back around): none of them is streamed or fed.
-  bool DrawnBeforeReplay(const Session& s) const;
-  // Head: a replay's OPEN_SESSION of `session` came back around; the TOKENs behind it are the
-  // replay's own.
-  void ReplayCameBack(uint32_t session);
   // A standby that a predecessor adopted starts dialing its successor (compute thread).
   void MaybeStartDialing();
   // The compute loop's previous turn began at `last_turn`: a process stopped for longer than the
@@ -250,19 +237,6 @@ class StageImpl final : public Stage {
   // A session that closed here: its row count and commitment wait for the receipt (not the
   // head), its rows go to the store.
   void KeepClosedRows(Session& s);
-
-  // stage_receipts.cpp: contribution receipts, kept by receipts_.
-  // Head, once the session's CLOSE went out: starts its receipt around the ring, and keeps the
-  // session's rows under its id.
-  void SendReceipt(Session& s);
-  // Head: the client's count for `session` came with its CLOSE; receipts whose client did not
-  // vouch in time go without (docs/PROTOCOL.md, "Client counts").
-  void ClientVouched(uint32_t session, uint64_t client, const wire::ClientCount& count);
-  void SendReceiptsOverdue();
-  // Not the head: signs a receipt and forwards it.
-  void SignReceipt(ReceiptMsg& m);
-  // The head: checks a receipt that came back and hands it to on_receipt.
-  void ReceiptCameBack(ReceiptMsg& m);
 
   StageOptions options_;
   std::shared_ptr<const GgufFile> file_;

@@ -7,20 +7,14 @@
 // only the positions it lacks (stage_replay.cpp), so a replacement that holds nothing and a stage
 // that holds everything end with the same state, and the last stage resumes the sampler after the
 // tokens it had drawn: the client gets exactly the tokens an undisturbed run gives. Sessions not
-// replayed in time end with an error, on every stage.
+// replayed in time end with an error, on every stage. The head's part (the replay it sends, the
+// tokens it accepts after it) is its role's: head_replay.cpp.
 #include <fmt/format.h>
 
 #include "base/log.h"
 #include "ring/stage_impl.h"
 
 namespace kvasir::ring {
-namespace {
-
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-}  // namespace
 
 void StageImpl::RingBroken(const std::string& why, bool forward) {
   if (!holds_.enabled()) {
@@ -29,14 +23,11 @@ void StageImpl::RingBroken(const std::string& why, bool forward) {
   }
   std::vector<uint32_t> ids;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    Session& s = it->second;
-    if (s.originated && s.closing && !holds_.held(s.id)) {
-      // Its CLOSE may be lost at the break; every other stage holds it and lets it expire.
+    if (!entry_->Holds(it->second)) {
       it = sessions_.erase(it);
       continue;
     }
-    ids.push_back(s.id);
-    entry_->OnHeld(s.id);
+    ids.push_back(it->first);
     ++it;
   }
   holds_.Hold(ids, Clock::now());
@@ -69,78 +60,11 @@ bool StageImpl::EndOldestHeld() {
 void StageImpl::EndHeld(uint32_t id, const std::string& why) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  Session& s = it->second;
   KV_LOG_WARN("{}: session {}: {}", options_.name, id, why);
   window_->CloseSequence(static_cast<int>(id));
   scheduler_.TakeSession(id);
-  if (s.originated) {
-    if (!s.closing) SendToClient(s.client, ErrorMsg{wire::ErrorCode::kLinkDown, id, why});
-    // The stages before the break free it now; the others hold it and expire it too.
-    SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kError)});
-  }
+  entry_->OnHeldEnded(it->second, why);
   sessions_.erase(it);
-}
-
-void StageImpl::ReplayHeld() {
-  for (uint32_t id : holds_.ids()) {
-    const auto since = holds_.since(id);
-    holds_.Release(id);
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) continue;
-    Session& s = it->second;
-    if (s.closing) {
-      // Ended while held: its CLOSE may have died at the break; send it around the whole ring.
-      if (!SendNext(CloseMsg{id, static_cast<uint8_t>(wire::FinishReason::kClientClosed)})) {
-        continue;
-      }
-      sessions_.erase(it);
-      continue;
-    }
-    scheduler_.TakeSession(id);
-    const int n = static_cast<int>(s.history.size());
-    // What this window still holds is kept, and its rows are sent on again (stage_replay.cpp);
-    // without them, everything again from position 0.
-    const int skip = KeepForReplay(s, n);
-    if (skip == 0) {
-      replay_rows_.Drop(id);
-      window_->CloseSequence(static_cast<int>(id));
-      if (Status st = OpenSequence(id); !st.ok()) {
-        KV_LOG_WARN("{}: session {}: replay: {}", options_.name, id, st.message());
-        SendToClient(s.client, ErrorMsg{wire::ErrorCode::kBusy, id, "replay: " + st.message()});
-        sessions_.erase(it);
-        continue;
-      }
-    }
-    // Every stage's receipt line commits to every position again, in order (stage_replay.cpp).
-    s.rows = 0;
-    s.commit = NewCommit();
-    s.retry.reset();
-    s.paused_since = since;
-    OpenSessionMsg open{id, s.sampling, s.history, s.extra};
-    open.keep = s.keep;
-    open.replay = true;
-    open.n_generated = static_cast<uint32_t>(s.n_generated);
-    s.replay_out = true;
-    if (!SendNext(open) || !SendKeptRows(id, skip, n)) {
-      // The link dropped again: held again by the event that tells it.
-      holds_.Hold(std::span<const uint32_t>(&id, 1), since.value_or(Clock::now()));
-      continue;
-    }
-    for (int pos = skip; pos < n; pos += options_.chunk) {
-      const int count = std::min(options_.chunk, n - pos);
-      Work w;
-      w.session = id;
-      w.pos0 = pos;
-      w.n_tokens = count;
-      w.sample = pos + count == n;
-      w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + count);
-      scheduler_.AddPrefill(std::move(w));
-    }
-    repairs_.fetch_add(1);
-    replayed_tokens_.fetch_add(static_cast<uint64_t>(n));
-    KV_LOG_INFO("{}: session {} replayed: {} positions ({} generated), {} kept here", options_.name,
-                id, n, s.n_generated, skip);
-  }
 }
 
 void StageImpl::ResetForReplay(uint32_t session) {
@@ -150,35 +74,6 @@ void StageImpl::ResetForReplay(uint32_t session) {
   window_->CloseSequence(static_cast<int>(session));
   scheduler_.TakeSession(session);
   sessions_.erase(it);
-}
-
-bool StageImpl::DrawnBeforeReplay(const Session& s) const {
-  // Links keep their order, every stage handles what its predecessor sends in order, and drops
-  // the session's queued rows when the replay's OPEN_SESSION reaches it: whatever the last stage
-  // drew before the replay reaches the head before that OPEN_SESSION, and what it draws after,
-  // behind it. Drawn before, a token may carry drafts or a guessed window the last stage, which
-  // started drafting afresh, no longer has in flight, or come from a verify chunk whose rows the
-  // replay did not run: the replay draws the same tokens again.
-  return holds_.held(s.id) || s.replay_out;
-}
-
-void StageImpl::ReplayCameBack(uint32_t session) {
-  auto it = sessions_.find(session);
-  if (it != sessions_.end() && it->second.originated) it->second.replay_out = false;
-}
-
-bool StageImpl::AcceptsToken(Session& s, const TokenMsg& t) {
-  // From before the replay, or another position than the one it waits for: the replay draws
-  // the token at that position again.
-  if (DrawnBeforeReplay(s) || t.token.pos != s.history.size()) return false;
-  if (s.paused_since) {
-    const double ms = MsSince(*s.paused_since);
-    KV_LOG_INFO("{}: session {} resumed after a pause of {:.0f} ms", options_.name, s.id, ms);
-    std::lock_guard<std::mutex> lock(replay_mu_);
-    replay_counts_.AddPause(static_cast<uint64_t>(ms));
-    s.paused_since.reset();
-  }
-  return true;
 }
 
 void StageImpl::MaybeStartDialing() {

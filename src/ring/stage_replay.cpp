@@ -79,28 +79,6 @@ bool StageImpl::ResumeReplay(OpenSessionMsg& o) {
   return true;
 }
 
-bool StageImpl::SendKeptRows(uint32_t session, int skip, int n) {
-  Session& s = sessions_.at(session);
-  for (int pos = 0; pos < skip; pos += options_.chunk) {
-    const int count = std::min(options_.chunk, skip - pos);
-    const uint16_t flags = pos + count == n ? wire::kHiddenSample : 0;
-    const HiddenMsg kept =
-        replay_rows_.Rows(session, static_cast<uint32_t>(pos), static_cast<uint32_t>(count), flags);
-    Work w;
-    w.session = session;
-    w.pos0 = pos;
-    w.n_tokens = count;
-    w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + count);
-    CommitRows(w, &kept, std::nullopt);
-    s.rows += static_cast<uint64_t>(count);
-    if (!SendNext(kept)) return false;
-  }
-  std::lock_guard<std::mutex> lock(replay_mu_);
-  replay_counts_.kept += static_cast<uint64_t>(skip);
-  replay_counts_.recomputed += static_cast<uint64_t>(n - skip);
-  return true;
-}
-
 bool StageImpl::SkipReplayed(Session& s, HiddenMsg& h) {
   const uint32_t skip = s.replay_skip;
   if (h.pos0 >= skip) {

@@ -44,7 +44,7 @@ void MemberEntry::OnPredMessage(Message& m) {
   } else if (auto* p = std::get_if<PingMsg>(&m)) {
     st_.SendNext(*p);
   } else if (auto* r = std::get_if<ReceiptMsg>(&m)) {
-    st_.SignReceipt(*r);
+    SignReceipt(*r);
   } else if (auto* st = std::get_if<StatsMsg>(&m)) {
     if (st->records.size() >= wire::kMaxStatsRecords) {
       KV_LOG_WARN("{}: STATS with {} records dropped (a ring has at most {} stages)",
@@ -59,6 +59,21 @@ void MemberEntry::OnPredMessage(Message& m) {
 void MemberEntry::OnRingDown(const std::string& why, bool forward) {
   // Toward the head, which replays once the ring is whole again.
   if (forward) st_.SendNext(ErrorMsg{wire::ErrorCode::kLinkDown, 0, why});
+}
+
+void MemberEntry::FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) {
+  st_.window_->CloseSequence(static_cast<int>(session));
+  st_.sessions_.erase(session);
+  st_.SendNext(ErrorMsg{code, session, why});
+}
+
+void MemberEntry::SignReceipt(ReceiptMsg& m) {
+  auto signed_payload = st_.receipts_.Sign(m.payload);
+  if (!signed_payload.ok()) {
+    KV_LOG_WARN("{}: {}", st_.options_.name, signed_payload.status().message());
+    return;
+  }
+  st_.SendNext(ReceiptMsg{std::move(*signed_payload)});
 }
 
 void MemberEntry::TakeToken(const TokenMsg& t) {

@@ -52,8 +52,15 @@ class EntryRole {
   virtual void OnSuccUp() {}
   // Every session was dropped or held for `why`; `forward`: the stages toward the head are told.
   virtual void OnRingDown(const std::string& why, bool forward) = 0;
-  // Session `id` is held while the ring is broken.
-  virtual void OnHeld(uint32_t /*id*/) {}
+  // The ring broke: whether session `s` is held until it is repaired (false: it is dropped).
+  virtual bool Holds(Session& /*s*/) { return true; }
+  // Ends session `session`, which this stage cannot carry on, for `why`: the head tells its
+  // client and sends CLOSE around; a member frees it and sends ERROR (`code`) on.
+  virtual void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) = 0;
+  // Session `s` is dropped with every other for `why` (StageImpl::FailAll).
+  virtual void OnDropped(const Session& /*s*/, const std::string& /*why*/) {}
+  // Held session `s` ends for `why` before it was replayed (its window's sequence is freed).
+  virtual void OnHeldEnded(const Session& /*s*/, const std::string& /*why*/) {}
   // Once per turn of the compute loop, after the events.
   virtual void OnTurn() {}
   // How long the compute loop may sleep with nothing to do.
@@ -110,10 +117,14 @@ class MemberEntry final : public EntryRole {
   uint32_t client_max_payload() const override;
   void OnPredMessage(Message& m) override;
   void OnRingDown(const std::string& why, bool forward) override;
+  void FailSession(uint32_t session, wire::ErrorCode code, const std::string& why) override;
   void TakeToken(const TokenMsg& t) override;
   RowSide InputRow(const Work& w, int i) const override;
 
  private:
+  // Signs a receipt on its way to the head and forwards it (docs/PROTOCOL.md, "RECEIPT").
+  void SignReceipt(ReceiptMsg& m);
+
   StageImpl& st_;
 };
 
