@@ -56,8 +56,6 @@ std::optional<int> CheckAttnTypeFlag(std::string_view cmd, AttnType type,
   return std::nullopt;
 }
 
-const char* AttnTypeName(AttnType type) { return type == AttnType::kBf16 ? "bf16" : "f32"; }
-
 std::optional<int> CheckBackendFlag(std::string_view cmd, std::string_view flag,
                                     const std::string& spec) {
   auto parsed = ParseBackendSpec(spec);

@@ -29,9 +29,6 @@ CLI::Option* AddAttnTypeFlag(CLI::App& app, AttnType* type);
 // cpu: 2; on a CPU without AVX512-BF16: 1).
 std::optional<int> CheckAttnTypeFlag(std::string_view cmd, AttnType type,
                                      const std::vector<std::string>& backends);
-// "f32" / "bf16".
-const char* AttnTypeName(AttnType type);
-
 // The device `spec` names on this machine, as "cpu (AMD EPYC 7B13 (AVX2))"; the spec alone when
 // it cannot be listed.
 std::string DeviceLabel(const std::string& spec);

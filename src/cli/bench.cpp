@@ -9,17 +9,17 @@
 #include <vector>
 
 #include "base/mapped_file.h"
-#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/hop_delay.h"
 #include "cli/ring_bench.h"
 #include "cli/ring_options.h"
-#include "cli/serve_ring.h"
 #include "kernels/kernels.h"
 #include "model/arch/registry.h"
 #include "model/sampler.h"
+#include "node/supervised_ring.h"
 
 namespace kvasir::cli {
 namespace {
@@ -192,7 +192,7 @@ int RunLocalRingBench(const std::string& model, int n_stages, int threads,
     return UsageError(kCmd, fmt::format("--stages {} must be between 1 and the model's {} layers",
                                         n_stages, cfg->n_layer));
   }
-  LocalRingPlan plan;
+  node::LocalRingPlan plan;
   plan.model_path = model;
   plan.n_stages = n_stages;
   plan.threads_per_stage = threads;
@@ -200,8 +200,11 @@ int RunLocalRingBench(const std::string& model, int n_stages, int threads,
   plan.stage_log_level = "error";
   for (int s : ring.streams) plan.max_sessions = std::max(plan.max_sessions, s);
   plan.hops = hops;
-  plan.draft = draft;
-  auto local = SupervisedRing::Start(plan, cfg->n_layer, nullptr);
+  auto draft_options = CheckDraftFlags(draft);
+  if (!draft_options.ok()) return Fail(kCmd, draft_options.status());
+  plan.draft = *draft_options;
+  plan.draft_args = DraftStageArgs(draft);
+  auto local = node::SupervisedRing::Start(plan, cfg->n_layer, nullptr);
   if (!local.ok()) return Fail(kCmd, local.status());
   ring.head = (*local)->head();
   ring.client.ring_secret = (*local)->secret();
@@ -274,8 +277,8 @@ int BenchMain(int argc, char** argv) {
       ring.repetitions = o.repetitions;
       ring.json = o.json;
       if (std::string e = RingBenchUsageError(ring); !e.empty()) return UsageError(kCmd, e);
-      return RunLocalRingBench(o.model_path, n_stages, o.n_threads, o.backend, *hops,
-                               draft_flags, std::move(ring));
+      return RunLocalRingBench(o.model_path, n_stages, o.n_threads, o.backend, *hops, draft_flags,
+                               std::move(ring));
     }
     if (!ring.head.empty()) {
       if (!o.model_path.empty()) return UsageError(kCmd, "use either -m or --ring, not both");

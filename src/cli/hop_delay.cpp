@@ -56,19 +56,4 @@ std::string HopText(const std::optional<net::LinkShape>& s) {
   return text;
 }
 
-Result<std::vector<std::unique_ptr<net::DelayProxy>>> StartHopProxies(
-    const std::vector<uint16_t>& ports, const net::LinkShape& shape) {
-  std::vector<std::unique_ptr<net::DelayProxy>> proxies;
-  const size_t n = ports.size();
-  for (size_t i = 0; i < n; ++i) {
-    net::DelayProxyOptions o;
-    o.target = fmt::format("127.0.0.1:{}", ports[(i + 1) % n]);
-    o.shape = shape;
-    o.shape.seed = i + 1;
-    KV_ASSIGN_OR_RETURN(auto p, net::DelayProxy::Start(o));
-    proxies.push_back(std::move(p));
-  }
-  return proxies;
-}
-
 }  // namespace kvasir::cli

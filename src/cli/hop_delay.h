@@ -1,6 +1,7 @@
-// Slow links on a local ring: the --hop-* flags of `kvasir bench --stages` and `kvasir run`, and
-// one net::DelayProxy per link (stage i dials the proxy, which forwards to stage i + 1), so a ring
-// on one machine can be measured as if its hops crossed a network.
+// Slow links on a local ring: the --hop-* flags of `kvasir bench --stages` and `kvasir run`, which
+// put a net::DelayProxy on every link (node::StartHopProxies: stage i dials the proxy, which
+// forwards to stage i + 1), so a ring on one machine can be measured as if its hops crossed a
+// network.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -29,11 +30,5 @@ Result<std::optional<net::LinkShape>> HopShape(const HopFlags& flags);
 
 // "20 ms one-way delay per hop, +-5 ms jitter (uniform), 100 Mbit/s": for tables and logs.
 std::string HopText(const std::optional<net::LinkShape>& shape);
-
-// One proxy per link of a ring whose stages listen on 127.0.0.1:`ports`[i] in ring order: proxy i
-// forwards to stage (i + 1) % n, so stage i dials proxies[i]->address() as its successor. Each
-// proxy's jitter has its own seed (i + 1).
-Result<std::vector<std::unique_ptr<net::DelayProxy>>> StartHopProxies(
-    const std::vector<uint16_t>& ports, const net::LinkShape& shape);
 
 }  // namespace kvasir::cli

@@ -29,19 +29,6 @@ Status ParseLayers(const std::string& text, int* first, int* last) {
   return Status::Ok();
 }
 
-Status ParseBoundary(const std::string& text, wire::Dtype* dtype) {
-  if (text == "f32") {
-    *dtype = wire::Dtype::kF32;
-  } else if (text == "f16") {
-    *dtype = wire::Dtype::kF16;
-  } else if (text == "bf16") {
-    *dtype = wire::Dtype::kBF16;
-  } else {
-    return Error("--boundary '{}' is not one of f32, f16, bf16", text);
-  }
-  return Status::Ok();
-}
-
 Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* model_path) {
   KV_ASSIGN_OR_RETURN(Manifest m, LoadManifest(manifest_path));
   if (model_path->empty()) *model_path = m.model;

@@ -14,8 +14,6 @@ namespace kvasir::cli {
 
 // "A:B" with 0 <= A < B. The model's layer count is checked when the model is loaded.
 Status ParseLayers(const std::string& text, int* first, int* last);
-// "f32", "f16" or "bf16".
-Status ParseBoundary(const std::string& text, wire::Dtype* dtype);
 // Loads a rank manifest and checks that `model_path` (or, when empty, the manifest's own model) is
 // the model it was planned for. Sets *model_path to the file to use.
 Result<Manifest> LoadManifestFor(const std::string& manifest_path, std::string* model_path);

@@ -20,11 +20,11 @@
 
 #include "base/log.h"
 #include "base/secret_file.h"
-#include "cli/draft_flags.h"
 #include "cli/backend_flag.h"
 #include "cli/chat_prompt.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/draft_flags.h"
 #include "cli/grammar_flags.h"
 #include "cli/hop_delay.h"
 #include "cli/ring_cli.h"
@@ -33,6 +33,7 @@
 #include "net/stream.h"
 #include "net/url.h"
 #include "node/local_ring.h"
+#include "node/stage_process.h"
 #include "planner/manifest.h"
 #include "shard/fetch.h"
 
@@ -226,7 +227,9 @@ int RunRing(RunOptions o) {
   if (remote) o.request.client.connect_timeout_ms = 3600 * 1000;
   const int n_stages = static_cast<int>(plan.size());
   wire::Dtype dtype;
-  if (Status s = ParseBoundary(o.boundary, &dtype); !s.ok()) return UsageError(kCmd, s.message());
+  if (Status s = ring::ParseBoundary(o.boundary, &dtype); !s.ok()) {
+    return UsageError(kCmd, s.message());
+  }
   if (Status s = ApplyLogLevel(o.stage_log_level); !s.ok()) return UsageError(kCmd, s.message());
   SetLogLevel(LogLevel::kInfo);
   o.request.sampling.seed = o.seed ? *o.seed : std::random_device{}();
@@ -256,7 +259,7 @@ int RunRing(RunOptions o) {
   // With --hop-*, stage i dials a delaying proxy in this process that forwards to stage i + 1.
   std::vector<std::unique_ptr<net::DelayProxy>> proxies;
   if (o.hops) {
-    auto started = StartHopProxies(ports, *o.hops);
+    auto started = node::StartHopProxies(ports, *o.hops);
     if (!started.ok()) {
       node::StopAll(children);
       return Fail(kCmd, started.status());
@@ -306,14 +309,19 @@ int RunRing(RunOptions o) {
     // The listener goes to the stage; this process keeps no copy.
     net::Listener listener = std::move((*listeners)[slot]);
     const int listen_fd = listener.Release();
-    args.insert(args.end(),
-                {"--listen-fd", std::to_string(listen_fd), "--name", c.name, "-t",
-                 std::to_string(o.threads_per_stage), "--backend", plan[i].backend, "--boundary",
-                 o.boundary, "-c", std::to_string(o.n_ctx), "--log-level", o.stage_log_level,
-                 "--ring-secret-file", trust.secret_path, "--key", trust.KeyPath(slot)});
-    args.insert(args.end(), {"--replay-mb", std::to_string(o.replay_mb)});
-    if (o.attn_type != AttnType::kF32)
-      args.insert(args.end(), {"--attn-type", AttnTypeName(o.attn_type)});
+    node::StageProcessFlags flags;
+    flags.listen_fd = listen_fd;
+    flags.name = c.name;
+    flags.threads = o.threads_per_stage;
+    flags.backend = plan[i].backend;
+    flags.boundary = o.boundary;
+    flags.n_ctx = o.n_ctx;
+    flags.log_level = o.stage_log_level;
+    flags.secret_path = trust.secret_path;
+    flags.key_path = trust.KeyPath(slot);
+    flags.replay_mb = o.replay_mb;
+    flags.attn_type = o.attn_type;
+    node::AppendStageProcessArgs(flags, &args);
     if (i == n_stages - 1) {
       for (std::string& a : DraftStageArgs(o.draft)) args.push_back(std::move(a));
     }
@@ -326,9 +334,8 @@ int RunRing(RunOptions o) {
     c.pid = *pid;
     children.push_back(c);
   }
-  KV_LOG_INFO("ring of {} stages{} started ({} threads each{}); waiting for it to close",
-              n_stages, n_spares > 0 ? fmt::format(" and {} standbys", n_spares) : "",
-              o.threads_per_stage,
+  KV_LOG_INFO("ring of {} stages{} started ({} threads each{}); waiting for it to close", n_stages,
+              n_spares > 0 ? fmt::format(" and {} standbys", n_spares) : "", o.threads_per_stage,
               o.relay  ? fmt::format(", every link through the relay on port {}", relay.port)
               : o.hops ? ", " + HopText(o.hops)
                        : "");

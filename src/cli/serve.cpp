@@ -17,11 +17,11 @@
 #include "cli/commands.h"
 #include "cli/draft_flags.h"
 #include "cli/ring_options.h"
-#include "cli/serve_ring.h"
 #include "market/market_client.h"
 #include "model/arch/registry.h"
 #include "net/stream.h"
 #include "node/signals.h"
+#include "node/supervised_ring.h"
 #include "serve/api_server.h"
 #include "tokenizer/chat_template.h"
 
@@ -239,10 +239,10 @@ int Serve(ServeFlags f) {
   f.serve.model_name = f.model_name;
 
   const sigset_t set = node::BlockStopSignals();
-  std::unique_ptr<SupervisedRing> local_ring;
+  std::unique_ptr<node::SupervisedRing> local_ring;
   std::string head = f.ring;
   if (local) {
-    LocalRingPlan plan;
+    node::LocalRingPlan plan;
     plan.model_path = f.model;
     plan.n_stages = f.n_stages;
     plan.threads_per_stage = f.threads_per_stage > 0
@@ -259,8 +259,11 @@ int Serve(ServeFlags f) {
     plan.stage_log_level = f.stage_log_level;
     plan.trace_timing = f.trace_timing;
     plan.chunk = f.chunk;
-    plan.draft = f.draft;
-    auto ring = SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
+    auto draft_options = CheckDraftFlags(f.draft);
+    if (!draft_options.ok()) return Fail(kCmd, draft_options.status());
+    plan.draft = *draft_options;
+    plan.draft_args = DraftStageArgs(f.draft);
+    auto ring = node::SupervisedRing::Start(plan, n_layer, [] { kill(getpid(), SIGTERM); });
     if (!ring.ok()) return Fail(kCmd, ring.status());
     local_ring = std::move(ring).value();
     head = local_ring->head();

@@ -239,7 +239,7 @@ int StageMain(int argc, char** argv) {
       return *code;
     }
     if (auto code = CheckAttnTypeFlag(kCmd, opt.attn_type, {opt.backend})) return *code;
-    if (Status s = ParseBoundary(boundary, &opt.boundary); !s.ok()) {
+    if (Status s = ring::ParseBoundary(boundary, &opt.boundary); !s.ok()) {
       return UsageError(kCmd, s.message());
     }
     bool usage = false;

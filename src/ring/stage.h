@@ -153,6 +153,8 @@ struct StageOptions {
 // them; `kvasir stage` and `kvasir join` run them before anything is fetched, so a typo never
 // costs a download. Errors name the flag and what is wrong.
 Status CheckStageOptions(const StageOptions& opt);
+// A stage's --boundary: "f32", "f16" or "bf16" (an error names the flag).
+Status ParseBoundary(const std::string& text, wire::Dtype* dtype);
 
 class Stage {
  public:

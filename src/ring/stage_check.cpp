@@ -7,6 +7,19 @@
 
 namespace kvasir::ring {
 
+Status ParseBoundary(const std::string& text, wire::Dtype* dtype) {
+  if (text == "f32") {
+    *dtype = wire::Dtype::kF32;
+  } else if (text == "f16") {
+    *dtype = wire::Dtype::kF16;
+  } else if (text == "bf16") {
+    *dtype = wire::Dtype::kBF16;
+  } else {
+    return Error("--boundary '{}' is not one of f32, f16, bf16", text);
+  }
+  return Status::Ok();
+}
+
 Status CheckStageOptions(const StageOptions& opt) {
   if (opt.chunk < 1) return Error("--chunk {} must be at least 1", opt.chunk);
   if (opt.max_sessions < 1) return Error("--max-sessions {} must be at least 1", opt.max_sessions);

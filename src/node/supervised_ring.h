@@ -1,8 +1,9 @@
-// The ring `kvasir serve -m MODEL [--stages N]` starts and supervises itself: one stage in this
-// process for N = 1, else N `kvasir stage` processes on loopback as `kvasir run` starts them (even
-// split of the layers, a fresh ring secret and node keys, ports bound here and inherited). A stage
-// process that exits is started again on the same port, after a pause that doubles with each exit
-// (0.5 s up to 30 s, back to 0.5 s once it stayed up a minute); meanwhile the API answers 503.
+// A local ring that supervises itself, as `kvasir serve -m MODEL [--stages N]` and `kvasir bench
+// --stages` start it: one stage in this process for N = 1, else N `kvasir stage` processes on
+// loopback with the flags `kvasir run` gives its stages (stage_process.h; an even split of the
+// layers, a fresh ring secret and node keys, ports bound here and inherited). A stage process that
+// exits is started again on the same port, after a pause that doubles with each exit (0.5 s up to
+// 30 s, back to 0.5 s once it stayed up a minute); meanwhile serve's API answers 503.
 #pragma once
 
 #include <atomic>
@@ -15,20 +16,20 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/draft_flags.h"
 #include "net/delay_proxy.h"
 #include "net/stream.h"
 #include "node/local_ring.h"
 #include "ring/stage.h"
+#include "spec/drafter.h"
 
-namespace kvasir::cli {
+namespace kvasir::node {
 
 struct LocalRingPlan {
   std::string model_path;
   int n_stages = 1;
   int threads_per_stage = 1;
-  std::vector<std::string> backends;  // one for all stages, or one per stage; empty: cpu
-  std::string boundary = "f32";
+  std::vector<std::string> backends;    // one for all stages, or one per stage; empty: cpu
+  std::string boundary = "f32";         // f32, f16 or bf16
   AttnType attn_type = AttnType::kF32;  // each stage's --attn-type
   int n_ctx = 0;
   int max_sessions = 64;   // each stage's --max-sessions
@@ -39,8 +40,10 @@ struct LocalRingPlan {
   int chunk = 0;              // the head's --chunk (0: the stage's default)
   // A delaying proxy on every link (stage i dials it, it forwards to stage i + 1); none: direct.
   std::optional<net::LinkShape> hops;
-  // Speculation on the last stage (--draft ...); kind "none": none.
-  DraftFlags draft;
+  // Speculation on the last stage: its options when it runs in this process, and its flags
+  // (`kvasir stage --draft ...`) as a process; none: none. Checked by the caller.
+  spec::DraftOptions draft;
+  std::vector<std::string> draft_args;
 };
 
 class SupervisedRing {
@@ -71,10 +74,10 @@ class SupervisedRing {
   std::vector<std::string> backends_;
   std::vector<net::Listener> listeners_;  // kept: a restarted stage inherits its port again
   std::vector<std::unique_ptr<net::DelayProxy>> proxies_;  // one per link with `hops`, else none
-  node::LocalTrust trust_;
+  LocalTrust trust_;
   std::string head_, secret_;
   // Processes (N > 1).
-  std::vector<node::Child> children_;
+  std::vector<Child> children_;
   std::thread supervisor_;
   // In process (N = 1).
   std::unique_ptr<ring::Stage> stage_;
@@ -84,4 +87,4 @@ class SupervisedRing {
   bool stopping_ = false;
 };
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node

@@ -1,4 +1,4 @@
-#include "cli/serve_ring.h"
+#include "node/supervised_ring.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -8,12 +8,10 @@
 #include <random>
 
 #include "base/log.h"
-#include "cli/backend_flag.h"
-#include "cli/hop_delay.h"
-#include "cli/ring_options.h"
+#include "node/stage_process.h"
 #include "ring/node_key.h"
 
-namespace kvasir::cli {
+namespace kvasir::node {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -44,7 +42,6 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     return Error("--backends lists {} backends for {} stages (give one for all, or one per stage)",
                  plan.backends.size(), n);
   }
-  KV_RETURN_IF_ERROR(CheckDraftFlags(plan.draft).status());
   std::unique_ptr<SupervisedRing> r(new SupervisedRing());
   r->plan_ = plan;
   for (int i = 0; i < n; ++i) {
@@ -53,7 +50,7 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
                            : plan.backends.size() == 1 ? plan.backends[0]
                                                        : plan.backends[i]);
   }
-  KV_ASSIGN_OR_RETURN(r->listeners_, node::BindLoopback(n));
+  KV_ASSIGN_OR_RETURN(r->listeners_, BindLoopback(n));
   r->head_ = fmt::format("127.0.0.1:{}", r->listeners_[0].port());
   if (plan.hops) {
     std::vector<uint16_t> ports;
@@ -76,8 +73,8 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
     o.max_sessions = plan.max_sessions;
     o.cache_bytes = static_cast<uint64_t>(plan.cache_mb) << 20;
     o.replay_bytes = static_cast<size_t>(plan.replay_mb) << 20;
-    KV_RETURN_IF_ERROR(ParseBoundary(plan.boundary, &o.boundary));
-    KV_ASSIGN_OR_RETURN(o.draft, CheckDraftFlags(plan.draft));
+    KV_RETURN_IF_ERROR(ring::ParseBoundary(plan.boundary, &o.boundary));
+    o.draft = plan.draft;
     o.key = std::make_shared<const ring::NodeKey>(ring::NodeKey::Generate());
     r->secret_ = RandomHex(32);
     o.ring_secret = r->secret_;
@@ -90,19 +87,19 @@ Result<std::unique_ptr<SupervisedRing>> SupervisedRing::Start(const LocalRingPla
         stopping = p->stopping_;
       }
       if (!stopping) {
-        KV_LOG_ERROR("serve: the ring's stage ended: {}",
+        KV_LOG_ERROR("local ring: the ring's stage ended: {}",
                      s.ok() ? "without an error" : s.message());
         if (on_fatal) on_fatal();
       }
     });
     return r;
   }
-  KV_RETURN_IF_ERROR(node::MakeLocalTrust(&r->trust_));
+  KV_RETURN_IF_ERROR(MakeLocalTrust(&r->trust_));
   r->secret_ = r->trust_.secret;
   for (int i = 0; i < n; ++i) {
-    auto pid = node::Spawn(r->StageArgs(i), -1, r->listeners_[i].fd());
+    auto pid = Spawn(r->StageArgs(i), -1, r->listeners_[i].fd());
     if (!pid.ok()) {
-      node::StopAll(r->children_);
+      StopAll(r->children_);
       return pid.status();
     }
     r->children_.push_back({*pid, fmt::format("stage{}", i)});
@@ -118,49 +115,37 @@ std::string SupervisedRing::NextAddress(int i) const {
 
 std::vector<std::string> SupervisedRing::StageArgs(int i) const {
   std::vector<std::string> args = {"kvasir",
-          "stage",
-          "-m",
-          plan_.model_path,
-          "--layers",
-          fmt::format("{}:{}", windows_[i].first, windows_[i].second),
-          "--next",
-          NextAddress(i),
-          "--listen-fd",
-          std::to_string(listeners_[i].fd()),
-          "--name",
-          fmt::format("stage{}", i),
-          "-t",
-          std::to_string(plan_.threads_per_stage),
-          "--backend",
-          backends_[i],
-          "--boundary",
-          plan_.boundary,
-          "-c",
-          std::to_string(plan_.n_ctx),
-          "--max-sessions",
-          std::to_string(plan_.max_sessions),
-          "--cache-mb",
-          std::to_string(plan_.cache_mb),
-          "--replay-mb",
-          std::to_string(plan_.replay_mb),
-          "--log-level",
-          plan_.stage_log_level,
-          "--ring-secret-file",
-          trust_.secret_path,
-          "--key",
-          trust_.KeyPath(i)};
+                                   "stage",
+                                   "-m",
+                                   plan_.model_path,
+                                   "--layers",
+                                   fmt::format("{}:{}", windows_[i].first, windows_[i].second),
+                                   "--next",
+                                   NextAddress(i),
+                                   "--max-sessions",
+                                   std::to_string(plan_.max_sessions),
+                                   "--cache-mb",
+                                   std::to_string(plan_.cache_mb)};
+  StageProcessFlags f;
+  f.listen_fd = listeners_[i].fd();
+  f.name = fmt::format("stage{}", i);
+  f.threads = plan_.threads_per_stage;
+  f.backend = backends_[i];
+  f.boundary = plan_.boundary;
+  f.n_ctx = plan_.n_ctx;
+  f.log_level = plan_.stage_log_level;
+  f.secret_path = trust_.secret_path;
+  f.key_path = trust_.KeyPath(i);
+  f.replay_mb = plan_.replay_mb;
+  f.attn_type = plan_.attn_type;
+  AppendStageProcessArgs(f, &args);
   if (plan_.trace_timing) args.push_back("--trace-timing");
-  if (plan_.attn_type != AttnType::kF32) {
-    args.push_back("--attn-type");
-    args.push_back(AttnTypeName(plan_.attn_type));
-  }
   if (plan_.chunk > 0) {
     args.push_back("--chunk");
     args.push_back(std::to_string(plan_.chunk));
   }
-  if (i == plan_.n_stages - 1) {
-    for (std::string& a : DraftStageArgs(plan_.draft)) args.push_back(std::move(a));
-  }
+  if (i == plan_.n_stages - 1)
+    args.insert(args.end(), plan_.draft_args.begin(), plan_.draft_args.end());
   return args;
 }
 
@@ -171,23 +156,23 @@ void SupervisedRing::Supervise() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     for (size_t i = 0; i < n; ++i) {
-      node::Child& c = children_[i];
+      Child& c = children_[i];
       int status = 0;
       if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
         if (Clock::now() - started[i] > std::chrono::minutes(1)) pause_ms[i] = 500;
-        KV_LOG_WARN("serve: {} exited ({}); starting it again in {} ms", c.name, ExitText(status),
-                    pause_ms[i]);
+        KV_LOG_WARN("local ring: {} exited ({}); starting it again in {} ms", c.name,
+                    ExitText(status), pause_ms[i]);
         c.pid = -1;
         restart_at[i] = Clock::now() + std::chrono::milliseconds(pause_ms[i]);
         pause_ms[i] = std::min(pause_ms[i] * 2, 30000);
       }
       if (c.pid < 0 && Clock::now() >= restart_at[i]) {
-        auto pid = node::Spawn(StageArgs(static_cast<int>(i)), -1, listeners_[i].fd());
+        auto pid = Spawn(StageArgs(static_cast<int>(i)), -1, listeners_[i].fd());
         if (pid.ok()) {
           c.pid = *pid;
           started[i] = Clock::now();
         } else {
-          KV_LOG_WARN("serve: cannot start {}: {}", c.name, pid.status().message());
+          KV_LOG_WARN("local ring: cannot start {}: {}", c.name, pid.status().message());
           restart_at[i] = Clock::now() + std::chrono::milliseconds(pause_ms[i]);
         }
       }
@@ -205,7 +190,7 @@ void SupervisedRing::Stop() {
   }
   cv_.notify_all();
   if (supervisor_.joinable()) supervisor_.join();
-  node::StopAll(children_);
+  StopAll(children_);
   if (stage_) stage_->Stop();
   if (stage_thread_.joinable()) stage_thread_.join();
   proxies_.clear();  // after the stages, so none sees its link fail first
@@ -213,4 +198,4 @@ void SupervisedRing::Stop() {
 
 SupervisedRing::~SupervisedRing() { Stop(); }
 
-}  // namespace kvasir::cli
+}  // namespace kvasir::node
