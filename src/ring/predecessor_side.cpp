@@ -42,17 +42,13 @@ void PredecessorSide::Start() {
 void PredecessorSide::Stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   auto close_all = [this] {
-    // Closed, and released, outside threads_mu_: the last reference may be the one taken here,
-    // and a Link's destructor waits for the watchdog, whose Housekeeping() takes threads_mu_.
-    std::vector<std::shared_ptr<Link>> links;
     {
       std::lock_guard<std::mutex> lock(threads_mu_);
-      for (auto& weak : all_links_) {
-        if (auto l = weak.lock()) links.push_back(std::move(l));
-      }
       CutAllPending("the stage is stopping");
     }
-    for (auto& l : links) l->Close();
+    // Outside threads_mu_: a Link's destructor waits for the watchdog, whose Housekeeping()
+    // takes threads_mu_.
+    links_.CloseAll();
   };
   if (running_.exchange(false)) {
     listener_.Close();
@@ -108,11 +104,7 @@ void PredecessorSide::SendToClient(uint64_t client, const Message& m) {
 }
 
 bool PredecessorSide::Track(const std::shared_ptr<Link>& link) {
-  std::lock_guard<std::mutex> lock(threads_mu_);
-  if (!running_.load()) return false;
-  std::erase_if(all_links_, [](const auto& l) { return l.expired(); });
-  all_links_.push_back(link);
-  return true;
+  return running_.load() && links_.Add(link);
 }
 
 void PredecessorSide::Refused(const std::string& peer, const Status& why) {

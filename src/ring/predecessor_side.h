@@ -27,6 +27,7 @@
 #include "ring/byte_budget.h"
 #include "ring/handshake.h"
 #include "ring/link.h"
+#include "ring/link_set.h"
 #include "ring/messages.h"
 #include "ring/pending_table.h"
 #include "ring/repair.h"
@@ -153,11 +154,11 @@ class PredecessorSide {
   Watchdog::Id watch_ = 0;
 
   // Connection threads are detached; Stop() waits for them. Guarded by threads_mu_, with the
-  // pending table and the links Stop() closes.
+  // pending table.
   std::mutex threads_mu_;
   std::condition_variable conns_cv_;
   int live_conns_ = 0;
-  std::vector<std::weak_ptr<Link>> all_links_;
+  LinkSet links_;  // the links Stop() closes
   PendingTable pending_;
   std::map<uint64_t, std::shared_ptr<PendingConn>> pending_conns_;
   std::atomic<uint64_t> conns_ended_{0};  // for TrimLoop()

@@ -137,20 +137,9 @@ StageImpl::~StageImpl() { Stop(); }
 void StageImpl::Stop() {
   // One caller at a time: a signal thread and the main thread may both stop the stage.
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
-  auto close_all = [this] {
-    // Closed, and released, outside threads_mu_: the last reference may be the one taken here.
-    std::vector<std::shared_ptr<Link>> links;
-    {
-      std::lock_guard<std::mutex> lock(threads_mu_);
-      for (auto& weak : all_links_) {
-        if (auto l = weak.lock()) links.push_back(std::move(l));
-      }
-    }
-    for (auto& l : links) l->Close();
-  };
   if (running_.exchange(false)) {
     succ_link_->Stop();
-    close_all();
+    succ_links_.CloseAll();
     Push(Event{});
   }
   // Waits for every connection thread of the predecessor side: no event comes from it after.
@@ -158,8 +147,8 @@ void StageImpl::Stop() {
   if (dial_thread_.joinable() && dial_thread_.get_id() != std::this_thread::get_id()) {
     dial_thread_.join();
   }
-  // The dial thread is gone: close what it opened last.
-  close_all();
+  // The dial thread is gone: what it opened last was refused or closed (LinkSet::CloseAll).
+  succ_links_.CloseAll();
 }
 
 void StageImpl::Push(Event e) {

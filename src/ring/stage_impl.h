@@ -30,6 +30,7 @@
 #include "ring/byte_budget.h"
 #include "ring/front_end.h"
 #include "ring/link.h"
+#include "ring/link_set.h"
 #include "ring/messages.h"
 #include "ring/predecessor_side.h"
 #include "ring/prompt_cache.h"
@@ -250,9 +251,7 @@ class StageImpl final : public Stage {
   std::atomic<bool> running_{true};
   std::mutex stop_mu_;
   std::thread dial_thread_;
-  // The successor links Stop() closes, guarded by threads_mu_.
-  std::mutex threads_mu_;
-  std::vector<std::weak_ptr<Link>> all_links_;
+  LinkSet succ_links_;  // the successor links Stop() closes
   LinkAuth stage_auth_;
   std::atomic<uint64_t> links_refused_{0};
   // What links may make this stage hold (docs/PROTOCOL.md, "Limits").

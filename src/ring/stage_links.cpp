@@ -30,11 +30,7 @@ LinkOptions StageLinkOptions(const StageOptions& o, uint32_t max_payload) {
 }
 
 bool StageImpl::TrackLink(const std::shared_ptr<Link>& link) {
-  std::lock_guard<std::mutex> lock(threads_mu_);
-  if (!running_.load()) return false;
-  std::erase_if(all_links_, [](const auto& l) { return l.expired(); });
-  all_links_.push_back(link);
-  return true;
+  return running_.load() && succ_links_.Add(link);
 }
 
 SuccessorLinkOptions StageImpl::SuccessorOptions() {
