@@ -267,7 +267,6 @@ void MarketApi::RequestStandbyChecks(const RingState& ring) {
   const size_t n = ring.windows.size();
   for (size_t i = 0; i < n; ++i) {
     const WindowState& w = ring.windows[i];
-    const ClaimInfo& pred = *ring.windows[(i + n - 1) % n].claim;  // the ring is complete
     for (const ClaimInfo& s : w.standbys) {
       if (!s.proven || s.serving_epoch != ring.epoch || s.verified_epoch == ring.epoch) continue;
       CheckJob job;
@@ -278,25 +277,12 @@ void MarketApi::RequestStandbyChecks(const RingState& ring) {
       job.last = w.last;
       if (s.behind_nat) {
         if (config_.relay_url.empty()) continue;
-        // Its edge is the same as when it passed (the predecessor's claim held that window
-        // then): the pass holds for this epoch. Once adopted, the predecessor holds the edge's
-        // side the market would take, so a new dial could only fail (standby_peers.h).
-        if (s.verified_at > 0 && s.check_error.empty() && pred.created <= s.verified_at) {
-          (void)store_->RecordCheck(s.id, s.node, s.address, ring.epoch, Status::Ok(),
-                                    s.verified_at);
-          continue;
-        }
-        // The edge its stage keeps dialed for the window's predecessor, which only dials it once
-        // its successor is gone: the market takes that side for the check.
-        const std::string edge = EdgeIdFor(pred.id, s.id);
+        // Through the relay, on an edge of its own that its stage keeps dialed whatever its
+        // links: a predecessor that adopted it holds their edge, where the market's dial would
+        // be refused (the relay pairs one end of each role).
+        const std::string edge = CheckEdgeIdFor(s.id);
         job.via = fmt::format("{}/edge/{}", config_.relay_url, edge);
-        if (!config_.relay_secret.empty()) {
-          job.token = relay::MakeEdgeToken(
-              std::span<const uint8_t>(
-                  reinterpret_cast<const uint8_t*>(config_.relay_secret.data()),
-                  config_.relay_secret.size()),
-              edge, relay::Role::kPredecessorSide);
-        }
+        job.token = EdgeTokenFor(config_.relay_secret, edge, relay::Role::kPredecessorSide);
       }
       checks_->Request(job);
     }

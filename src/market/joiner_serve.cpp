@@ -61,6 +61,11 @@ Result<std::unique_ptr<ring::Stage>> Joiner::Impl::StageFromBeat(const Grant& g,
     KV_ASSIGN_OR_RETURN(s.dial_pred, RelayDialHook(pred, relay::Role::kSuccessorSide, o.ca_file));
     s.pred_via = pred.at("via").get<std::string>();
   }
+  if (auto check = beat.find("check"); check != beat.end()) {
+    // A standby behind NAT: the market checks its key through this edge (docs/MARKET.md).
+    KV_ASSIGN_OR_RETURN(s.dial_check,
+                        RelayDialHook(*check, relay::Role::kSuccessorSide, o.ca_file));
+  }
   if (g.window == 0) {
     s.on_receipt = [this](std::vector<uint8_t> payload) {
       {

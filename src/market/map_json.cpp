@@ -27,20 +27,31 @@ json PeerJson(const ClaimInfo& peer, const ClaimInfo& self, bool peer_is_pred,
     // Across the edge to our predecessor we are its successor side, and the reverse.
     const relay::Role role =
         peer_is_pred ? relay::Role::kSuccessorSide : relay::Role::kPredecessorSide;
-    relay::EdgeToken token{};
-    if (!relay_secret.empty()) {
-      token = relay::MakeEdgeToken(
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(relay_secret.data()),
-                                   relay_secret.size()),
-          edge, role);
-    }
-    j["via"] = fmt::format("{}/edge/{}", relay_url, edge);
-    j["token"] = ToHex(std::string_view(reinterpret_cast<const char*>(token.data()), token.size()));
+    j.update(EdgeJson(relay_url, relay_secret, edge, role));
   }
   return j;
 }
 
 }  // namespace
+
+relay::EdgeToken EdgeTokenFor(const std::string& relay_secret, const std::string& edge,
+                              relay::Role role) {
+  if (relay_secret.empty()) return relay::EdgeToken{};
+  return relay::MakeEdgeToken(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(relay_secret.data()),
+                               relay_secret.size()),
+      edge, role);
+}
+
+json EdgeJson(const std::string& relay_url, const std::string& relay_secret,
+              const std::string& edge, relay::Role role) {
+  const relay::EdgeToken token = EdgeTokenFor(relay_secret, edge, role);
+  return {{"via", fmt::format("{}/edge/{}", relay_url, edge)},
+          {"token",
+           ToHex(std::string_view(reinterpret_cast<const char*>(token.data()), token.size()))}};
+}
+
+std::string CheckEdgeIdFor(int64_t standby_claim) { return fmt::format("c{}", standby_claim); }
 
 std::string EdgeIdFor(int64_t pred_claim, int64_t next_claim) {
   return fmt::format("e{}-{}", pred_claim, next_claim);
@@ -176,6 +187,12 @@ json HeartbeatToJson(const HeartbeatReply& reply, double now, const std::string&
   }
   out["pred_standbys"] = std::move(pred_standbys);
   out["next_standbys"] = std::move(next_standbys);
+  if (reply.claim.standby > 0 && reply.claim.behind_nat && !relay_url.empty()) {
+    // The edge the market checks this standby through, which its stage keeps dialed as the
+    // successor side whatever its links (docs/MARKET.md, "Checked before promoted").
+    out["check"] = EdgeJson(relay_url, relay_secret, CheckEdgeIdFor(reply.claim.id),
+                            relay::Role::kSuccessorSide);
+  }
   if (!reply.claim.proven) {
     json ranges = json::array();
     for (const ProofRange& p : reply.challenge) {

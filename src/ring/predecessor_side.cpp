@@ -37,6 +37,11 @@ void PredecessorSide::Start() {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   trim_thread_ = std::thread([this] { TrimLoop(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
+  if (options_.dial_check) {
+    check_thread_ = std::thread([this] {
+      StandbyDialLoop(options_.dial_check, std::make_shared<std::atomic<bool>>(false));
+    });
+  }
 }
 
 void PredecessorSide::Stop() {
@@ -64,7 +69,7 @@ void PredecessorSide::Stop() {
     Watchdog::Get().Remove(watch_);
     watch_ = 0;
   }
-  for (std::thread* t : {&accept_thread_, &pred_thread_, &trim_thread_}) {
+  for (std::thread* t : {&accept_thread_, &pred_thread_, &check_thread_, &trim_thread_}) {
     if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   }
   JoinStandbyDialers();
@@ -191,7 +196,8 @@ void PredecessorSide::StandbyDialLoop(DialHook dial, std::shared_ptr<std::atomic
   while (running_.load() && !retired->load()) {
     auto stream = dial(cancelled);
     if (stream.ok()) {
-      // Served here as an accepted predecessor: the standby's link when it is adopted.
+      // Served here as an accepted predecessor: the standby's link when it is adopted (or the
+      // market's check, on a check edge).
       (void)ServeConnection(std::move(stream).value(), /*pending=*/nullptr);
     }
     if (!retired->load()) Backoff(&backoff_ms);

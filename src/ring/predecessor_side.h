@@ -4,11 +4,11 @@
 // link on its own thread: one predecessor at a time (a newer one, by HELLO's generation, takes
 // the place of the one linked; an older one is refused while the newer one is linked), and up to
 // max_clients clients, whose buffers are charged to the client budget (ring/byte_budget.h). With
-// a dial hook it also keeps a relayed predecessor dialed, and an edge to each relayed standby of
-// the predecessor's window (SetStandbys). It knows nothing of sessions: it tells its owner by
-// events (predecessor up/down, client joined/left, a message) and takes what it needs through
-// PredecessorSideOptions. Limits: docs/PROTOCOL.md, "Limits". Thread-safe; the callbacks run on
-// the connection threads.
+// a dial hook it also keeps a relayed predecessor dialed, a standby's check edge, and an edge to
+// each relayed standby of the predecessor's window (SetStandbys). It knows nothing of sessions: it
+// tells its owner by events (predecessor up/down, client joined/left, a message) and takes what it
+// needs through PredecessorSideOptions. Limits: docs/PROTOCOL.md, "Limits". Thread-safe; the
+// callbacks run on the connection threads.
 #pragma once
 
 #include <atomic>
@@ -66,6 +66,10 @@ struct PredecessorSideOptions {
   // A relayed predecessor: dialed (and redialed) instead of accepted; accepted ones are refused.
   DialHook dial_pred;
   std::string pred_via;  // what dial_pred reaches, in messages
+  // A relayed edge kept dialed besides dial_pred's (a standby's check edge): each connection is
+  // served as one accepted from the listener would be (the market's check is a client's
+  // handshake), so the stage answers on it even while its predecessor holds their edge.
+  DialHook dial_check;
   // This stage's HELLO, asked for each link as it answers.
   std::function<wire::Hello()> hello;
   // Checks a predecessor's HELLO (model, adjacency); an error refuses the link with ERROR *code.
@@ -138,6 +142,7 @@ class PredecessorSide {
   void TrimLoop();
   // predecessor_dialers.cpp: the relayed predecessor and the relayed standbys.
   void PredDialLoop();
+  // Keeps `dial`'s edge dialed, serving each connection, until `retired` or Stop().
   void StandbyDialLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired);
   void JoinStandbyDialers();
   void Backoff(int* backoff_ms);
@@ -150,7 +155,7 @@ class PredecessorSide {
   std::atomic<bool> running_{true};
   std::mutex stop_mu_;
   bool started_ = false;  // guarded by stop_mu_
-  std::thread accept_thread_, trim_thread_, pred_thread_;
+  std::thread accept_thread_, trim_thread_, pred_thread_, check_thread_;
   Watchdog::Id watch_ = 0;
 
   // Connection threads are detached; Stop() waits for them. Guarded by threads_mu_, with the

@@ -81,6 +81,10 @@ struct StageOptions {
   std::string next_via;  // what dial_next reaches, for logs ("wss://relay/edge/r1-r2")
   DialHook dial_pred;
   std::string pred_via;
+  // A standby behind NAT: its check edge (docs/MARKET.md, "Checked before promoted"), kept
+  // dialed like dial_pred whatever links the stage has, so the market can check its key while a
+  // predecessor holds their edge.
+  DialHook dial_check;
   std::string name;  // for logs and stats; defaults to "stage-<first>-<last>"
   int n_threads = 1;
   std::string backend = "cpu";  // where the window runs (--backend: cpu, opencl[:P:D], cuda[:N])

@@ -88,6 +88,7 @@ PredecessorSideOptions StageImpl::PredecessorOptions() {
   o.message_overhead = sizeof(Event);
   o.dial_pred = options_.dial_pred;
   o.pred_via = options_.pred_via;
+  o.dial_check = options_.dial_check;
   o.hello = [this] { return MyHello(); };
   o.check_hello = [this](const wire::Hello& h, wire::ErrorCode* code) {
     Status s = CheckStageHello(h, true);

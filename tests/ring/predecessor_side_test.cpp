@@ -4,7 +4,8 @@
 // one linked, whose late frames are not told, and the older process is refused when it comes
 // back; a connection that says nothing is cut at the handshake deadline; a client is counted,
 // reached, and its departure told; a relayed predecessor is dialed (and dialed again when it
-// goes) while a direct one is refused.
+// goes) while a direct one is refused; a standby's check edge answers the market's check while
+// its predecessor is linked.
 #include "ring/predecessor_side.h"
 
 #include <gtest/gtest.h>
@@ -102,6 +103,19 @@ class PredecessorSideTest : public ::testing::Test {
     LinkAuth a;
     a.peer_key = stage_key_->public_key();
     return a;
+  }
+  // A relay edge, played by a listener: the side dials it (`hook`), and the peer behind it runs
+  // the handshake as the initiator, as through a relay.
+  static DialHook DialTo(const net::Listener& edge) {
+    return [port = edge.port()](const std::function<bool()>&) {
+      return net::DialTcp("127.0.0.1", port, 2000);
+    };
+  }
+  // The predecessor behind `edge`, at the side's next dial there.
+  Result<std::unique_ptr<FakePeer>> AcceptPred(net::Listener& edge, uint64_t generation) {
+    KV_ASSIGN_OR_RETURN(auto raw, edge.Accept());
+    return FakePeer::Open(std::move(raw), Auth(pred_key_),
+                          HelloOf(wire::Role::kStage, 0, 4, generation));
   }
   Result<std::unique_ptr<FakePeer>> DialPred(uint64_t generation) {
     return FakePeer::Dial(side_->port(), Auth(pred_key_),
@@ -234,21 +248,13 @@ TEST_F(PredecessorSideTest, AStageThatTakesNoClientsRefusesThem) {
 }
 
 TEST_F(PredecessorSideTest, ARelayedPredecessorIsDialedAndADirectOneRefused) {
-  // The relay's edge, played by a listener: the side dials it, and the predecessor behind it
-  // runs the handshake as the initiator, as through a relay.
   auto edge = net::Listener::Bind("127.0.0.1", 0);
   ASSERT_TRUE(edge.ok()) << edge.status().message();
-  const uint16_t edge_port = edge->port();
   PredecessorSideOptions o;
-  o.dial_pred = [edge_port](const std::function<bool()>&) {
-    return net::DialTcp("127.0.0.1", edge_port, 2000);
-  };
+  o.dial_pred = DialTo(*edge);
   o.pred_via = "the relay";
   Start(std::move(o));
-  auto raw = edge->Accept();
-  ASSERT_TRUE(raw.ok()) << raw.status().message();
-  auto pred =
-      FakePeer::Open(std::move(*raw), Auth(pred_key_), HelloOf(wire::Role::kStage, 0, 4, 10));
+  auto pred = AcceptPred(*edge, 10);
   ASSERT_TRUE(pred.ok()) << pred.status().message();
   EXPECT_EQ(events_.Next(), "up 10");
   ASSERT_TRUE((*pred)->Ping(9).ok());
@@ -262,13 +268,49 @@ TEST_F(PredecessorSideTest, ARelayedPredecessorIsDialedAndADirectOneRefused) {
 
   (*pred)->link->Close();  // the relayed predecessor goes: the side tells it, and dials again
   EXPECT_EQ(events_.Next().rfind("down: link from predecessor", 0), 0u);
-  auto again = edge->Accept();
-  ASSERT_TRUE(again.ok()) << again.status().message();
-  auto back =
-      FakePeer::Open(std::move(*again), Auth(pred_key_), HelloOf(wire::Role::kStage, 0, 4, 11));
+  auto back = AcceptPred(*edge, 11);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(events_.Next(), "up 11");
   side_->Stop();  // returns while the dialer waits for its next connection or backs off
+}
+
+// A standby behind NAT keeps its check edge dialed besides its predecessor's: the market's check
+// (a client's handshake that demands the stage's key) is answered there while the predecessor
+// that adopted it holds their edge, and again after it (docs/MARKET.md, "Checked before
+// promoted").
+TEST_F(PredecessorSideTest, AStandbyAnswersTheMarketsCheckWhileItsPredecessorHoldsTheirEdge) {
+  auto edge = net::Listener::Bind("127.0.0.1", 0);
+  auto check_edge = net::Listener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(edge.ok() && check_edge.ok());
+  PredecessorSideOptions o;
+  o.dial_pred = DialTo(*edge);
+  o.pred_via = "the relay";
+  o.dial_check = DialTo(*check_edge);
+  o.clients_refusal = "clients connect to the head";
+  Start(std::move(o));
+  auto pred = AcceptPred(*edge, 10);
+  ASSERT_TRUE(pred.ok()) << pred.status().message();
+  EXPECT_EQ(events_.Next(), "up 10");  // adopted
+  for (int check = 0; check < 2; ++check) {
+    auto market = check_edge->Accept();
+    ASSERT_TRUE(market.ok()) << market.status().message();
+    auto hs = HandshakeInitiate(**market, wire::Role::kClient, ClientAuth());
+    EXPECT_TRUE(hs.ok()) << "check " << check << ": " << hs.status().message();
+    (*market)->Shutdown();
+    // The predecessor's link goes on.
+    ASSERT_TRUE((*pred)->Ping(100 + check).ok());
+    std::string e = events_.Next();
+    while (e == "refused") e = events_.Next();  // the check, which says no HELLO
+    EXPECT_EQ(e, fmt::format("pred {}", 100 + check));
+    EXPECT_TRUE(side_->pred_up());
+  }
+  // A check that proves another key fails: the stage answers only as itself.
+  auto market = check_edge->Accept();
+  ASSERT_TRUE(market.ok()) << market.status().message();
+  LinkAuth wrong;
+  wrong.peer_key = pred_key_->public_key();
+  EXPECT_FALSE(HandshakeInitiate(**market, wire::Role::kClient, wrong).ok());
+  side_->Stop();
 }
 
 }  // namespace
