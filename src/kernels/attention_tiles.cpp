@@ -12,6 +12,9 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 // clang-format on
+#if HWY_ARCH_X86
+#include "kernels/transpose_avx512.h"
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace kvasir::kernels_internal {
@@ -20,42 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// out[d * 16 + j] = k[j * k_stride + d] for j, d < 16: a 16 x 16 transpose in registers (64
-// shuffles per 256 floats, against 16 gathers of 16 loads each).
-HWY_INLINE void Transpose16(const float* k, int64_t k_stride, float* out) {
-  __m512 r[16], t[16];
-  for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(k + j * k_stride);
-  // t[2i], t[2i+1]: rows 2i, 2i+1 interleaved, per 128-bit lane.
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // r[4i + c]: rows 4i..4i+3 of column 4l + c in 128-bit lane l.
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  // t[c] (c < 4): columns c and c + 8 of rows 0..7; t[c + 4]: columns c + 4 and c + 12 of rows
-  // 0..7; t[c + 8], t[c + 12]: the same of rows 8..15.
-  for (int h = 0; h < 2; ++h) {
-    for (int c = 0; c < 4; ++c) {
-      const __m512 a = r[8 * h + c], b = r[8 * h + 4 + c];
-      t[8 * h + c] = _mm512_shuffle_f32x4(a, b, 0x88);
-      t[8 * h + 4 + c] = _mm512_shuffle_f32x4(a, b, 0xdd);
-    }
-  }
-  for (int c = 0; c < 8; ++c) {
-    _mm512_storeu_ps(out + c * 16, _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88));
-    _mm512_storeu_ps(out + (c + 8) * 16, _mm512_shuffle_f32x4(t[c], t[c + 8], 0xdd));
-  }
-}
-#endif
 
 void PackKeysT(const float* k, int64_t k_stride, int n_keys, int hd, float* packed) {
   const int n_blocks = (n_keys + kKeyBlock - 1) / kKeyBlock;
@@ -67,7 +34,7 @@ void PackKeysT(const float* k, int64_t k_stride, int n_keys, int hd, float* pack
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     static_assert(kKeyBlock == 16);
     if (in_block == kKeyBlock) {
-      for (; d0 + 16 <= hd; d0 += 16) Transpose16(kb + d0, k_stride, out + d0 * kKeyBlock);
+      for (; d0 + 16 <= hd; d0 += 16) Transpose16x16(kb + d0, k_stride, out + d0 * kKeyBlock);
     }
 #endif
     if (in_block < kKeyBlock) std::fill_n(out, int64_t{hd} * kKeyBlock, 0.0f);
