@@ -17,6 +17,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+
+#include "kernels/transpose_avx512.h"
 #else
 #define KV_HAVE_BF16_KERNELS 0
 #endif
@@ -178,7 +180,11 @@ KV_BF16_ATTR void PackKeysBf16Impl(const float* k, int64_t k_stride, int n_keys,
     const __m512i idx =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32(row));
-    for (int dp = 0; dp < hdp; ++dp) {
+    int dp = 0;
+    for (; dp + 16 <= hdp; dp += 16) {
+      kernels_internal::Transpose16x16(pairs.data() + dp, row, ob + dp * kBf16KeyBlock);
+    }
+    for (; dp < hdp; ++dp) {
       _mm512_storeu_si512(ob + dp * kBf16KeyBlock,
                           _mm512_i32gather_epi32(idx, pairs.data() + dp, 4));
     }

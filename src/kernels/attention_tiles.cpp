@@ -12,6 +12,14 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 // clang-format on
+#if HWY_ARCH_X86
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports the undefined pass-through operands inside the AVX-512 intrinsic headers as
+// maybe-uninitialized (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "kernels/transpose_avx512.h"
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace kvasir::kernels_internal {
@@ -22,27 +30,37 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 void PackKeysT(const float* k, int64_t k_stride, int n_keys, int hd, float* packed) {
-  const DF df;
-  const hn::RebindToSigned<DF> di;
-  const int lanes = static_cast<int>(hn::Lanes(df));
   const int n_blocks = (n_keys + kKeyBlock - 1) / kKeyBlock;
   for (int b = 0; b < n_blocks; ++b) {
     float* out = packed + static_cast<int64_t>(b) * hd * kKeyBlock;
     const float* kb = k + static_cast<int64_t>(b) * kKeyBlock * k_stride;
     const int in_block = std::min(kKeyBlock, n_keys - b * kKeyBlock);
+    int d0 = 0;  // dimensions [0, d0) of a whole block packed by the vector path
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // A transpose in registers: Zen 4 microcodes gathers (docs/PERFORMANCE.md, "Prompt cache").
+    static_assert(kKeyBlock == 16);
+    if (in_block == kKeyBlock) {
+      for (; d0 + 16 <= hd; d0 += 16) Transpose16x16(kb + d0, k_stride, out + d0 * kKeyBlock);
+    }
+#else
     if (in_block == kKeyBlock && kKeyBlock * k_stride < (int64_t{1} << 31)) {
       // One gather per vector of keys: the writes stay contiguous.
+      const DF df;
+      const hn::RebindToSigned<DF> di;
+      const int lanes = static_cast<int>(hn::Lanes(df));
       for (int off = 0; off < kKeyBlock; off += lanes) {
         const auto idx = hn::Mul(hn::Iota(di, off), hn::Set(di, static_cast<int32_t>(k_stride)));
         for (int d = 0; d < hd; ++d) {
           hn::StoreU(hn::GatherIndex(df, kb + d, idx), df, out + d * kKeyBlock + off);
         }
       }
-      continue;
+      d0 = hd;
     }
-    std::fill_n(out, int64_t{hd} * kKeyBlock, 0.0f);
+#endif
+    if (in_block < kKeyBlock) std::fill_n(out, int64_t{hd} * kKeyBlock, 0.0f);
     for (int jj = 0; jj < in_block; ++jj) {
-      for (int d = 0; d < hd; ++d) out[d * kKeyBlock + jj] = kb[jj * k_stride + d];
+      const float* kj = kb + jj * k_stride;
+      for (int d = d0; d < hd; ++d) out[d * kKeyBlock + jj] = kj[d];
     }
   }
 }
