@@ -365,6 +365,13 @@ class Store {
   Result<HeartbeatReply> HeartbeatOnce(const std::string& node, int64_t claim,
                                        int64_t serving_epoch, double now, double lease_s,
                                        const ProofAnswer* proof, const RequestNonce* nonce);
+  // postgres_heartbeat.cpp: HeartbeatOnce on PostgreSQL in two round trips (Db::RunBatch), for
+  // the common heartbeat: nothing to sweep, promote or evict, no silence, a proven claim of this
+  // node, no audit open. Anything else rolls back, answers nullopt, and goes the general way.
+  Result<std::optional<HeartbeatReply>> PipelinedHeartbeat(const std::string& node, int64_t claim,
+                                                           int64_t serving_epoch, double now,
+                                                           double lease_s,
+                                                           const RequestNonce* nonce);
   Status ReleaseOnce(const std::string& node, int64_t claim, double now);
   Result<std::vector<ModelState>> MapOnce(double now);
   Result<std::pair<ModelState, RingState>> PickRingOnce(const std::string& model,
