@@ -61,40 +61,36 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
     insert_nonce->Bind(1, node).Bind(2, nonce->nonce).Bind(3, now + nonce->keep_s);
     batch.push_back(&*insert_nonce);
   }
-  KV_ASSIGN_OR_RETURN(auto meta, db_->Prepare("SELECT (SELECT value FROM meta WHERE key = ?1), "
-                                              "(SELECT value FROM meta WHERE key = ?2)"));
-  meta.Bind(1, std::string_view(kMetaLastBeat)).Bind(2, std::string_view(kMetaResumedAt));
-  // Outside a silence the lease clock is `now`: a claim is due when its lease ended by then.
-  KV_ASSIGN_OR_RETURN(auto due, db_->Prepare("SELECT 1 FROM claims WHERE expires <= ? LIMIT 1"));
-  due.Bind(1, now);
   if (!(now >= nonce_sweep_at_ && now - nonce_sweep_at_ < 1)) {
     nonce_sweep_at_ = now;
     KV_RETURN_IF_ERROR(
         PrepareInto(db_.get(), &delete_nonces, "DELETE FROM nonces WHERE expires <= ?"));
     delete_nonces->Bind(1, now);
+    batch.push_back(&*delete_nonces);
   }
   KV_ASSIGN_OR_RETURN(auto demand, db_->Prepare("DELETE FROM demand WHERE time < ?"));
   demand.Bind(1, now - kRecentSeconds);
-  KV_ASSIGN_OR_RETURN(auto promote, db_->Prepare(fmt::format("SELECT 1 FROM claims s WHERE {} "
-                                                             "LIMIT 1",
-                                                             kPromotable)));
-  promote.Bind(1, check_standbys_ ? 1 : 0);
-  KV_ASSIGN_OR_RETURN(auto own, db_->Prepare(fmt::format("SELECT {} FROM claims c JOIN models m "
-                                                         "ON m.id = c.model WHERE c.id = ?",
-                                                         kClaimColumns)));
-  own.Bind(1, claim);
-  // The claim's ring, as ReadModels of that ring reads it.
-  KV_ASSIGN_OR_RETURN(auto model, db_->Prepare("SELECT m.model_id, m.demand_total, m.n_windows, "
-                                               "m.n_held, (SELECT count(*) FROM demand d WHERE "
-                                               "d.model = m.id), (SELECT count(*) FROM receipts "
-                                               "r WHERE r.model = m.name AND r.time > ?2) FROM "
-                                               "models m WHERE m.id = (SELECT model FROM claims "
-                                               "WHERE id = ?1)"));
-  model.Bind(1, claim).Bind(2, now - kRecentSeconds);
-  KV_ASSIGN_OR_RETURN(auto ring, db_->Prepare("SELECT r.epoch FROM rings r JOIN claims k ON "
-                                              "r.model = k.model AND r.ring = k.ring WHERE k.id = "
-                                              "?"));
-  ring.Bind(1, claim);
+  // One row: what would send this heartbeat the general way (the last heartbeat answered, for a
+  // silence; the earliest end of a lease, for a claim due; a standby to promote; an audit overdue
+  // or open for this node), and the claim's model and ring as ReadModels reads them. No row when
+  // the claim is gone.
+  KV_ASSIGN_OR_RETURN(
+      auto state,
+      db_->Prepare(fmt::format(
+          "SELECT (SELECT value FROM meta WHERE key = ?2), (SELECT min(expires) FROM claims), "
+          "EXISTS (SELECT 1 FROM claims s WHERE {}), EXISTS (SELECT 1 FROM audits WHERE state = "
+          "'asked' AND (deadline < ?3 OR node = ?4)), m.model_id, m.n_windows, m.n_held, (SELECT "
+          "count(*) FROM demand d WHERE d.model = m.id), (SELECT count(*) FROM receipts r WHERE "
+          "r.model = m.name AND r.time > ?6), r.epoch FROM claims k JOIN models m ON m.id = "
+          "k.model JOIN rings r ON r.model = k.model AND r.ring = k.ring WHERE k.id = ?5",
+          kPromotable)));
+  state.Bind(1, check_standbys_ ? 1 : 0)
+      .Bind(2, std::string_view(kMetaLastBeat))
+      .Bind(3, now)
+      .Bind(4, node)
+      .Bind(5, claim)
+      .Bind(6, now - kRecentSeconds);
+  // The ring's windows and claims (the claim's own among them).
   KV_ASSIGN_OR_RETURN(auto windows, db_->Prepare("SELECT w.window, w.first, w.last, w.bytes, "
                                                  "w.memory FROM windows w JOIN claims k ON "
                                                  "w.model = k.model AND w.ring = k.ring WHERE "
@@ -106,14 +102,7 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
                                                             "c.model WHERE k.id = ? ORDER BY c.id",
                                                             kClaimColumns)));
   claims.Bind(1, claim);
-  KV_ASSIGN_OR_RETURN(auto audits, db_->Prepare("SELECT 1 FROM audits WHERE state = 'asked' AND "
-                                                "(deadline < ? OR node = ?) LIMIT 1"));
-  audits.Bind(1, now).Bind(2, node);
-  for (Stmt* s : {&meta, &due}) batch.push_back(s);
-  if (delete_nonces) batch.push_back(&*delete_nonces);
-  for (Stmt* s : {&demand, &promote, &own, &model, &ring, &windows, &claims, &audits}) {
-    batch.push_back(s);
-  }
+  for (Stmt* s : {&demand, &state, &windows, &claims}) batch.push_back(s);
   KV_RETURN_IF_ERROR(db_->RunBatch(batch));
 
   if (insert_nonce) {
@@ -124,31 +113,19 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
                    "X-Kvasir-Nonce: used before by node {}: a replayed request", Short(node));
     }
   }
-  {
-    KV_ASSIGN_OR_RETURN(bool row, meta.Step());
-    const double last_beat = row && !meta.IsNull(0) ? meta.Real(0) : 0;
-    silent_ = last_beat > 0 && now - last_beat > lease_s_ / 2;
-    last_beat_ = last_beat;
-  }
-  KV_ASSIGN_OR_RETURN(const bool any_due, due.Step());
-  KV_ASSIGN_OR_RETURN(const bool any_promotable, promote.Step());
-  KV_ASSIGN_OR_RETURN(const bool has_claim, own.Step());
-  KV_ASSIGN_OR_RETURN(const bool any_audit, audits.Step());
-  if (silent_ || any_due || any_promotable || !has_claim || any_audit) return None();
-  const ClaimInfo row = ClaimFromRow(own, 0);
-  if (row.node != node || !row.proven) return None();
-
-  KV_ASSIGN_OR_RETURN(bool has_model, model.Step());
-  KV_ASSIGN_OR_RETURN(bool has_ring, ring.Step());
-  if (!has_model || !has_ring) {
-    return Error("{}: claim {} names a ring that does not exist", db_->path(), claim);
-  }
+  KV_ASSIGN_OR_RETURN(const bool has_claim, state.Step());
+  if (!has_claim) return None();
+  const double last_beat = state.IsNull(0) ? 0 : state.Real(0);
+  silent_ = last_beat > 0 && now - last_beat > lease_s_ / 2;
+  last_beat_ = last_beat;
+  // Outside a silence the lease clock is `now`: a claim is due when its lease ended by then.
+  const bool due = !state.IsNull(1) && state.Real(1) <= now;
+  if (silent_ || due || state.Int(2) != 0 || state.Int(3) != 0) return None();
   HeartbeatReply reply;
-  reply.model_id = model.Text(0);
-  const int64_t total = model.Int(2), held = model.Int(3);
-  const int64_t demand_recent = std::min(model.Int(4), model.Int(5));
-  reply.ring.ring = row.ring;
-  reply.ring.epoch = ring.Int(0);
+  reply.model_id = state.Text(4);
+  const int64_t total = state.Int(5), held = state.Int(6);
+  const int64_t demand_recent = std::min(state.Int(7), state.Int(8));
+  reply.ring.epoch = state.Int(9);
   while (true) {
     KV_ASSIGN_OR_RETURN(bool more, windows.Step());
     if (!more) break;
@@ -160,13 +137,20 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
     w.memory = static_cast<uint64_t>(windows.Int(4));
     reply.ring.windows.push_back(std::move(w));
   }
-  // A renewal that changes nothing but the lease waits in memory (lease_flush.cpp); anything
-  // else is written now (below), and answered as written.
-  const bool lease_only = lease_flush_s_ > 0 && row.serving_epoch == serving_epoch;
+  std::vector<ClaimInfo> rows;
+  std::optional<ClaimInfo> row;  // the claim's own, as stored
   while (true) {
     KV_ASSIGN_OR_RETURN(bool more, claims.Step());
     if (!more) break;
-    ClaimInfo c = ClaimFromRow(claims, 0);
+    rows.push_back(ClaimFromRow(claims, 0));
+    if (rows.back().id == claim) row = rows.back();
+  }
+  if (!row || row->node != node || !row->proven) return None();
+  reply.ring.ring = row->ring;
+  // A renewal that changes nothing but the lease waits in memory (lease_flush.cpp); anything
+  // else is written now (below), and answered as written.
+  const bool lease_only = lease_flush_s_ > 0 && row->serving_epoch == serving_epoch;
+  for (ClaimInfo& c : rows) {
     if (c.id == claim && !lease_only) Renew(&c, serving_epoch, now, lease_s);
     Overlay(&c);
     const auto w = static_cast<size_t>(c.window);
@@ -179,7 +163,7 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
   }
   DeriveRing(&reply.ring,
              RewardRate(demand_recent, static_cast<int>(total - held), static_cast<int>(total)));
-  reply.claim = row;
+  reply.claim = *row;
   if (lease_only) {
     Overlay(&reply.claim);
     reply.claim.expires = std::max(reply.claim.expires, now + lease_s);
@@ -219,6 +203,7 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
     if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
     leases_.Renew(claim, node, now + lease_s, now);
   }
+  ++pipelined_heartbeats_;
   return None(std::move(reply));
 }
 

@@ -109,7 +109,8 @@ class Db {
   // a single round trip (libpq's pipeline mode, with a Begin not sent yet), elsewhere one after
   // the other, each up to its first row. Each one's rows are then read with Step, as if it had
   // run alone. The first failure is returned, and stops the batch there (on PostgreSQL the ones
-  // after it are not run; in a transaction, the transaction has failed).
+  // after it are not run; in a transaction, the transaction has failed). Outside a transaction, a
+  // batch on PostgreSQL is one transaction of its own: a failure undoes the statements before it.
   virtual Status RunBatch(std::span<Stmt* const> stmts) {
     for (Stmt* s : stmts) KV_RETURN_IF_ERROR(s->Prime());
     return Status::Ok();

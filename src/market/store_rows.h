@@ -20,10 +20,10 @@ ClaimInfo ClaimFromRow(const Stmt& s, int c0);
 void DeriveRing(RingState* ring, double rate_now);
 
 // The standbys `s` that PromoteStandbys would promote (standby.cpp): proven, of a window without
-// its claim, and (when the parameter is 1: set_check_standbys) whose last check passed.
+// its claim, and (when parameter ?1 is 1: set_check_standbys) whose last check passed.
 inline constexpr const char* kPromotable =
     "s.standby > 0 AND s.proven = 1 AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.model = "
-    "s.model AND c.ring = s.ring AND c.window = s.window AND c.standby = 0) AND (? = 0 OR "
+    "s.model AND c.ring = s.ring AND c.window = s.window AND c.standby = 0) AND (?1 = 0 OR "
     "(s.verified_at > 0 AND s.check_error = ''))";
 
 // Keys of the meta table: the last heartbeat the market answered, and the start of the market
