@@ -177,6 +177,11 @@ Result<ClaimGrant> Store::ClaimOnce(const ClaimRequest& req, double now, double 
 Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t claim,
                                             int64_t serving_epoch, double now, double lease_s,
                                             const ProofAnswer* proof, const RequestNonce* nonce) {
+  if (db_->postgres()) {
+    KV_ASSIGN_OR_RETURN(auto quick,
+                        PipelinedHeartbeat(node, claim, serving_epoch, now, lease_s, nonce));
+    if (quick.has_value()) return *std::move(quick);
+  }
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   // A renewal need not wait for its own flush to disk (SQLite's WAL is synced at checkpoints
   // anyway): a database server that loses its last commits loses renewals, which the grace of a

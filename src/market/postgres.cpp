@@ -7,7 +7,10 @@
 #include <cctype>
 #include <cstdlib>
 #include <optional>
+#include <span>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "market/sql.h"
@@ -61,6 +64,22 @@ class PgStmt final : public StmtImpl {
   Status BindText(int i, std::string_view v) override { return Set(i, std::string(v), kTextOid); }
   Status BindBlob(int i, std::string_view v) override { return Set(i, std::string(v), kByteaOid); }
   Result<bool> Step() override;
+  // Sends the statement into the connection's pipeline (PgDb::RunBatch), preparing it there first
+  // when this connection has not yet.
+  Status Send(std::vector<std::string>* prepared_now);
+  // The statement's outcome, as the pipeline gave it back: taken over (PQclear'd with the
+  // statement); an error is returned.
+  Status Take(PGresult* r);
+  // Marks the statement as run, without rows, until the pipeline gives it its result (Take): a
+  // statement of a failed batch never runs on its own.
+  void Abort() {
+    ran_ = true;
+    PQclear(result_);
+    result_ = nullptr;
+    row_ = -1;
+    rows_ = 0;
+  }
+  const std::string& sql() const { return sql_; }
   int64_t Int(int col) const override {
     const char* v = PQgetvalue(result_, row_, col);
     if (v[0] == 't' && v[1] == '\0') return 1;  // a boolean
@@ -85,6 +104,25 @@ class PgStmt final : public StmtImpl {
     values_[static_cast<size_t>(i - 1)] = std::move(v);
     types_[static_cast<size_t>(i - 1)] = type;
     return Status::Ok();
+  }
+  // libpq's view of the bound parameters (pointing into values_).
+  struct Params {
+    std::vector<const char*> values;
+    std::vector<int> lengths, formats;
+    std::vector<unsigned> types;
+  };
+  Params Bound() const {
+    Params p;
+    p.values.resize(values_.size());
+    p.lengths.resize(values_.size());
+    p.formats.resize(values_.size());
+    p.types = types_;
+    for (size_t i = 0; i < values_.size(); ++i) {
+      p.values[i] = values_[i] ? values_[i]->data() : nullptr;
+      p.lengths[i] = values_[i] ? static_cast<int>(values_[i]->size()) : 0;
+      p.formats[i] = types_[i] == kByteaOid ? 1 : 0;  // bytea as raw bytes, the rest as text
+    }
+    return p;
   }
   PgDb* db_;
   std::string sql_;
@@ -126,6 +164,7 @@ class PgDb final : public Db {
     return Status::Ok();
   }
   bool postgres() const override { return true; }
+  Status RunBatch(std::span<Stmt* const> stmts) override;
 
   PGconn* conn() { return conn_; }
   void set_changes(int64_t n) { changes_ = n; }
@@ -139,8 +178,7 @@ class PgDb final : public Db {
   // for statements run unprepared (schema and other utility statements).
   Result<std::string> PreparedName(const std::string& sql, const std::vector<unsigned>& types) {
     if (!Cacheable(sql)) return std::string();
-    std::string key = sql;
-    for (unsigned t : types) key += "\x1f" + std::to_string(t);
+    std::string key = PreparedKey(sql, types);
     if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
     std::string name = "k" + std::to_string(prepared_.size());
     PGresult* r =
@@ -150,6 +188,31 @@ class PgDb final : public Db {
     KV_RETURN_IF_ERROR(s);
     prepared_.emplace(std::move(key), name);
     return name;
+  }
+  static std::string PreparedKey(const std::string& sql, const std::vector<unsigned>& types) {
+    std::string key = sql;
+    for (unsigned t : types) key += "\x1f" + std::to_string(t);
+    return key;
+  }
+  // For a pipeline (PgStmt::Send): the name `sql` has or will have on this connection, and
+  // whether it must be prepared first; "" for a statement run unprepared.
+  std::pair<std::string, bool> PipelineName(const std::string& sql,
+                                            const std::vector<unsigned>& types,
+                                            const std::vector<std::string>& prepared_now) {
+    if (!Cacheable(sql)) return {"", false};
+    const std::string key = PreparedKey(sql, types);
+    if (auto it = prepared_.find(key); it != prepared_.end()) return {it->second, false};
+    // Named after those prepared before and those this pipeline prepares before it.
+    for (size_t i = 0; i < prepared_now.size(); ++i) {
+      if (prepared_now[i] == key) return {"k" + std::to_string(prepared_.size() + i), false};
+    }
+    return {"k" + std::to_string(prepared_.size() + prepared_now.size()), true};
+  }
+  // Once the pipeline's preparations succeeded: kept, in the order they were named.
+  void KeepPrepared(const std::vector<std::string>& keys) {
+    const size_t base = prepared_.size();
+    for (size_t i = 0; i < keys.size(); ++i)
+      prepared_.emplace(keys[i], "k" + std::to_string(base + i));
   }
   // OK for a result that succeeded; otherwise the error, marking a retryable one.
   Status Check(PGresult* r, std::string_view sql) {
@@ -204,29 +267,20 @@ class PgDb final : public Db {
 Result<bool> PgStmt::Step() {
   if (!ran_) {
     ran_ = true;
-    std::vector<const char*> values(values_.size());
-    std::vector<int> lengths(values_.size()), formats(values_.size());
-    std::vector<unsigned> types(values_.size());
-    for (size_t i = 0; i < values_.size(); ++i) {
-      values[i] = values_[i] ? values_[i]->data() : nullptr;
-      lengths[i] = values_[i] ? static_cast<int>(values_[i]->size()) : 0;
-      formats[i] = types_[i] == kByteaOid ? 1 : 0;  // bytea as raw bytes, the rest as text
-      types[i] = types_[i];
-    }
+    Params p = Bound();
     KV_RETURN_IF_ERROR(db_->StartPending());
-    auto name = db_->PreparedName(sql_, types);
+    auto name = db_->PreparedName(sql_, p.types);
     if (!name.ok()) return name.status();
+    PGresult* r = nullptr;
+    const int n = static_cast<int>(p.values.size());
     if (name->empty()) {
-      result_ = PQexecParams(db_->conn(), sql_.c_str(), static_cast<int>(values.size()),
-                             types.data(), values.data(), lengths.data(), formats.data(), 0);
+      r = PQexecParams(db_->conn(), sql_.c_str(), n, p.types.data(), p.values.data(),
+                       p.lengths.data(), p.formats.data(), 0);
     } else {
-      result_ = PQexecPrepared(db_->conn(), name->c_str(), static_cast<int>(values.size()),
-                               values.data(), lengths.data(), formats.data(), 0);
+      r = PQexecPrepared(db_->conn(), name->c_str(), n, p.values.data(), p.lengths.data(),
+                         p.formats.data(), 0);
     }
-    KV_RETURN_IF_ERROR(db_->Check(result_, sql_));
-    rows_ = PQntuples(result_);
-    const char* n = PQcmdTuples(result_);
-    db_->set_changes(n != nullptr && n[0] != '\0' ? std::strtoll(n, nullptr, 10) : 0);
+    KV_RETURN_IF_ERROR(Take(r));
   }
   if (row_ + 1 >= rows_) {
     row_ = rows_;
@@ -234,6 +288,143 @@ Result<bool> PgStmt::Step() {
   }
   ++row_;
   return true;
+}
+
+Status PgStmt::Take(PGresult* r) {
+  ran_ = true;
+  PQclear(result_);
+  result_ = r;
+  row_ = -1;
+  rows_ = 0;
+  KV_RETURN_IF_ERROR(db_->Check(result_, sql_));
+  rows_ = PQntuples(result_);
+  const char* n = PQcmdTuples(result_);
+  db_->set_changes(n != nullptr && n[0] != '\0' ? std::strtoll(n, nullptr, 10) : 0);
+  return Status::Ok();
+}
+
+Status PgStmt::Send(std::vector<std::string>* prepared_now) {
+  Params p = Bound();
+  const int n = static_cast<int>(p.values.size());
+  auto [name, prepare] = db_->PipelineName(sql_, p.types, *prepared_now);
+  PGconn* conn = db_->conn();
+  if (prepare) {
+    if (PQsendPrepare(conn, name.c_str(), sql_.c_str(), n, p.types.data()) == 0) {
+      return Error(StatusCode::kUnavailable, "{}: '{}': {}", db_->path(), sql_.substr(0, 60),
+                   PQerrorMessage(conn));
+    }
+    prepared_now->push_back(PgDb::PreparedKey(sql_, p.types));
+  }
+  const int sent = name.empty()
+                       ? PQsendQueryParams(conn, sql_.c_str(), n, p.types.data(), p.values.data(),
+                                           p.lengths.data(), p.formats.data(), 0)
+                       : PQsendQueryPrepared(conn, name.c_str(), n, p.values.data(),
+                                             p.lengths.data(), p.formats.data(), 0);
+  if (sent == 0) {
+    return Error(StatusCode::kUnavailable, "{}: '{}': {}", db_->path(), sql_.substr(0, 60),
+                 PQerrorMessage(conn));
+  }
+  return Status::Ok();
+}
+
+Status PgDb::RunBatch(std::span<Stmt* const> stmts) {
+  for (Stmt* s : stmts) KV_RETURN_IF_ERROR(s->bind_status());
+  // What a pipeline sends, in order: the transaction's BEGIN and SET LOCALs not sent yet, then
+  // each statement, after its preparation where this connection has none yet.
+  struct Sent {
+    PgStmt* stmt = nullptr;  // null: a BEGIN / SET LOCAL, or a preparation
+    std::string sql;
+    bool prepare = false;
+  };
+  std::vector<Sent> sent;
+  std::vector<std::string> prepared_now;
+  if (PQenterPipelineMode(conn_) == 0) {
+    return Error(StatusCode::kUnavailable, "{}: cannot start a pipeline: {}", path_,
+                 PQerrorMessage(conn_));
+  }
+  Status failed;
+  auto fail = [&](Status s) {
+    if (failed.ok()) failed = std::move(s);
+  };
+  size_t from = 0;
+  const std::string pending = std::exchange(pending_, {});
+  while (from < pending.size()) {
+    // One statement at a time: a pipeline sends no multi-statement string.
+    size_t end = pending.find("; ", from);
+    if (end == std::string::npos) end = pending.size();
+    const std::string one = pending.substr(from, end - from);
+    from = end + 2;
+    if (PQsendQueryParams(conn_, one.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 0) {
+      fail(Error(StatusCode::kUnavailable, "{}: '{}': {}", path_, one, PQerrorMessage(conn_)));
+      break;
+    }
+    sent.push_back({nullptr, one, false});
+  }
+  for (Stmt* s : stmts) static_cast<PgStmt*>(s->impl())->Abort();
+  for (size_t i = 0; failed.ok() && i < stmts.size(); ++i) {
+    auto* st = static_cast<PgStmt*>(stmts[i]->impl());
+    const size_t before = prepared_now.size();
+    if (Status s = st->Send(&prepared_now); !s.ok()) {
+      fail(std::move(s));
+      break;
+    }
+    if (prepared_now.size() > before) sent.push_back({nullptr, st->sql(), true});
+    sent.push_back({st, st->sql(), false});
+  }
+  if (PQpipelineSync(conn_) == 0) {
+    fail(Error(StatusCode::kUnavailable, "{}: pipeline: {}", path_, PQerrorMessage(conn_)));
+  }
+  // Every result, up to the sync, is read even after a failure, so the connection is ready for
+  // the next statement. The first error is checked once out of the pipeline, where the
+  // transaction's state tells whether it is worth running again (Check).
+  PGresult* error = nullptr;
+  std::string error_sql;
+  size_t n_prepared = 0;  // the preparations that succeeded: those before any failure
+  for (const Sent& s : sent) {
+    PGresult* r = PQgetResult(conn_);
+    if (r == nullptr) break;  // the connection failed: nothing more comes
+    const ExecStatusType st = PQresultStatus(r);
+    const bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (!ok && st != PGRES_PIPELINE_ABORTED && error == nullptr) {
+      error = r;
+      error_sql = s.sql;
+      r = nullptr;
+    }
+    if (ok && s.prepare) ++n_prepared;
+    if (s.stmt != nullptr) {
+      if (ok) {
+        (void)s.stmt->Take(r);
+      } else {
+        PQclear(r);
+      }
+    } else {
+      PQclear(r);
+    }
+    while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);  // the end of this one's results
+  }
+  // The sync's own result.
+  while (PGresult* r = PQgetResult(conn_)) {
+    const bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+    PQclear(r);
+    if (sync) break;
+  }
+  (void)PQexitPipelineMode(conn_);
+  prepared_now.resize(n_prepared);
+  KeepPrepared(prepared_now);
+  if (error != nullptr) {
+    Status s = Check(error, error_sql);
+    PQclear(error);
+    fail(std::move(s));
+  } else if (failed.ok() && PQstatus(conn_) != CONNECTION_OK) {
+    fail(Check(nullptr, "pipeline"));
+  }
+  if (!failed.ok() && PQstatus(conn_) == CONNECTION_OK &&
+      PQpipelineStatus(conn_) != PQ_PIPELINE_OFF) {
+    // A send that failed midway left the pipeline open: the connection is reset.
+    PQreset(conn_);
+    prepared_.clear();
+  }
+  return failed;
 }
 
 // The URL without its password, for messages.

@@ -8,9 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/status.h"
 
@@ -47,8 +50,20 @@ class Stmt {
   // Steps once: true with a row, false when done. A failed bind is returned here.
   Result<bool> Step() {
     if (!bind_error_.ok()) return bind_error_;
+    if (primed_.has_value()) return *std::exchange(primed_, std::nullopt);
     return impl_->Step();
   }
+  // Runs the statement up to its first row now; the next Step answers with that row (Db::RunBatch
+  // of a back end that cannot send several statements at once).
+  Status Prime() {
+    if (primed_.has_value()) return Status::Ok();
+    KV_ASSIGN_OR_RETURN(bool row, Step());
+    primed_ = row;
+    return Status::Ok();
+  }
+  const Status& bind_status() const { return bind_error_; }
+  // The back end's statement, for its Db::RunBatch.
+  StmtImpl* impl() { return impl_.get(); }
   // Runs to completion (for statements without rows).
   Status Run() {
     while (true) {
@@ -70,6 +85,7 @@ class Stmt {
   }
   std::unique_ptr<StmtImpl> impl_;
   Status bind_error_;
+  std::optional<bool> primed_;  // the first Step's answer, when Prime ran it
 };
 
 class Db {
@@ -89,6 +105,16 @@ class Db {
   // write lock up front), SERIALIZABLE on PostgreSQL (which may fail it later: see Retryable).
   virtual Status Begin() = 0;
   virtual bool postgres() const = 0;
+  // Runs `stmts` (prepared on this Db, parameters bound), in order, as one batch: on PostgreSQL in
+  // a single round trip (libpq's pipeline mode, with a Begin not sent yet), elsewhere one after
+  // the other, each up to its first row. Each one's rows are then read with Step, as if it had
+  // run alone. The first failure is returned, and stops the batch there (on PostgreSQL the ones
+  // after it are not run; in a transaction, the transaction has failed). Outside a transaction, a
+  // batch on PostgreSQL is one transaction of its own: a failure undoes the statements before it.
+  virtual Status RunBatch(std::span<Stmt* const> stmts) {
+    for (Stmt* s : stmts) KV_RETURN_IF_ERROR(s->Prime());
+    return Status::Ok();
+  }
   // A mark that differs whenever the database may have changed since it was taken: another
   // connection committed, or this one changed a row (even in a transaction later rolled back).
   // Zero when the back end cannot tell (PostgreSQL): nothing read may then be reused.
@@ -112,6 +138,15 @@ class Transaction {
   static Result<std::unique_ptr<Transaction>> Begin(Db* db);
   ~Transaction();
   Status Commit();
+  // Runs `stmts` and the COMMIT as one batch (Db::RunBatch): on PostgreSQL, the transaction's
+  // last writes and its end in one round trip.
+  Status CommitAfter(std::vector<Stmt*> stmts) {
+    KV_ASSIGN_OR_RETURN(Stmt commit, db_->Prepare("COMMIT"));
+    stmts.push_back(&commit);
+    KV_RETURN_IF_ERROR(db_->RunBatch(stmts));
+    done_ = true;
+    return Status::Ok();
+  }
 
  private:
   explicit Transaction(Db* db) : db_(db) {}

@@ -4,6 +4,8 @@
 // is gone becomes that window's claim, keeping its id, before any new claimer can take it; with a
 // checker, only one the market dialed and found answering with its key.
 
+#include <fmt/format.h>
+
 #include <set>
 #include <tuple>
 
@@ -41,12 +43,10 @@ Result<std::pair<int64_t, bool>> Store::StandBy(const ClaimRequest& req, int64_t
 Status Store::PromoteStandbys(double now) {
   std::vector<std::tuple<int64_t, int64_t, int>> promote;  // claim, model row, ring
   {
-    KV_ASSIGN_OR_RETURN(
-        auto s, db_->Prepare("SELECT s.id, s.model, s.ring, s.window FROM claims s WHERE "
-                             "s.standby > 0 AND s.proven = 1 AND NOT EXISTS (SELECT 1 FROM "
-                             "claims c WHERE c.model = s.model AND c.ring = s.ring AND c.window = "
-                             "s.window AND c.standby = 0) AND (? = 0 OR (s.verified_at > 0 AND "
-                             "s.check_error = '')) ORDER BY s.standby, s.id"));
+    KV_ASSIGN_OR_RETURN(auto s, db_->Prepare(fmt::format("SELECT s.id, s.model, s.ring, s.window "
+                                                         "FROM claims s WHERE {} ORDER BY "
+                                                         "s.standby, s.id",
+                                                         kPromotable)));
     s.Bind(1, check_standbys_ ? 1 : 0);
     std::set<std::tuple<int64_t, int64_t, int64_t>> taken;  // model, ring, window
     while (true) {

@@ -576,25 +576,28 @@ Result<std::vector<ModelState>> Store::ReadModels(double now, const std::string&
     const auto [total, held] = counts[i];
     const double rate_now =
         RewardRate(m.demand_recent, static_cast<int>(total - held), static_cast<int>(total));
-    for (RingState& r : m.rings) {
-      r.complete = !r.windows.empty();
-      r.serving = r.ready = r.complete;
-      for (WindowState& w : r.windows) {
-        w.rate = w.claim ? w.claim->rate : rate_now;
-        if (!w.claim) {
-          r.complete = r.serving = r.ready = false;
-          continue;
-        }
-        const ClaimInfo& c = *w.claim;
-        if (c.serving_epoch != r.epoch || !c.proven) r.serving = r.ready = false;
-        if (c.checked() && c.verified_epoch != r.epoch) r.ready = false;
-        r.ready_since =
-            std::max({r.ready_since, c.serving_since, c.checked() ? c.verified_at : 0.0});
-      }
-      if (!r.ready) r.ready_since = 0;
-    }
+    for (RingState& r : m.rings) DeriveRing(&r, rate_now);
   }
   return models;
+}
+
+void DeriveRing(RingState* ring, double rate_now) {
+  RingState& r = *ring;
+  r.complete = !r.windows.empty();
+  r.serving = r.ready = r.complete;
+  r.ready_since = 0;
+  for (WindowState& w : r.windows) {
+    w.rate = w.claim ? w.claim->rate : rate_now;
+    if (!w.claim) {
+      r.complete = r.serving = r.ready = false;
+      continue;
+    }
+    const ClaimInfo& c = *w.claim;
+    if (c.serving_epoch != r.epoch || !c.proven) r.serving = r.ready = false;
+    if (c.checked() && c.verified_epoch != r.epoch) r.ready = false;
+    r.ready_since = std::max({r.ready_since, c.serving_since, c.checked() ? c.verified_at : 0.0});
+  }
+  if (!r.ready) r.ready_since = 0;
 }
 
 Result<std::vector<ModelState>> Store::MapOnce(double now) {

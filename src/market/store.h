@@ -256,6 +256,8 @@ class Store {
   // the next flush.
   Status FlushLeases(double now);
   size_t pending_leases() const { return leases_.size(); }
+  // Heartbeats answered in two round trips (postgres_heartbeat.cpp), since this Store opened.
+  uint64_t pipelined_heartbeats() const { return pipelined_heartbeats_; }
   // Heartbeat nonces recorded in memory and not yet written (NoncesInMemory).
   size_t pending_nonces() const { return nonces_.size(); }
 
@@ -365,6 +367,13 @@ class Store {
   Result<HeartbeatReply> HeartbeatOnce(const std::string& node, int64_t claim,
                                        int64_t serving_epoch, double now, double lease_s,
                                        const ProofAnswer* proof, const RequestNonce* nonce);
+  // postgres_heartbeat.cpp: HeartbeatOnce on PostgreSQL in two round trips (Db::RunBatch), for
+  // the common heartbeat: nothing to sweep, promote or evict, no silence, a proven claim of this
+  // node, no audit open. Anything else rolls back, answers nullopt, and goes the general way.
+  Result<std::optional<HeartbeatReply>> PipelinedHeartbeat(const std::string& node, int64_t claim,
+                                                           int64_t serving_epoch, double now,
+                                                           double lease_s,
+                                                           const RequestNonce* nonce);
   Status ReleaseOnce(const std::string& node, int64_t claim, double now);
   Result<std::vector<ModelState>> MapOnce(double now);
   Result<std::pair<ModelState, RingState>> PickRingOnce(const std::string& model,
@@ -498,6 +507,7 @@ class Store {
   uint64_t ring_cache_mark_ = 0;  // the Db::ChangeMark every entry was read under
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
+  uint64_t pipelined_heartbeats_ = 0;
 };
 
 }  // namespace kvasir::market
