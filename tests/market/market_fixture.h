@@ -66,6 +66,16 @@ class MarketFixture : public ::testing::Test {
   nlohmann::json RingJson(double now, int ring = 0) {
     return Map(now)["models"][0]["rings"][static_cast<size_t>(ring)];
   }
+  // A claim of window `window` of "tiny"'s ring `ring` by key `k`, as the store takes it.
+  ClaimRequest Request(int k, int ring, int window) const {
+    ClaimRequest r;
+    r.node = kvasir::testing::Hex(keys_[k]);
+    r.model = "tiny";
+    r.ring = ring;
+    r.window = window;
+    r.address = "127.0.0.1:7001";
+    return r;
+  }
   // Claims the three windows of `ring` with keys_[3 * ring + w]; returns the claim ids.
   std::vector<int64_t> FillRing(double now, int ring = 0) {
     std::vector<int64_t> ids;

@@ -25,15 +25,6 @@ class PipelinedHeartbeatTest : public MarketFixture {
     other_ = std::move(other).value();
     other_->set_lease_s(30);
   }
-  ClaimRequest Request(int k, int ring, int window) {
-    ClaimRequest r;
-    r.node = kvasir::testing::Hex(keys_[k]);
-    r.model = "tiny";
-    r.ring = ring;
-    r.window = window;
-    r.address = "127.0.0.1:7001";
-    return r;
-  }
   // A heartbeat of key `k`'s claim through `store`, answered in two round trips; its ring must be
   // what the map shows right after it.
   RingState Beat(Store* store, int k, int64_t claim, int64_t epoch, double now) {

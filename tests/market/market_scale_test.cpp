@@ -12,15 +12,6 @@ namespace {
 class MarketScaleTest : public MarketFixture {
  protected:
   void SetUp() override { Open(kvasir::testing::TestModel("tiny", 3)); }  // 9 windows
-  ClaimRequest Request(int k, int ring, int window) {
-    ClaimRequest r;
-    r.node = kvasir::testing::Hex(keys_[k]);
-    r.model = "tiny";
-    r.ring = ring;
-    r.window = window;
-    r.address = "127.0.0.1:7001";
-    return r;
-  }
   // Every uncovered window of the map has the rate of `uncovered` of 9 windows, as has each
   // uncovered window a heartbeat of `claim` (held by key `k`) returns for its ring.
   void ExpectUncovered(int uncovered, int k, int64_t claim, double now) {
