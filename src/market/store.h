@@ -255,6 +255,17 @@ class Store {
   // Writes every renewal waiting in memory, in one transaction; on failure they stay and go with
   // the next flush.
   Status FlushLeases(double now);
+  // One slice of a flush round, for a caller that writes renewals between requests: once a flush
+  // is due (LeaseFlushDue), a round takes the renewals waiting then (in claim order, so a slice's
+  // rows share pages) and the nonces recorded by then, and each call writes at most `max_rows`
+  // (at least 1) of them in one transaction; until its slice is written, a renewal or nonce is
+  // answered and refused from memory as before. Returns the rows of the round still to write (0:
+  // the round is done, or no flush was due). FlushLeases writes what is left of a round too.
+  Result<size_t> FlushLeaseSlice(double now, size_t max_rows);
+  // Set when a thread of the caller's writes the renewals (FlushLeaseSlice): then a heartbeat
+  // never flushes itself (otherwise the heartbeat that finds a flush due writes all of it, and it
+  // and every request behind it wait for that).
+  void set_flush_in_background(bool on) { flush_in_background_ = on; }
   size_t pending_leases() const { return leases_.size(); }
   // Heartbeat nonces recorded in memory and not yet written (NoncesInMemory).
   size_t pending_nonces() const { return nonces_.size(); }
@@ -470,8 +481,14 @@ class Store {
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  // Writes `pending` and the first `n_nonces` of nonces_.
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces);
+  // Writes `pending` and the first `n_nonces` of nonces_; sets `*before` and `*after` to the
+  // Db::ChangeMark in its transaction before and after its writes.
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces,
+                         uint64_t* before, uint64_t* after);
+  // After a flush of `written` that moved the ChangeMark from `before` to `after` with nothing
+  // else: the cached rings get the rows as written, instead of all being read again.
+  void PatchRingCache(const std::unordered_map<int64_t, PendingLease>& written, uint64_t before,
+                      uint64_t after);
   // Whether a heartbeat's nonce is checked against nonces_ and the table, and recorded in nonces_
   // until the next flush, instead of written in its transaction: with SQLite and renewals in
   // memory. PostgreSQL writes each (another process on the database must see it at once).
@@ -498,6 +515,15 @@ class Store {
   uint64_t ring_cache_mark_ = 0;  // the Db::ChangeMark every entry was read under
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
+  bool flush_in_background_ = false;
+  struct FlushRound {
+    bool open = false;
+    double started = 0;        // `now` when it took its rows
+    std::vector<int64_t> ids;  // claims renewed in memory then, ascending
+    size_t next = 0;           // ids[next...] are still to write
+    size_t nonces = 0;         // the first `nonces` of nonces_ are still to write
+  };
+  FlushRound round_;  // FlushLeaseSlice's
 };
 
 }  // namespace kvasir::market
