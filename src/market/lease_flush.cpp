@@ -46,10 +46,13 @@ Status Store::FlushLeases(double now) {
   return Status::Ok();
 }
 
-Result<size_t> Store::FlushLeaseSlice(double now, size_t max_rows) {
+Result<size_t> Store::FlushLeaseSlice(double now, size_t max_rows, double start_after_s) {
   max_rows = std::max<size_t>(1, max_rows);
   if (!round_.open) {
-    if (!LeaseFlushDue(now)) return size_t{0};
+    if ((leases_.empty() && nonces_.empty()) ||
+        (now - flushed_at_ < start_after_s && now >= flushed_at_)) {
+      return size_t{0};
+    }
     round_.open = true;
     round_.started = now;
     round_.ids.clear();

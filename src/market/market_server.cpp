@@ -49,14 +49,15 @@ void MarketServer::Flusher(int interval_ms) {
   std::unique_lock<std::mutex> lock(shared_->mu);
   while (!shared_->stopping) {
     shared_->wake.wait_for(lock, std::chrono::milliseconds(interval_ms));
-    // A round is written a slice at a time, spread over up to half the flush interval, with the
-    // lock released between slices: requests are answered between them, instead of all waiting
-    // behind one transaction of every renewal and nonce of the interval (tens of ms at 5,000
-    // heartbeats/s; docs/PERFORMANCE.md, "Simulated nodes").
-    const auto deadline =
-        std::chrono::steady_clock::now() + Ms(shared_->api->lease_flush_s() * 500);
+    // A round starts once the oldest renewal waited half the flush interval and is written a
+    // slice at a time over the other half, the lock released between slices: requests are
+    // answered between them, instead of all waiting behind one transaction of every renewal and
+    // nonce of the interval (tens of ms at 5,000 heartbeats/s; docs/PERFORMANCE.md, "Simulated
+    // nodes"). A renewal still waits at most about 1.1 intervals (a round, the wake-up, a round).
+    const double half_s = shared_->api->lease_flush_s() / 2;
+    const auto deadline = std::chrono::steady_clock::now() + Ms(half_s * 1000);
     while (!shared_->stopping) {
-      Result<size_t> left = shared_->api->FlushLeaseSlice(UnixNow(), kFlushSliceRows);
+      Result<size_t> left = shared_->api->FlushLeaseSlice(UnixNow(), kFlushSliceRows, half_s);
       if (!left.ok()) {
         KV_LOG_WARN("market: writing lease renewals: {} (they wait for the next flush)",
                     left.status().message());
@@ -123,8 +124,8 @@ Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOpti
   if (!http.ok()) return http.status();
   std::unique_ptr<MarketServer> server(new MarketServer(std::move(http).value(), shared));
   if (api->lease_flush_s() <= 0) return server;  // every renewal is written at once
-  // A quarter of the interval: a renewal waits at most about 1.25 intervals in memory.
-  const int interval_ms = std::max(10, static_cast<int>(api->lease_flush_s() * 1000 / 4));
+  // An eighth of the interval: the thread starts a round at most that late.
+  const int interval_ms = std::max(10, static_cast<int>(api->lease_flush_s() * 1000 / 8));
   {
     std::lock_guard<std::mutex> lock(shared->mu);  // requests may be answered already
     api->StartBackgroundFlush();

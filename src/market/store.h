@@ -255,13 +255,14 @@ class Store {
   // Writes every renewal waiting in memory, in one transaction; on failure they stay and go with
   // the next flush.
   Status FlushLeases(double now);
-  // One slice of a flush round, for a caller that writes renewals between requests: once a flush
-  // is due (LeaseFlushDue), a round takes the renewals waiting then (in claim order, so a slice's
-  // rows share pages) and the nonces recorded by then, and each call writes at most `max_rows`
-  // (at least 1) of them in one transaction; until its slice is written, a renewal or nonce is
-  // answered and refused from memory as before. Returns the rows of the round still to write (0:
-  // the round is done, or no flush was due). FlushLeases writes what is left of a round too.
-  Result<size_t> FlushLeaseSlice(double now, size_t max_rows);
+  // One slice of a flush round, for a caller that writes renewals between requests: once the
+  // oldest renewal or nonce waiting has waited `start_after_s` (or the clock stepped back), a
+  // round takes the renewals waiting then (in claim order, so a slice's rows share pages) and the
+  // nonces recorded by then, and each call writes at most `max_rows` (at least 1) of them in one
+  // transaction; until its slice is written, a renewal or nonce is answered and refused from
+  // memory as before. Returns the rows of the round still to write (0: the round is done, or
+  // none was due). FlushLeases writes what is left of a round too.
+  Result<size_t> FlushLeaseSlice(double now, size_t max_rows, double start_after_s);
   // Set when a thread of the caller's writes the renewals (FlushLeaseSlice): then a heartbeat
   // never flushes itself (otherwise the heartbeat that finds a flush due writes all of it, and it
   // and every request behind it wait for that).

@@ -57,7 +57,7 @@ TEST_F(FlushSliceTest, WhatWaitsForItsSliceIsAnsweredAndRefusedFromMemoryAndWrit
   EXPECT_EQ(store_->pending_leases(), 6u);
   EXPECT_EQ(store_->pending_nonces(), nonces);
   // Not due before the interval: nothing is written (and no heartbeat flushes on its own).
-  auto left = api_->FlushLeaseSlice(kT0 + 10.3, 2);
+  auto left = api_->FlushLeaseSlice(kT0 + 10.3, 2, 0.5);
   ASSERT_TRUE(left.ok()) << left.status().message();
   EXPECT_EQ(*left, 0u);
   auto reply = store_->Heartbeat(kvasir::testing::Hex(keys_[2]), ids[2], -1, kT0 + 10.3, 30);
@@ -65,7 +65,7 @@ TEST_F(FlushSliceTest, WhatWaitsForItsSliceIsAnsweredAndRefusedFromMemoryAndWrit
   EXPECT_EQ(store_->pending_leases(), 6u);
 
   // Due: the first slice writes the two lowest claims, and only them.
-  left = api_->FlushLeaseSlice(kT0 + 10.6, 2);
+  left = api_->FlushLeaseSlice(kT0 + 10.6, 2, 0.5);
   ASSERT_TRUE(left.ok()) << left.status().message();
   EXPECT_EQ(*left, 4 + nonces);
   EXPECT_EQ(store_->pending_leases(), 4u);
@@ -92,7 +92,7 @@ TEST_F(FlushSliceTest, WhatWaitsForItsSliceIsAnsweredAndRefusedFromMemoryAndWrit
   // The rest of the round: the claims renewed again meanwhile are written as they are now.
   for (int slices = 0; *left > 0; ++slices) {
     ASSERT_LT(slices, 20);
-    left = api_->FlushLeaseSlice(kT0 + 11.5, 2);
+    left = api_->FlushLeaseSlice(kT0 + 11.5, 2, 0.5);
     ASSERT_TRUE(left.ok()) << left.status().message();
   }
   EXPECT_EQ(store_->pending_leases(), 0u);
@@ -116,7 +116,7 @@ TEST_F(FlushSliceTest, AFullFlushFinishesARound) {
   for (int k = 0; k < 3; ++k) {
     ASSERT_EQ(Beat(keys_[k], ids[static_cast<size_t>(k)], -1, kT0 + 10).status, 200);
   }
-  auto left = api_->FlushLeaseSlice(kT0 + 10.6, 1);
+  auto left = api_->FlushLeaseSlice(kT0 + 10.6, 1, 0.5);
   ASSERT_TRUE(left.ok()) << left.status().message();
   EXPECT_GT(*left, 0u);
   ASSERT_TRUE(api_->FlushLeases(kT0 + 11.1, /*force=*/true).ok());
@@ -124,7 +124,7 @@ TEST_F(FlushSliceTest, AFullFlushFinishesARound) {
   EXPECT_EQ(store_->pending_nonces(), 0u);
   for (int64_t id : ids) EXPECT_DOUBLE_EQ(WrittenExpiry(id, kT0 + 12), kT0 + 40);
   // Nothing of the round is left: the next slice has nothing due.
-  left = api_->FlushLeaseSlice(kT0 + 11.2, 1);
+  left = api_->FlushLeaseSlice(kT0 + 11.2, 1, 0.5);
   ASSERT_TRUE(left.ok()) << left.status().message();
   EXPECT_EQ(*left, 0u);
 }
