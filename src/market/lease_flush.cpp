@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "market/store.h"
@@ -36,8 +37,9 @@ Status Store::FlushLeases(double now) {
   // A copy: the transaction may be tried again, and the table changes only once it committed.
   const std::unordered_map<int64_t, PendingLease> pending = leases_.pending();
   const size_t n_nonces = nonces_.size();
+  const std::vector<size_t> order = NonceOrder();
   uint64_t before = 0, after = 0;
-  KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(pending, n_nonces, &before, &after); }));
+  KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(pending, order, &before, &after); }));
   leases_.Written(pending);
   nonces_.Written(n_nonces);
   PatchRingCache(pending, before, after);
@@ -60,7 +62,8 @@ Result<size_t> Store::FlushLeaseSlice(double now, size_t max_rows, double start_
     for (const auto& [id, p] : leases_.pending()) round_.ids.push_back(id);
     std::sort(round_.ids.begin(), round_.ids.end());
     round_.next = 0;
-    round_.nonces = nonces_.size();
+    round_.nonces = NonceOrder();
+    round_.nonce_next = 0;
   }
   // The round's renewals as they are now (a claim renewed again since gives its later lease; one
   // released since, nothing).
@@ -69,19 +72,25 @@ Result<size_t> Store::FlushLeaseSlice(double now, size_t max_rows, double start_
   for (; next < round_.ids.size() && slice.size() < max_rows; ++next) {
     if (const PendingLease* p = leases_.Find(round_.ids[next])) slice.emplace(round_.ids[next], *p);
   }
-  const size_t n_nonces = std::min(round_.nonces, max_rows - slice.size());
-  if (!slice.empty() || n_nonces > 0) {
+  const size_t nonce_end =
+      std::min(round_.nonces.size(), round_.nonce_next + (max_rows - slice.size()));
+  const std::vector<size_t> nonces(
+      round_.nonces.begin() + static_cast<ptrdiff_t>(round_.nonce_next),
+      round_.nonces.begin() + static_cast<ptrdiff_t>(nonce_end));
+  if (!slice.empty() || !nonces.empty()) {
     uint64_t before = 0, after = 0;
-    KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(slice, n_nonces, &before, &after); }));
+    KV_RETURN_IF_ERROR(Retry([&] { return FlushLeasesOnce(slice, nonces, &before, &after); }));
     leases_.Written(slice);
-    nonces_.Written(n_nonces);
     PatchRingCache(slice, before, after);
   }
   round_.next = next;
-  round_.nonces -= n_nonces;
-  const size_t left = round_.ids.size() - round_.next + round_.nonces;
+  round_.nonce_next = nonce_end;
+  const size_t left = round_.ids.size() - round_.next + round_.nonces.size() - round_.nonce_next;
   if (left == 0) {
-    // What was renewed or recorded since the round began waits from then at the most.
+    // The round's nonces stay in memory until all are written (they are the first of nonces_,
+    // written out of order); what was renewed or recorded since the round began waits from then
+    // at the most.
+    nonces_.Written(round_.nonces.size());
     flushed_at_ = round_.started;
     round_ = {};
   }
@@ -108,6 +117,16 @@ void Store::PatchRingCache(const std::unordered_map<int64_t, PendingLease>& writ
   ring_cache_mark_ = after;
 }
 
+std::vector<size_t> Store::NonceOrder() const {
+  std::vector<size_t> order(nonces_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const std::vector<PendingNonce>& n = nonces_.pending();
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(n[a].node, n[a].nonce) < std::tie(n[b].node, n[b].nonce);
+  });
+  return order;
+}
+
 Result<bool> Store::NonceSeen(const std::string& node, const std::string& nonce) {
   if (nonces_.Contains(node, nonce)) return true;
   KV_ASSIGN_OR_RETURN(auto s, db_->Prepare("SELECT 1 FROM nonces WHERE node = ? AND nonce = ?"));
@@ -115,7 +134,8 @@ Result<bool> Store::NonceSeen(const std::string& node, const std::string& nonce)
 }
 
 Status Store::FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending,
-                              size_t n_nonces, uint64_t* before, uint64_t* after) {
+                              const std::vector<size_t>& nonces, uint64_t* before,
+                              uint64_t* after) {
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   // Both in the transaction: no other connection commits between them (the write lock is held),
   // so from `before` to `after` is this flush and nothing else.
@@ -134,7 +154,7 @@ Status Store::FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& p
   for (const auto& [id, p] : pending) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) KV_RETURN_IF_ERROR(WriteRenewal(db_.get(), id, pending.at(id)));
-  for (size_t i = 0; i < n_nonces; ++i) {
+  for (size_t i : nonces) {
     const PendingNonce& n = nonces_.pending()[i];
     KV_RETURN_IF_ERROR(InsertNonce(n.node, n.nonce, n.expires, 0).status());
   }

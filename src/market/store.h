@@ -482,10 +482,13 @@ class Store {
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  // Writes `pending` and the first `n_nonces` of nonces_; sets `*before` and `*after` to the
+  // Writes `pending` and the nonces_ at the indices `nonces`; sets `*before` and `*after` to the
   // Db::ChangeMark in its transaction before and after its writes.
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces,
-                         uint64_t* before, uint64_t* after);
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending,
+                         const std::vector<size_t>& nonces, uint64_t* before, uint64_t* after);
+  // The indices of nonces_ in the order of the table's key (node, nonce): written in that order,
+  // a slice's nonces share the key's pages instead of each touching one of its own.
+  std::vector<size_t> NonceOrder() const;
   // After a flush of `written` that moved the ChangeMark from `before` to `after` with nothing
   // else: the cached rings get the rows as written, instead of all being read again.
   void PatchRingCache(const std::unordered_map<int64_t, PendingLease>& written, uint64_t before,
@@ -519,10 +522,11 @@ class Store {
   bool flush_in_background_ = false;
   struct FlushRound {
     bool open = false;
-    double started = 0;        // `now` when it took its rows
-    std::vector<int64_t> ids;  // claims renewed in memory then, ascending
-    size_t next = 0;           // ids[next...] are still to write
-    size_t nonces = 0;         // the first `nonces` of nonces_ are still to write
+    double started = 0;          // `now` when it took its rows
+    std::vector<int64_t> ids;    // claims renewed in memory then, ascending
+    size_t next = 0;             // ids[next...] are still to write
+    std::vector<size_t> nonces;  // NonceOrder() then (the first nonces_)
+    size_t nonce_next = 0;       // nonces[nonce_next...] are still to write
   };
   FlushRound round_;  // FlushLeaseSlice's
 };
