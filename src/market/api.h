@@ -66,12 +66,6 @@ class MarketApi {
   // Writes the renewals waiting in memory once their flush is due (`force`: now, as at a stop).
   // To be called on the thread that calls Handle, or under the same lock.
   Status FlushLeases(double now, bool force = false);
-  // Store::FlushLeaseSlice, for a caller that writes renewals a slice at a time between requests
-  // (after StartBackgroundFlush, a heartbeat no longer flushes itself). Same threading.
-  Result<size_t> FlushLeaseSlice(double now, size_t max_rows, double start_after_s) {
-    return store_->FlushLeaseSlice(now, max_rows, start_after_s);
-  }
-  void StartBackgroundFlush() { store_->set_flush_in_background(true); }
   double lease_flush_s() const { return config_.lease_flush_s; }
 
  private:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "base/log.h"
 #include "net/http_server.h"
@@ -45,31 +44,12 @@ MarketServer::MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_pt
 MarketServer::~MarketServer() { Stop(); }
 
 void MarketServer::Flusher(int interval_ms) {
-  using Ms = std::chrono::duration<double, std::milli>;
   std::unique_lock<std::mutex> lock(shared_->mu);
   while (!shared_->stopping) {
     shared_->wake.wait_for(lock, std::chrono::milliseconds(interval_ms));
-    // A round starts once the oldest renewal waited half the flush interval and is written a
-    // slice at a time over the other half, the lock released between slices: requests are
-    // answered between them, instead of all waiting behind one transaction of every renewal and
-    // nonce of the interval (tens of ms at 5,000 heartbeats/s; docs/PERFORMANCE.md, "Simulated
-    // nodes"). A renewal still waits at most about 1.1 intervals (a round, the wake-up, a round).
-    const double half_s = shared_->api->lease_flush_s() / 2;
-    const auto deadline = std::chrono::steady_clock::now() + Ms(half_s * 1000);
-    while (!shared_->stopping) {
-      Result<size_t> left = shared_->api->FlushLeaseSlice(UnixNow(), kFlushSliceRows, half_s);
-      if (!left.ok()) {
-        KV_LOG_WARN("market: writing lease renewals: {} (they wait for the next flush)",
-                    left.status().message());
-        break;
-      }
-      if (*left == 0) break;
-      const double slices = std::ceil(static_cast<double>(*left) / kFlushSliceRows);
-      const Ms budget = std::chrono::steady_clock::now() < deadline
-                            ? Ms(deadline - std::chrono::steady_clock::now())
-                            : Ms(0);
-      const Ms pause = std::clamp(budget / slices, Ms(0.5), Ms(20));
-      shared_->wake.wait_for(lock, pause);
+    if (shared_->stopping) break;
+    if (Status s = shared_->api->FlushLeases(UnixNow()); !s.ok()) {
+      KV_LOG_WARN("market: writing lease renewals: {} (they wait for the next flush)", s.message());
     }
   }
 }
@@ -124,12 +104,8 @@ Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOpti
   if (!http.ok()) return http.status();
   std::unique_ptr<MarketServer> server(new MarketServer(std::move(http).value(), shared));
   if (api->lease_flush_s() <= 0) return server;  // every renewal is written at once
-  // An eighth of the interval: the thread starts a round at most that late.
-  const int interval_ms = std::max(10, static_cast<int>(api->lease_flush_s() * 1000 / 8));
-  {
-    std::lock_guard<std::mutex> lock(shared->mu);  // requests may be answered already
-    api->StartBackgroundFlush();
-  }
+  // A quarter of the interval: a renewal waits at most about 1.25 intervals in memory.
+  const int interval_ms = std::max(10, static_cast<int>(api->lease_flush_s() * 1000 / 4));
   server->flusher_ = std::thread([s = server.get(), interval_ms] { s->Flusher(interval_ms); });
   return server;
 }

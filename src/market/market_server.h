@@ -9,8 +9,8 @@
 // half full. A signed request's signature is checked on one of `verify_threads` threads of its own
 // (verify_pool.h) before it takes the lock around the API, so that check runs beside the store
 // work of another request. Renewals the API holds in memory are flushed by a thread of the server's
-// at their interval (MarketConfig::lease_flush_s), a slice of kFlushSliceRows at a time under the
-// lock requests are answered with (released between slices), and all at once at Stop.
+// at their interval (MarketConfig::lease_flush_s), under the lock requests are answered with, and
+// at Stop.
 #pragma once
 
 #include <condition_variable>
@@ -85,11 +85,6 @@ class MarketServer {
     std::unique_ptr<VerifyPool> verifiers;  // null with verify_threads 0
   };
   MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_ptr<Shared> shared);
-  // Rows of renewals and nonces written in one transaction, between requests (Store::
-  // FlushLeaseSlice): a few milliseconds of SQLite's time. Smaller slices wait less but write
-  // more: each rewrites the index pages it shares with the next (more WAL frames, more
-  // checkpoints).
-  static constexpr size_t kFlushSliceRows = 512;
   void Flusher(int interval_ms);
   // Answers `r` with the API, under shared.mu.
   static net::HttpServerResponse Answer(Shared& shared, const ApiRequest& r);

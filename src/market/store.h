@@ -255,18 +255,6 @@ class Store {
   // Writes every renewal waiting in memory, in one transaction; on failure they stay and go with
   // the next flush.
   Status FlushLeases(double now);
-  // One slice of a flush round, for a caller that writes renewals between requests: once the
-  // oldest renewal or nonce waiting has waited `start_after_s` (or the clock stepped back), a
-  // round takes the renewals waiting then (in claim order, so a slice's rows share pages) and the
-  // nonces recorded by then, and each call writes at most `max_rows` (at least 1) of them in one
-  // transaction; until its slice is written, a renewal or nonce is answered and refused from
-  // memory as before. Returns the rows of the round still to write (0: the round is done, or
-  // none was due). FlushLeases writes what is left of a round too.
-  Result<size_t> FlushLeaseSlice(double now, size_t max_rows, double start_after_s);
-  // Set when a thread of the caller's writes the renewals (FlushLeaseSlice): then a heartbeat
-  // never flushes itself (otherwise the heartbeat that finds a flush due writes all of it, and it
-  // and every request behind it wait for that).
-  void set_flush_in_background(bool on) { flush_in_background_ = on; }
   size_t pending_leases() const { return leases_.size(); }
   // Heartbeats answered in two round trips (postgres_heartbeat.cpp), since this Store opened.
   uint64_t pipelined_heartbeats() const { return pipelined_heartbeats_; }
@@ -491,17 +479,8 @@ class Store {
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  // Writes `pending` and the nonces_ at the indices `nonces`; sets `*before` and `*after` to the
-  // Db::ChangeMark in its transaction before and after its writes.
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending,
-                         const std::vector<size_t>& nonces, uint64_t* before, uint64_t* after);
-  // The indices of nonces_ in the order of the table's key (node, nonce): written in that order,
-  // a slice's nonces share the key's pages instead of each touching one of its own.
-  std::vector<size_t> NonceOrder() const;
-  // After a flush of `written` that moved the ChangeMark from `before` to `after` with nothing
-  // else: the cached rings get the rows as written, instead of all being read again.
-  void PatchRingCache(const std::unordered_map<int64_t, PendingLease>& written, uint64_t before,
-                      uint64_t after);
+  // Writes `pending` and the first `n_nonces` of nonces_.
+  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces);
   // Whether a heartbeat's nonce is checked against nonces_ and the table, and recorded in nonces_
   // until the next flush, instead of written in its transaction: with SQLite and renewals in
   // memory. PostgreSQL writes each (another process on the database must see it at once).
@@ -529,16 +508,6 @@ class Store {
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
   uint64_t pipelined_heartbeats_ = 0;
-  bool flush_in_background_ = false;
-  struct FlushRound {
-    bool open = false;
-    double started = 0;          // `now` when it took its rows
-    std::vector<int64_t> ids;    // claims renewed in memory then, ascending
-    size_t next = 0;             // ids[next...] are still to write
-    std::vector<size_t> nonces;  // NonceOrder() then (the first nonces_)
-    size_t nonce_next = 0;       // nonces[nonce_next...] are still to write
-  };
-  FlushRound round_;  // FlushLeaseSlice's
 };
 
 }  // namespace kvasir::market

@@ -31,7 +31,7 @@ Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
   auto reply =
       Retry([&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof, nonce); });
   // The renewal is answered: a flush that fails leaves it waiting for the next one.
-  if (!flush_in_background_ && LeaseFlushDue(now)) (void)FlushLeases(now);
+  if (LeaseFlushDue(now)) (void)FlushLeases(now);
   return reply;
 }
 Status Store::Release(const std::string& node, int64_t claim, double now) {
