@@ -222,6 +222,8 @@ void Joiner::Impl::ServeClaim(const Grant& g) {
       std::lock_guard<std::mutex> lock(mu);
       ++state.stages_started;
     }
+    // Promoted (or never a standby behind NAT): no check edge is named, none is kept dialed.
+    if (stage != nullptr && !beat->contains("check")) stage->StopCheckEdge();
     if (stage != nullptr && !(*standbys == standbys_given)) {
       standbys_given = *standbys;
       known_next.insert(standbys->next_claims.begin(), standbys->next_claims.end());

@@ -38,9 +38,7 @@ void PredecessorSide::Start() {
   trim_thread_ = std::thread([this] { TrimLoop(); });
   if (options_.dial_pred) pred_thread_ = std::thread([this] { PredDialLoop(); });
   if (options_.dial_check) {
-    check_thread_ = std::thread([this] {
-      StandbyDialLoop(options_.dial_check, std::make_shared<std::atomic<bool>>(false));
-    });
+    check_thread_ = std::thread([this] { StandbyDialLoop(options_.dial_check, check_retired_); });
   }
 }
 
@@ -192,7 +190,10 @@ void PredecessorSide::SetStandbys(const std::vector<StandbyPeer>& pred) {
 
 void PredecessorSide::StandbyDialLoop(DialHook dial, std::shared_ptr<std::atomic<bool>> retired) {
   int backoff_ms = kMinBackoffMs;
-  const std::function<bool()> cancelled = [this] { return !running_.load(); };
+  // A retired dialer's wait on the relay is cut too: its edge is not kept any more.
+  const std::function<bool()> cancelled = [this, retired] {
+    return !running_.load() || retired->load();
+  };
   while (running_.load() && !retired->load()) {
     auto stream = dial(cancelled);
     if (stream.ok()) {

@@ -105,6 +105,8 @@ class PredecessorSide {
   // The neighbour's standbys the market lists for the predecessor's window: their keys are
   // accepted as the predecessor's, and the relayed ones are kept dialed while listed.
   void SetStandbys(const std::vector<StandbyPeer>& pred);
+  // Stops dialing the check edge (options `dial_check`), a dial in progress cut. Idempotent.
+  void StopCheckEdge() { check_retired_->store(true); }
   // Sends to client `client`; a client that is gone or cannot take it is dropped (never waits).
   void SendToClient(uint64_t client, const Message& m);
 
@@ -156,6 +158,7 @@ class PredecessorSide {
   std::mutex stop_mu_;
   bool started_ = false;  // guarded by stop_mu_
   std::thread accept_thread_, trim_thread_, pred_thread_, check_thread_;
+  const std::shared_ptr<std::atomic<bool>> check_retired_ = std::make_shared<std::atomic<bool>>();
   Watchdog::Id watch_ = 0;
 
   // Connection threads are detached; Stop() waits for them. Guarded by threads_mu_, with the

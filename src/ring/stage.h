@@ -182,6 +182,10 @@ class Stage {
   // predecessor's window, accepted as predecessors with theirs (one with `dial` is behind the
   // relay: its edge is kept dialed, as `dial_pred` is). Replaces the previous lists. Thread-safe.
   virtual void SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) = 0;
+  // Stops keeping the market's check edge (`dial_check`) dialed: the standby holds its window
+  // now, and a holder is not checked. A dial waiting on the relay is cut. Idempotent; nothing
+  // without `dial_check`. Thread-safe.
+  virtual void StopCheckEdge() = 0;
   // Speculation on a last stage that drafts: its drafter and the drafts verified so far (zeros
   // and no drafter name elsewhere). Thread-safe.
   virtual DraftTotals draft_totals() const = 0;

@@ -121,6 +121,7 @@ class StageImpl final : public Stage {
   void LogStats() override;
   DraftTotals draft_totals() const override { return spec_ ? spec_->counts() : DraftTotals{}; }
   void SetStandbys(std::vector<StandbyPeer> next, std::vector<StandbyPeer> pred) override;
+  void StopCheckEdge() override { pred_side_->StopCheckEdge(); }
   // Drafting on the last stage (--draft), set once before Run().
   void AttachDrafting(std::unique_ptr<SpecTail> spec) { spec_ = std::move(spec); }
   bool linked() const override {

@@ -10,10 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "link_events.h"
@@ -310,6 +313,42 @@ TEST_F(PredecessorSideTest, AStandbyAnswersTheMarketsCheckWhileItsPredecessorHol
   LinkAuth wrong;
   wrong.peer_key = pred_key_->public_key();
   EXPECT_FALSE(HandshakeInitiate(**market, wire::Role::kClient, wrong).ok());
+  side_->Stop();
+}
+
+// A promoted standby's stage is told to stop keeping the check edge: the dial waiting on the relay
+// (here one that waits until it is cancelled, as an unpaired relay end does) is cut at once, and
+// the edge is not dialed again.
+TEST_F(PredecessorSideTest, ACheckEdgeStoppedIsCutAndNotDialedAgain) {
+  std::atomic<int> dials{0};
+  std::atomic<bool> cut{false};
+  PredecessorSideOptions o;
+  o.dial_check =
+      [&](const std::function<bool()>& cancelled) -> Result<std::unique_ptr<net::Stream>> {
+    ++dials;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!cancelled() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (cancelled()) cut = true;
+    return Error("the relay paired no other end");
+  };
+  o.clients_refusal = "clients connect to the head";
+  Start(std::move(o));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (dials.load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(dials.load(), 1);
+  side_->StopCheckEdge();
+  side_->StopCheckEdge();  // idempotent
+  const auto cut_by = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!cut.load() && std::chrono::steady_clock::now() < cut_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(cut.load()) << "the dial waiting on the relay was not cut";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the first backoff
+  EXPECT_EQ(dials.load(), 1) << "the check edge was dialed again after it was stopped";
   side_->Stop();
 }
 
