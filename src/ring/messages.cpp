@@ -43,8 +43,8 @@ Status CheckReason(MsgType t, uint32_t reason) {
 
 Status CheckPayloadSize(MsgType t, uint64_t payload) {
   if (payload > wire::kMaxPayload) {
-    return Error(StatusCode::kTooLarge, "{}: payload of {} bytes exceeds the {} MiB limit", Name(t), payload,
-                 wire::kMaxPayload >> 20);
+    return Error(StatusCode::kTooLarge, "{}: payload of {} bytes exceeds the {} MiB limit", Name(t),
+                 payload, wire::kMaxPayload >> 20);
   }
   return Status::Ok();
 }
@@ -169,7 +169,8 @@ Result<Message> DecodeGenerate(const Frame& f) {
     left -= len;
   }
   if (HasSamplingTails(b.sampling)) {
-    KV_RETURN_IF_ERROR(DecodeSamplingTails(Name(MsgType::kGenerate), b.sampling, p, left, &m.extra));
+    KV_RETURN_IF_ERROR(
+        DecodeSamplingTails(Name(MsgType::kGenerate), b.sampling, p, left, &m.extra));
   } else if (left != 0) {
     return Error("GENERATE: {} bytes follow the prompt and {} stop strings", left, b.n_stop);
   }
@@ -248,14 +249,18 @@ Result<Message> DecodeToken(const Frame& f) {
     return Error("TOKEN: n_logprobs {} exceeds the limit of {}", b.n_logprobs,
                  1 + wire::kMaxTopLogprobs);
   }
-  if ((b.flags & ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore |
-                   wire::kTokenAhead)) != 0) {
+  if ((b.flags &
+       ~(wire::kTokenCached | wire::kTokenDrafts | wire::kTokenMore | wire::kTokenAhead)) != 0) {
     return Error("TOKEN: flags 0x{:x} has unknown bits", b.flags);
   }
   m.more = (b.flags & wire::kTokenMore) != 0;
   m.ahead = (b.flags & wire::kTokenAhead) != 0;
   if (m.ahead && (b.flags & wire::kTokenDrafts) == 0) {
     return Error("TOKEN: kTokenAhead without drafts (a guessed window is a token and its drafts)");
+  }
+  if (m.ahead && (b.flags & wire::kTokenCached) != 0) {
+    return Error(
+        "TOKEN: kTokenAhead with a cached count (a guessed window is a token and its drafts)");
   }
   if (m.more && (b.flags & wire::kTokenDrafts) != 0) {
     return Error("TOKEN: kTokenMore and kTokenDrafts together (drafts follow the last token only)");
@@ -545,8 +550,7 @@ std::vector<uint8_t> Encode(const TokenMsg& m) {
 
 std::vector<uint8_t> Encode(const CloseMsg& m) {
   wire::CloseBody b{m.session, m.reason};
-  FrameBuilder fb(MsgType::kCloseSession,
-                  sizeof(b) + (m.count ? sizeof(wire::ClientCount) : 0));
+  FrameBuilder fb(MsgType::kCloseSession, sizeof(b) + (m.count ? sizeof(wire::ClientCount) : 0));
   fb.Put(b);
   if (m.count) fb.Put(*m.count);
   return fb.Finish();
@@ -629,10 +633,9 @@ Result<Message> DecodeMessage(const Frame& frame) {
 
 wire::MsgType MessageType(const Message& m) {
   static constexpr MsgType kByIndex[] = {
-      MsgType::kHello,        MsgType::kError,  MsgType::kGenerate,
-      MsgType::kOpenSession,  MsgType::kHidden, MsgType::kToken,
-      MsgType::kCloseSession, MsgType::kPing,   MsgType::kStats,
-      MsgType::kHandshake,    MsgType::kKeepalive, MsgType::kReceipt};
+      MsgType::kHello,  MsgType::kError,     MsgType::kGenerate,     MsgType::kOpenSession,
+      MsgType::kHidden, MsgType::kToken,     MsgType::kCloseSession, MsgType::kPing,
+      MsgType::kStats,  MsgType::kHandshake, MsgType::kKeepalive,    MsgType::kReceipt};
   static_assert(std::size(kByIndex) == std::variant_size_v<Message>);
   if (const auto* ping = std::get_if<PingMsg>(&m); ping != nullptr && ping->pong) {
     return MsgType::kPong;

@@ -83,6 +83,21 @@ TEST(OverlapWire, AGuessedWindowIsATokenWithItsDraftsAndTheAheadFlag) {
   auto frame = decoder.Next();
   ASSERT_TRUE(frame.ok() && frame->has_value());
   EXPECT_FALSE(DecodeMessage(**frame).ok());
+  // A guess with a cached count, which no stage encodes (found by frame_decoder_fuzz), is refused
+  // on the wire as CheckEncodable refuses it.
+  TokenMsg cached = t;
+  cached.ahead = false;
+  cached.n_cached = 3;
+  ASSERT_TRUE(CheckEncodable(cached).ok());
+  bytes = EncodeMessage(cached);
+  bytes[flags_at] |= wire::kTokenAhead;
+  FrameDecoder again;
+  again.Feed(bytes);
+  frame = again.Next();
+  ASSERT_TRUE(frame.ok() && frame->has_value());
+  auto refused = DecodeMessage(**frame);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cached"), std::string::npos);
 }
 
 constexpr int kVocab = 16;
