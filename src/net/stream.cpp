@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,10 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace kvasir::net {
@@ -67,6 +68,7 @@ class TcpStream final : public Stream {
   }
 
   void Shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  void Linger(int timeout_ms, size_t max_bytes) override;
   std::string peer() const override { return peer_; }
   void LimitSendBuffer(int bytes) override {
     setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
@@ -76,6 +78,29 @@ class TcpStream final : public Stream {
   int fd_;
   std::string peer_;
 };
+
+void TcpStream::Linger(int timeout_ms, size_t max_bytes) {
+  // A peer that has stopped sending for this long has nothing more in flight worth waiting for.
+  constexpr int64_t kQuietMs = 50;
+  ::shutdown(fd_, SHUT_WR);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  uint8_t sink[16384];
+  size_t dropped = 0;
+  while (dropped < max_bytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), kQuietMs)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = ::recv(fd_, sink, sizeof(sink), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the peer closed, or the stream was shut down meanwhile
+    dropped += static_cast<size_t>(n);
+  }
+  ::shutdown(fd_, SHUT_RDWR);
+}
 
 Result<addrinfo*> Resolve(const std::string& host, uint16_t port, bool passive) {
   addrinfo hints{};
@@ -262,8 +287,8 @@ Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, 
   KV_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, false));
   std::string last_error = "no address";
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                      ai->ai_protocol);
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {

@@ -22,8 +22,17 @@ class Stream {
   // Reads at least one byte, returning how many; 0 means the peer closed the stream in order.
   // One reader at a time.
   virtual Result<size_t> ReadSome(std::span<uint8_t> buffer) = 0;
-  // Ends the stream both ways and wakes a blocked reader or writer. Safe from any thread, repeatable.
+  // Ends the stream both ways and wakes a blocked reader or writer. Safe from any thread,
+  // repeatable.
   virtual void Shutdown() = 0;
+  // Ends a stream whose last bytes were just written so that they reach the peer: stops sending
+  // (TCP: a FIN), then reads and drops what the peer still sends, until it closes or falls
+  // silent for a moment (50 ms), `max_bytes` were dropped or `timeout_ms` passed, and only then
+  // ends the stream both ways. Closing a TCP
+  // socket with bytes unread resets the connection, and a reset can destroy what the peer had not
+  // read yet (an ERROR explaining why it was dropped). The caller must be the only reader.
+  // Transports that cannot half-close just Shutdown().
+  virtual void Linger(int /*timeout_ms*/, size_t /*max_bytes*/) { Shutdown(); }
   // "127.0.0.1:5001", for messages.
   virtual std::string peer() const = 0;
   // Caps what the kernel buffers for sending on this stream (TCP: SO_SNDBUF), so a peer that does
@@ -68,15 +77,16 @@ class Listener {
 
  private:
   Listener() = default;
-  int fd_ = -1;               // closed only by the destructor, so Accept() never races a close
-  bool adopted_ = false;      // from Adopt(): never shut down, only closed (see Close())
+  int fd_ = -1;           // closed only by the destructor, so Accept() never races a close
+  bool adopted_ = false;  // from Adopt(): never shut down, only closed (see Close())
   std::atomic<bool> closed_{false};
   int wake_[2] = {-1, -1};  // self-pipe to interrupt poll() in Accept()
   uint16_t port_ = 0;
   std::string host_;
 };
 
-// Connects to host:port within `timeout_ms`. TCP_NODELAY is set: frames are small and latency-bound.
+// Connects to host:port within `timeout_ms`. TCP_NODELAY is set: frames are small and
+// latency-bound.
 Result<std::unique_ptr<Stream>> DialTcp(const std::string& host, uint16_t port, int timeout_ms);
 
 }  // namespace kvasir::net

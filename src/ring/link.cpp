@@ -1,11 +1,15 @@
 #include "ring/link.h"
 
+#include <algorithm>
+
 namespace kvasir::ring {
 namespace {
 
 constexpr int64_t kMs = 1000000;
 constexpr int64_t kFailGraceNs = 2000 * kMs;  // Fail(): how long the ERROR may take to go out
-constexpr int kDestroyGraceMs = 100;          // ... when the link is destroyed meanwhile
+// Fail(): what a peer may still send, unread, before the link is closed under it.
+constexpr size_t kLingerBytes = size_t{8} << 20;
+constexpr int kDestroyGraceMs = 100;  // ... when the link is destroyed meanwhile
 
 std::string Seconds(int64_t ns) { return fmt::format("{:.1f} s", ns / 1e9); }
 
@@ -103,9 +107,9 @@ Status Link::SendFrame(std::vector<uint8_t> frame) {
   };
   if (!room()) {
     if (options_.drop_when_full) {
-      const std::string why = fmt::format(
-          "{}: the peer is not reading ({} bytes queued, limit {}); link closed", what_,
-          queued_bytes_, options_.max_queued_bytes);
+      const std::string why =
+          fmt::format("{}: the peer is not reading ({} bytes queued, limit {}); link closed", what_,
+                      queued_bytes_, options_.max_queued_bytes);
       lock.unlock();
       uncharge();
       CloseWith(StatusCode::kTooLarge, why);
@@ -132,6 +136,7 @@ void Link::WriterLoop() {
     if (queue_.empty()) {
       if (flush_then_close_) {
         lock.unlock();
+        Linger();
         Close();
         return;
       }
@@ -179,9 +184,8 @@ void Link::Watch() {
   // Silence counts only while a reader waits: a link nobody reads (a client between requests)
   // is not declared down for the keepalives piling up unread.
   if (timeout > 0 && receiving_.load() && now - last_rx_ns_.load() > timeout) {
-    return CloseWith(StatusCode::kTimeout,
-                     fmt::format("{}: nothing received for {} (link timeout)", what_,
-                                 Seconds(now - last_rx_ns_.load())));
+    return CloseWith(StatusCode::kTimeout, fmt::format("{}: nothing received for {} (link timeout)",
+                                                       what_, Seconds(now - last_rx_ns_.load())));
   }
   const int64_t writing = writing_since_ns_.load();
   if (timeout > 0 && writing != 0 && now - writing > timeout) {
@@ -199,11 +203,13 @@ void Link::Watch() {
 
 Result<Message> Link::Receive() {
   receiving_.store(true);
-  last_rx_ns_.store(std::max(last_rx_ns_.load(), Now()));
   struct Done {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false); }
   } done{receiving_};
+  // One reader at a time: Linger() reads and drops once the ERROR of Fail() is out.
+  if (lingering_.load()) return ClosedStatus();
+  last_rx_ns_.store(std::max(last_rx_ns_.load(), Now()));
   while (true) {
     auto next = decoder_.Next();
     if (!next.ok()) return next.status().WithContext(what_);
@@ -229,6 +235,17 @@ Result<Message> Link::Receive() {
   }
 }
 
+void Link::Linger() {
+  // Paired with Receive(): each announces itself before it looks at the other (sequentially
+  // consistent), so at most one of them reads. When a Receive() is running, it reads what
+  // still arrives itself, and no drain is needed.
+  lingering_.store(true);
+  if (receiving_.load()) return;
+  const int64_t left_ms = (fail_deadline_ns_.load() - Now()) / kMs;
+  stream_->Linger(static_cast<int>(std::clamp<int64_t>(left_ms, 0, kFailGraceNs / kMs)),
+                  kLingerBytes);
+}
+
 void Link::SetReceiveDeadline(int ms) {
   rx_deadline_ns_.store(ms > 0 ? Now() + int64_t{ms} * kMs : 0);
 }
@@ -241,13 +258,14 @@ void Link::Fail(wire::ErrorCode code, const std::string& message, bool drop_queu
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (flush_then_close_) return;
+    // Before the writer can see the ERROR queued: its Linger() is bounded by this deadline.
+    fail_deadline_ns_.store(Now() + kFailGraceNs);
     queued_bytes_ += frame.size() + kQueuedOverhead;
     queue_.push_back({std::move(frame), false});
     flush_then_close_ = true;
     if (close_reason_.empty()) close_reason_ = fmt::format("{}: {}", what_, message);
     cv_.notify_all();
   }
-  fail_deadline_ns_.store(Now() + kFailGraceNs);
 }
 
 void Link::CloseWith(StatusCode code, std::string reason) {

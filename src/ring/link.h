@@ -3,7 +3,8 @@
 // link writes the queue out, so a slow peer never blocks the sender beyond what LinkOptions
 // allow. The link also keeps itself alive and watches its peer: it sends KEEPALIVE when it has
 // written nothing for a while, and closes when the peer has sent nothing for `timeout_ms` while a
-// Receive() waits, stops reading for as long, or misses a receive deadline. Counts payload bytes both ways.
+// Receive() waits, stops reading for as long, or misses a receive deadline. Counts payload bytes
+// both ways.
 #pragma once
 
 #include <atomic>
@@ -87,6 +88,7 @@ class Link {
   void WriterLoop();
   void Watch();  // on the watchdog thread
   void CloseWith(StatusCode code, std::string reason);
+  void Linger();     // after Fail()'s ERROR: net::Stream::Linger unless a Receive() reads
   void DropQueue();  // drops the frames not yet written (and their charges)
   Status ClosedStatus() const;
   static int64_t Now();
@@ -112,12 +114,13 @@ class Link {
   std::string close_reason_;
 
   std::atomic<bool> closed_{false};
-  std::atomic<bool> receiving_{false};          // a Receive() is waiting
-  std::atomic<int64_t> last_rx_ns_;             // last byte, or the start of this Receive()
+  std::atomic<bool> receiving_{false};  // a Receive() is waiting
+  std::atomic<bool> lingering_{false};  // the writer drops what still arrives (Fail)
+  std::atomic<int64_t> last_rx_ns_;     // last byte, or the start of this Receive()
   std::atomic<int64_t> last_tx_ns_;
-  std::atomic<int64_t> writing_since_ns_{0};   // 0: not inside a write
-  std::atomic<int64_t> rx_deadline_ns_{0};     // 0: none
-  std::atomic<int64_t> fail_deadline_ns_{0};   // 0: not failing
+  std::atomic<int64_t> writing_since_ns_{0};  // 0: not inside a write
+  std::atomic<int64_t> rx_deadline_ns_{0};    // 0: none
+  std::atomic<int64_t> fail_deadline_ns_{0};  // 0: not failing
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   std::thread writer_;

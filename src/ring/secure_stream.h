@@ -34,12 +34,14 @@ class SecureStream final : public net::Stream {
   Status WriteAll(std::span<const uint8_t> bytes) override;
   Result<size_t> ReadSome(std::span<uint8_t> buffer) override;
   void Shutdown() override { inner_->Shutdown(); }
+  // What follows is dropped unread: its bytes need no decryption.
+  void Linger(int timeout_ms, size_t max_bytes) override { inner_->Linger(timeout_ms, max_bytes); }
   void LimitSendBuffer(int bytes) override { inner_->LimitSendBuffer(bytes); }
   std::string peer() const override { return inner_->peer(); }
 
  private:
-  Status Fill(size_t n);     // reads until raw_ holds at least n unread bytes
-  Status ReadRecord();       // opens the next record into plain_
+  Status Fill(size_t n);  // reads until raw_ holds at least n unread bytes
+  Status ReadRecord();    // opens the next record into plain_
   // Grows `v` to hold `n` bytes (charged), or fails with kTooLarge naming the budget.
   Status Grow(std::vector<uint8_t>* v, size_t n);
   // Frees `v` if it is empty of use and over what this stream keeps for reuse.

@@ -274,6 +274,7 @@ class StageImpl final : public Stage {
   size_t n_pred_standbys_ = 0;              // guarded by standby_mu_, for the log
   bool AcceptsSuccessorStandby(const PublicKey& key);
   Result<std::unique_ptr<net::Stream>> DialSuccessor(const std::function<bool()>& cancelled);
+  bool MayCallStandbys(const std::function<bool()>& cancelled);  // the successor's, or `next` only
   std::atomic<bool> succ_linked_once_{false};
   // Repair: this process's place in the ring (HELLO's generation) and the newest neighbours.
   std::atomic<uint64_t> generation_{0};

@@ -3,10 +3,12 @@
 // successor's window that the market lists (SetStandbys, from `kvasir join`'s heartbeats), each
 // accepted with its own key; the standbys of the predecessor's window are accepted as
 // predecessors with theirs. A standby is for a stage that died: until a successor has linked
-// once, only `next` is dialed.
+// once, only `next` is dialed, and so it is while a stage (not the head) has no predecessor.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "base/log.h"
 #include "ring/stage_impl.h"
@@ -31,6 +33,23 @@ bool StageImpl::AcceptsSuccessorStandby(const PublicKey& key) {
                      [&](const StandbyPeer& p) { return p.key == key; });
 }
 
+bool StageImpl::MayCallStandbys(const std::function<bool()>& cancelled) {
+  // A stage other than the head whose predecessor is gone as well may be the process that froze
+  // (or was cut off) and was replaced meanwhile: a standby it called would take it as its
+  // predecessor and dial the head, which would take that for a newer tail and cut the healthy
+  // one off. So it dials only `next`, which refuses it by generation if it was replaced and
+  // tells it so; once a predecessor links again, it calls on the standbys as before. Both links
+  // of such a stage drop at the same moment (one watchdog pass; or the two FINs read on waking),
+  // so the predecessor's is given a moment to be seen down first.
+  if (options_.first == 0) return true;
+  constexpr auto kSettle = std::chrono::milliseconds(150);
+  const auto until = std::chrono::steady_clock::now() + kSettle;
+  while (std::chrono::steady_clock::now() < until && !cancelled()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred_side_->pred_up();
+}
+
 Result<std::unique_ptr<net::Stream>> StageImpl::DialSuccessor(
     const std::function<bool()>& cancelled) {
   // Each target in turn from succ_next_: the first that takes the connection; the next dial
@@ -43,7 +62,7 @@ Result<std::unique_ptr<net::Stream>> StageImpl::DialSuccessor(
   }
   const size_t n_fixed = options_.dial_next ? 1 : succ_addrs_.size();
   const size_t total = n_fixed + standbys.size();
-  const bool any = succ_linked_once_.load();
+  const bool any = succ_linked_once_.load() && total > 1 && MayCallStandbys(cancelled);
   const size_t n = any ? total : 1;
   Status last = Error("{}: no successor to dial", options_.name);
   for (size_t k = 0; k < n && !cancelled(); ++k) {

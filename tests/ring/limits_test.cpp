@@ -14,6 +14,7 @@
 #include "net/stream.h"
 #include "ring/byte_budget.h"
 #include "ring/frame.h"
+#include "ring/link.h"
 #include "ring/link_limits.h"
 #include "ring/messages.h"
 #include "ring/pending_table.h"
@@ -370,6 +371,35 @@ TEST(BufferGrowthTest, ADecoderWhoseBudgetIsGoneFailsWithTooLarge) {
 }
 
 // ---- Limits from the context -------------------------------------------------------------------
+
+// A link that refuses a record still being sent reads and drops the rest before it closes: a
+// socket closed with bytes unread resets the connection, and the reset can destroy the ERROR the
+// peer has not read yet, so the peer would never learn why it was dropped.
+TEST(LinkLimitsTest, TheErrorOfARefusedRecordReachesAPeerStillSendingIt) {
+  Pair p = Connected();
+  LinkOptions o;
+  o.max_payload = 4096;
+  auto refusing = std::make_unique<Link>(std::move(p.receiver), "predecessor", o);
+  Link sending(std::move(p.sender), "successor");
+  // 6 MiB: more than the kernel buffers of a loopback connection, so the refusal and the close
+  // come while it is still being written.
+  std::vector<float> rows(size_t{49152} * 64, 0.5f);
+  ASSERT_TRUE(sending.Send(MakeHidden(7, 0, 49152, 64, wire::Dtype::kBF16, 0, rows)).ok());
+  auto got = refusing->Receive();
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("exceeds the 4096-byte limit"), std::string::npos)
+      << got.status().message();
+  refusing->Fail(wire::ErrorCode::kTooLarge, got.status().message());
+  refusing->WaitClosed();
+  refusing.reset();
+  auto reply = sending.Receive();
+  ASSERT_TRUE(reply.ok()) << reply.status().message();
+  ASSERT_TRUE(std::holds_alternative<ErrorMsg>(*reply)) << MessageName(*reply);
+  EXPECT_EQ(std::get<ErrorMsg>(*reply).code, wire::ErrorCode::kTooLarge);
+  auto end = sending.Receive();
+  ASSERT_FALSE(end.ok());
+  EXPECT_EQ(end.status().code(), StatusCode::kEndOfStream) << end.status().message();
+}
 
 TEST(LinkLimitsTest, StageLinksTakeWhatTheirContextCanUse) {
   // stories260K: 64 wide; 512 rows of f32 are 128 KiB, an OPEN_SESSION of 2^18 tokens 1 MiB with

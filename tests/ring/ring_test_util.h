@@ -116,6 +116,8 @@ class FakeNeighbours {
   ring::Stage& stage() { return *stage_; }
   ring::Link& pred() { return *pred_; }
   Inbox& inbox() { return *inbox_; }
+  // Closes the successor's side: the stage sees its successor gone (and dials again).
+  void CloseSuccessor() { succ_->Close(); }
   const ring::NodeKey& key() const { return *key_; }
 
  private:
