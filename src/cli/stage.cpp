@@ -118,7 +118,11 @@ int StageMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--boundary", boundary, "dtype of hidden states sent on: f32, f16, bf16")
         ->capture_default_str();
-    app.add_option("--chunk", opt.chunk, "prompt tokens per prefill batch")->capture_default_str();
+    app.add_option("--chunk", opt.chunk,
+                   "prompt tokens per prefill chunk on the head: at most this "
+                   "many, and at most their work fresh (a token after a cached history also "
+                   "counts the positions it attends to)")
+        ->capture_default_str();
     app.add_option("--max-sessions", opt.max_sessions, "concurrent sessions")
         ->capture_default_str();
     app.add_option("--max-clients", opt.max_clients, "client connections the head serves at once")

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "ring/chunk_plan.h"
 #include "ring/head_role.h"
 #include "ring/stage_impl.h"
 
@@ -43,6 +44,7 @@ void HeadRole::OnHeldEnded(const Session& s, const std::string& why) {
 void HeadRole::ReplayHeld() {
   HoldBook& holds = st_.holds_;
   const int chunk = st_.options_.chunk;
+  const RowCost cost = RowCostOf(st_.window_->config(), st_.options_.attn_type);
   for (uint32_t id : holds.ids()) {
     const auto since = holds.since(id);
     holds.Release(id);
@@ -87,8 +89,9 @@ void HeadRole::ReplayHeld() {
       holds.Hold(std::span<const uint32_t>(&id, 1), since.value_or(Clock::now()));
       continue;
     }
-    for (int pos = skip; pos < n; pos += chunk) {
-      const int count = std::min(chunk, n - pos);
+    // Cut as a prompt is (chunk_plan.h): past a long kept part, by work.
+    int pos = skip;
+    for (const int count : PlanChunks(cost, skip, n - skip, chunk)) {
       Work w;
       w.session = id;
       w.pos0 = pos;
@@ -96,6 +99,7 @@ void HeadRole::ReplayHeld() {
       w.sample = pos + count == n;
       w.tokens.assign(s.history.begin() + pos, s.history.begin() + pos + count);
       st_.scheduler_.AddPrefill(std::move(w));
+      pos += count;
     }
     st_.repairs_.fetch_add(1);
     st_.replayed_tokens_.fetch_add(static_cast<uint64_t>(n));

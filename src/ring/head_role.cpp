@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/timing_trace.h"
+#include "ring/chunk_plan.h"
 #include "ring/link_limits.h"
 #include "ring/sampling_wire.h"
 #include "ring/stage_impl.h"
@@ -270,15 +271,16 @@ void HeadRole::StartSession(uint64_t client, GenerateMsg& g, bool use_cache) {
     EndSession(id, wire::FinishReason::kError, "the link to the next stage is down");
     return;
   }
-  // Chunks of equal size, at most options.chunk rows: a short last chunk (64 + 2) would cross
-  // every stage behind the others instead of sharing their work.
-  const int n_new = s.n_prompt - n_cached;
-  const int n_chunks = (n_new + options.chunk - 1) / options.chunk;
-  for (int c = 0, pos = n_cached; c < n_chunks; ++c) {
+  // Chunks of near-equal cost, each within options.chunk rows and the cost of as many fresh rows
+  // (chunk_plan.h): a cached continuation's rows attend to every cached position, so it is cut
+  // and pipelined where a fresh prompt of as many rows is not.
+  const RowCost cost = RowCostOf(st_.window_->config(), options.attn_type);
+  int pos = n_cached;
+  for (const int rows : PlanChunks(cost, n_cached, s.n_prompt - n_cached, options.chunk)) {
     Work w;
     w.session = id;
     w.pos0 = pos;
-    w.n_tokens = n_cached + static_cast<int>(int64_t{n_new} * (c + 1) / n_chunks) - pos;
+    w.n_tokens = rows;
     w.tokens.assign(ids.begin() + pos, ids.begin() + pos + w.n_tokens);
     pos += w.n_tokens;
     w.sample = pos == s.n_prompt;

@@ -91,7 +91,7 @@ struct StageOptions {
   AttnType attn_type = AttnType::kF32;  // the window's attention operands (--attn-type)
   int n_ctx = 0;                        // KV capacity per session; 0 = the model's, capped at 4096
   wire::Dtype boundary = wire::Dtype::kF32;  // dtype of hidden states sent to the successor
-  int chunk = 64;                            // prompt tokens per prefill batch on the head
+  int chunk = 64;                            // head's prompt chunk: rows, and work (chunk_plan.h)
   int max_sessions = 64;
   // Prompt cache: the state of ended sessions kept for later ones whose prompt starts with the
   // same tokens, up to this many bytes (0: off) and for this long.

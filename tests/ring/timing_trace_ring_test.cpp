@@ -2,57 +2,24 @@
 // order the rows cross the ring, and the head cuts the prompt into equal chunks.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/timing_trace.h"
 #include "ring_test_util.h"
 #include "test_assets.h"
+#include "timing_trace_util.h"
 
 namespace kvasir {
 namespace {
 
 using testing::AssetPath;
+using testing::FindTrace;
 using testing::GenerateOnRing;
 using testing::Greedy;
 using testing::LocalRing;
-
-struct TraceEvent {
-  int64_t us = 0;
-  std::string who, event;
-  std::map<std::string, std::string> fields;
-};
-
-std::vector<TraceEvent> ParseTrace(const std::string& text) {
-  std::vector<TraceEvent> out;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream words(line);
-    std::string tag;
-    TraceEvent e;
-    if (!(words >> tag >> e.us >> e.who >> e.event) || tag != "[timing]") continue;
-    for (std::string kv; words >> kv;) {
-      const size_t eq = kv.find('=');
-      if (eq != std::string::npos) e.fields[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-// The first event of `who` named `event` for the rows at `pos0` (any when empty); nullptr if none.
-const TraceEvent* Find(const std::vector<TraceEvent>& events, const std::string& who,
-                       const std::string& event, const std::string& pos0 = "") {
-  for (const TraceEvent& e : events) {
-    if (e.who != who || e.event != event) continue;
-    if (!pos0.empty() && (!e.fields.count("pos0") || e.fields.at("pos0") != pos0)) continue;
-    return &e;
-  }
-  return nullptr;
-}
+using testing::ParseTrace;
+using testing::TraceEvent;
 
 // 9 tokens with BOS: in chunks of at most 4 rows, 3 + 3 + 3 (not 4 + 4 + 1).
 constexpr const char* kPrompt = "Once upon a time there was a little";
@@ -70,7 +37,7 @@ TEST(TimingTraceRingTest, EveryStageTracesTheRowsInTheOrderTheyCrossTheRing) {
   ASSERT_FALSE(generated.ids.empty());
   const std::vector<TraceEvent> events = ParseTrace(err);
 
-  const TraceEvent* open = Find(events, "s0", "open_out");
+  const TraceEvent* open = FindTrace(events, "s0", "open_out");
   ASSERT_NE(open, nullptr) << err;
   const int n_prompt = std::stoi(open->fields.at("tokens"));
   ASSERT_EQ(n_prompt, 9);
@@ -98,12 +65,12 @@ TEST(TimingTraceRingTest, EveryStageTracesTheRowsInTheOrderTheyCrossTheRing) {
   // the one before it.
   const std::string last = std::to_string(n_prompt - rows.back());
   const std::vector<const TraceEvent*> chain = {
-      Find(events, "s0", "compute_start", last), Find(events, "s0", "compute_end", last),
-      Find(events, "s0", "hidden_out", last),    Find(events, "s1", "hidden_in", last),
-      Find(events, "s1", "compute_start", last), Find(events, "s1", "compute_end", last),
-      Find(events, "s1", "hidden_out", last),    Find(events, "s2", "hidden_in", last),
-      Find(events, "s2", "compute_start", last), Find(events, "s2", "compute_end", last),
-      Find(events, "s2", "token_out"),           Find(events, "s0", "token_in")};
+      FindTrace(events, "s0", "compute_start", last), FindTrace(events, "s0", "compute_end", last),
+      FindTrace(events, "s0", "hidden_out", last),    FindTrace(events, "s1", "hidden_in", last),
+      FindTrace(events, "s1", "compute_start", last), FindTrace(events, "s1", "compute_end", last),
+      FindTrace(events, "s1", "hidden_out", last),    FindTrace(events, "s2", "hidden_in", last),
+      FindTrace(events, "s2", "compute_start", last), FindTrace(events, "s2", "compute_end", last),
+      FindTrace(events, "s2", "token_out"),           FindTrace(events, "s0", "token_in")};
   for (size_t i = 0; i < chain.size(); ++i) {
     ASSERT_NE(chain[i], nullptr) << "step " << i << " missing:\n" << err;
     EXPECT_EQ(chain[i]->fields.at("session"), open->fields.at("session")) << i;
