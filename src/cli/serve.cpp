@@ -339,10 +339,10 @@ int ServeMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--chunk", f.chunk,
                    "prompt tokens per prefill chunk on the local ring's head (the new tokens are "
-                   "cut into chunks of near-equal work, each at most this many tokens and the "
-                   "work of this many fresh ones: a token after a cached history also counts "
-                   "the positions it attends to; the stages pipeline the chunks; 0: kvasir "
-                   "stage's default)")
+                   "cut into chunks of near-equal work, each at most this many tokens and, up "
+                   "to 4 chunks, the work of this many fresh ones: a token after a cached "
+                   "history also counts the positions it attends to; the stages pipeline the "
+                   "chunks; 0: kvasir stage's default)")
         ->capture_default_str();
     app.add_option("--ring", f.ring, "serve a running ring: HOST:PORT of its head stage");
     app.add_option("--manifest", f.manifest_path,

@@ -120,8 +120,8 @@ int StageMain(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--chunk", opt.chunk,
                    "prompt tokens per prefill chunk on the head: at most this "
-                   "many, and at most their work fresh (a token after a cached history also "
-                   "counts the positions it attends to)")
+                   "many, and, up to 4 chunks, at most their work fresh (a token after a cached "
+                   "history also counts the positions it attends to)")
         ->capture_default_str();
     app.add_option("--max-sessions", opt.max_sessions, "concurrent sessions")
         ->capture_default_str();
