@@ -181,6 +181,10 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
     KV_ASSIGN_OR_RETURN(auto quick,
                         PipelinedHeartbeat(node, claim, serving_epoch, now, lease_s, nonce));
     if (quick.has_value()) return *std::move(quick);
+  } else if (lease_flush_s_ > 0) {
+    KV_ASSIGN_OR_RETURN(auto quick,
+                        ReadOnlyHeartbeat(node, claim, serving_epoch, now, lease_s, proof, nonce));
+    if (quick.has_value()) return *std::move(quick);
   }
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   // A renewal need not wait for its own flush to disk (SQLite's WAL is synced at checkpoints

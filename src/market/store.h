@@ -262,6 +262,9 @@ class Store {
   const PendingLeases& waiting_leases() const { return leases_.pending(); }
   // Heartbeats answered in two round trips (postgres_heartbeat.cpp), since this Store opened.
   uint64_t pipelined_heartbeats() const { return pipelined_heartbeats_; }
+  // Heartbeats answered in a read-only transaction (sqlite_heartbeat.cpp), since this Store opened.
+  uint64_t read_only_heartbeats() const { return read_only_heartbeats_; }
+
   // The flush written on a thread of its own (lease_flush.cpp; docs/MARKET.md, "The flush"), on
   // SQLite only: a connection of its own to the database, so the Store's thread goes on answering
   // heartbeats from memory (WAL) while it writes. Once enabled, a heartbeat never flushes; the
@@ -411,6 +414,15 @@ class Store {
                                           const std::string& payload, double now,
                                           const std::function<Status()>& verify);
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
+  // sqlite_heartbeat.cpp: HeartbeatOnce on SQLite with renewals in memory, in a read-only
+  // transaction (it waits for no flush being written), for the common heartbeat: a lease-only
+  // renewal of a proven claim of this node, nothing to sweep, promote, evict or forgive, no
+  // silence, no audit open, and no once-a-second housekeeping due unless a flush is being written
+  // (it waits for the next heartbeat). Anything else answers nullopt and goes the general way.
+  Result<std::optional<HeartbeatReply>> ReadOnlyHeartbeat(const std::string& node, int64_t claim,
+                                                          int64_t serving_epoch, double now,
+                                                          double lease_s, const ProofAnswer* proof,
+                                                          const RequestNonce* nonce);
   // Inside a transaction: records `node`'s nonce; false when it was used before.
   Result<bool> InsertNonce(const std::string& node, const std::string& nonce, double now,
                            double keep_s);
@@ -546,6 +558,7 @@ class Store {
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
   uint64_t pipelined_heartbeats_ = 0;
+  uint64_t read_only_heartbeats_ = 0;
 };
 
 }  // namespace kvasir::market
