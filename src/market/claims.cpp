@@ -234,6 +234,7 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   // a lease needs), so concurrent heartbeats do not all conflict on it.
   if (silent_ || now - last_beat_ >= 1 || now < last_beat_) {
     KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
+    last_beat_ = now;  // so the next heartbeat sees it written (sqlite_heartbeat.cpp)
   }
   // A renewal that changes nothing but the lease waits in memory for the next flush
   // (lease_flush.cpp); anything else is written now.

@@ -177,5 +177,53 @@ TEST_F(BackgroundFlushTest, AFailedFlushLosesNoRenewal) {
   EXPECT_EQ(api_->Handle(beat, kT0 + 10).status, 401);
 }
 
+// Within a second of the last housekeeping, a lease-only heartbeat goes the read-only way and
+// answers what the map (the general path) shows right after it: its own renewal, another
+// process's claim at once, the epoch; a heartbeat that changes its serving epoch goes the general
+// way.
+TEST_F(BackgroundFlushTest, AReadOnlyHeartbeatAnswersWhatTheMapShows) {
+  auto other = Store::Open(db_);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  (*other)->set_lease_s(30);
+  double now = kT0;
+  auto a = store_->Claim(Request(0, 0, 0), now, 30);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const std::string node = kvasir::testing::Hex(keys_[0]);
+  ASSERT_TRUE(store_->Heartbeat(node, a->claim.id, -1, now += 1, 30).ok());  // housekeeping
+  auto beat = [&](int64_t epoch, double at) -> uint64_t {
+    const uint64_t before = store_->read_only_heartbeats();
+    auto r = store_->Heartbeat(node, a->claim.id, epoch, at, 30);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    auto map = store_->Map(at);
+    EXPECT_TRUE(map.ok()) << map.status().message();
+    if (!r.ok() || !map.ok()) return 0;
+    const RingState& want = (*map)[0].rings[0];
+    EXPECT_EQ(r->ring.epoch, want.epoch);
+    EXPECT_EQ(r->ring.complete, want.complete);
+    EXPECT_DOUBLE_EQ(r->claim.expires, at + 30);
+    for (size_t w = 0; w < want.windows.size(); ++w) {
+      const auto& got = r->ring.windows[w].claim;
+      EXPECT_EQ(got.has_value(), want.windows[w].claim.has_value()) << "window " << w;
+      if (!got || !want.windows[w].claim) continue;
+      EXPECT_EQ(got->id, want.windows[w].claim->id);
+      // The heartbeat's own claim in its ring is as before it (as on the general path); its
+      // renewal is in its claim (above).
+      if (got->id == a->claim.id) continue;
+      EXPECT_DOUBLE_EQ(got->expires, want.windows[w].claim->expires) << "window " << w;
+      EXPECT_DOUBLE_EQ(got->last_beat, want.windows[w].claim->last_beat) << "window " << w;
+      EXPECT_EQ(got->serving_epoch, want.windows[w].claim->serving_epoch);
+    }
+    return store_->read_only_heartbeats() - before;
+  };
+  EXPECT_EQ(beat(-1, now += 0.1), 1u);
+  EXPECT_EQ(beat(-1, now += 0.1), 1u);
+  // Another process claims window 1: the next heartbeat has it.
+  auto b = (*other)->Claim(Request(1, 0, 1), now += 0.1, 30);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(beat(-1, now += 0.1), 1u);
+  EXPECT_EQ(beat(0, now += 0.1), 0u);  // a new serving epoch is written at once
+  EXPECT_EQ(beat(0, now += 0.1), 1u);
+}
+
 }  // namespace
 }  // namespace kvasir::market
