@@ -51,16 +51,19 @@ void MarketServer::Flusher(int interval_ms) {
     if (shared_->stopping) break;
     if (store->background_flush()) {
       // Taken and ended under the lock, written without it: requests are answered meanwhile.
-      const auto batch = store->TakeLeaseFlush(UnixNow());
+      auto batch = store->TakeLeaseFlush(UnixNow());
       if (batch == nullptr) continue;
       lock.unlock();
       const Status written = store->WriteLeaseFlush(*batch);
       lock.lock();
       store->EndLeaseFlush(written, UnixNow());
+      lock.unlock();
       if (!written.ok()) {
         KV_LOG_WARN("market: writing {} lease renewals: {} (they wait for the next flush)",
                     batch->size(), written.message());
       }
+      batch.reset();  // thousands of entries freed without the lock
+      lock.lock();
       continue;
     }
     if (Status s = shared_->api->FlushLeases(UnixNow()); !s.ok()) {
