@@ -6,7 +6,7 @@
 // half a lease: it was down or flooded), and every claim gets a full lease when it answers again
 // (docs/MARKET.md, "Grace"). Times are Unix seconds (wall clock): leases outlive a restart of the
 // market. Not thread-safe: one Store per thread (several Stores, in one process or several, may
-// share a database file).
+// share a database file), but for WriteLeaseFlush, which another thread may run beside it.
 #pragma once
 
 #include <cstdint>
