@@ -423,7 +423,7 @@ ApiResponse MarketApi::Heartbeat(const ApiRequest& req, double now) {
   // the body answers audits, which are a transaction of their own before it.
   auto by = Authenticate(store_, config_, req, now, &verified_node_, /*defer_nonce=*/true);
   if (!by.ok()) return ErrorResponse(by.status());
-  const RequestNonce nonce{by->nonce, NonceKeepSeconds(config_)};
+  const RequestNonce nonce{by->nonce, NonceKeepSeconds(config_), by->time};
   // Every answer but a heartbeat's own records the nonce on its own first (a replayed request is
   // refused as such, whatever else is wrong with it).
   auto use_nonce = [&]() -> Status {

@@ -67,6 +67,9 @@ class MarketApi {
   // To be called on the thread that calls Handle, or under the same lock.
   Status FlushLeases(double now, bool force = false);
   double lease_flush_s() const { return config_.lease_flush_s; }
+  // The store, for a server that writes its flush on a thread of its own (Store::TakeLeaseFlush;
+  // under the same lock as Handle, but WriteLeaseFlush).
+  Store* store() const { return store_; }
 
  private:
   ApiResponse Route(const ApiRequest& request, double now);

@@ -181,37 +181,36 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
     KV_ASSIGN_OR_RETURN(auto quick,
                         PipelinedHeartbeat(node, claim, serving_epoch, now, lease_s, nonce));
     if (quick.has_value()) return *std::move(quick);
+  } else if (lease_flush_s_ > 0) {
+    KV_ASSIGN_OR_RETURN(auto quick,
+                        ReadOnlyHeartbeat(node, claim, serving_epoch, now, lease_s, proof, nonce));
+    if (quick.has_value()) return *std::move(quick);
   }
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   // A renewal need not wait for its own flush to disk (SQLite's WAL is synced at checkpoints
   // anyway): a database server that loses its last commits loses renewals, which the grace of a
   // restarted market covers (docs/MARKET.md, "Grace").
   if (db_->postgres()) KV_RETURN_IF_ERROR(db_->Exec("SET LOCAL synchronous_commit = off"));
-  const bool nonce_in_memory = nonce != nullptr && NoncesInMemory();
-  if (nonce != nullptr) {
-    // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could.
-    // In memory, the nonce is recorded only once the heartbeat committed.
-    bool fresh = false;
-    if (nonce_in_memory) {
-      KV_ASSIGN_OR_RETURN(const bool seen, NonceSeen(node, nonce->nonce));
-      fresh = !seen;
-    } else {
-      KV_ASSIGN_OR_RETURN(fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
-    }
+  // A heartbeat that fails is rolled back with its nonce: it changed nothing a replay could. Its
+  // stamp (StampsInMemory) is recorded only once the heartbeat committed.
+  const bool stamped = nonce != nullptr && StampsInMemory();
+  if (nonce != nullptr && !stamped) {
+    KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce->nonce, now, nonce->keep_s));
     if (!fresh) {
       return Error(StatusCode::kUnauthenticated,
                    "X-Kvasir-Nonce: used before by node {}: a replayed request", Short(node));
     }
   }
-  auto record_nonce = [&] {
-    if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
-    nonces_.Add(node, nonce->nonce, now + nonce->keep_s);
-  };
   KV_RETURN_IF_ERROR(Sweep(now));
   KV_ASSIGN_OR_RETURN(ClaimInfo c, ReadClaim(claim));
   if (c.node != node) {
     return Error(StatusCode::kForbidden, "claim {} belongs to node {}, not {}", claim,
                  Short(c.node), Short(node));
+  }
+  BeatStamp stamp;
+  if (stamped) {
+    KV_ASSIGN_OR_RETURN(stamp, StampOf(claim, node));
+    KV_RETURN_IF_ERROR(CheckStamp(stamp, *nonce, node));
   }
   if (proof != nullptr && !c.proven) {
     if (Status st = CheckProof(c, *proof); !st.ok()) {
@@ -220,7 +219,6 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
       KV_ASSIGN_OR_RETURN(const int64_t model_row, ModelRow(c.model));
       KV_RETURN_IF_ERROR(Evict(c.id, model_row, c.ring, c.node, now));
       KV_RETURN_IF_ERROR(txn->Commit());
-      if (nonce_in_memory) record_nonce();
       return Error(StatusCode::kForbidden, "{}; the claim is evicted", st.message());
     }
   }
@@ -236,6 +234,7 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   // a lease needs), so concurrent heartbeats do not all conflict on it.
   if (silent_ || now - last_beat_ >= 1 || now < last_beat_) {
     KV_RETURN_IF_ERROR(SetMeta(kMetaLastBeat, now));
+    last_beat_ = now;  // so the next heartbeat sees it written (sqlite_heartbeat.cpp)
   }
   // A renewal that changes nothing but the lease waits in memory for the next flush
   // (lease_flush.cpp); anything else is written now.
@@ -283,11 +282,8 @@ Result<HeartbeatReply> Store::HeartbeatOnce(const std::string& node, int64_t cla
   if (!cached && mark != 0 && db_->ChangeMark() == mark) {
     CacheRing(c.model, c.ring, mark, now, std::move(fresh));
   }
-  if (lease_only) {
-    if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
-    leases_.Renew(claim, node, now + lease_s, now);
-  }
-  if (nonce_in_memory) record_nonce();
+  RecordRenewal(claim, node, lease_only ? now + lease_s : 0, lease_only ? now : 0, nonce,
+                std::move(stamp), now);
   return reply;
 }
 

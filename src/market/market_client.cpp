@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "market/signed_request.h"
@@ -74,10 +75,14 @@ Result<nlohmann::json> MarketClient::Send(const std::string& method, const std::
   for (int attempt = 0;; ++attempt) {
     std::map<std::string, std::string> headers;
     if (sign) {
-      const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-      headers = SignRequest(*key_, method, target, body, now);
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      int64_t signed_at = connections_->last_signed.load();
+      while (
+          !connections_->last_signed.compare_exchange_weak(signed_at, std::max(signed_at, now))) {
+      }
+      headers = SignRequest(*key_, method, target, body, std::max(signed_at, now));
     }
     KV_ASSIGN_OR_RETURN(std::unique_ptr<net::HttpSession> session, Take(/*fresh=*/attempt > 0));
     const int connects_before = session->connects();

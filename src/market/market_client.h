@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,9 @@ class MarketClient {
     std::mutex mu;
     std::vector<std::unique_ptr<net::HttpSession>> idle;  // guarded by mu
     std::atomic<int> connects{0};
+    // The latest time a request was signed with: a clock that steps back signs no earlier one
+    // (the market refuses a heartbeat signed before its claim's last: docs/MARKET.md).
+    std::atomic<int64_t> last_signed{0};
   };
   MarketClient(std::string base, std::shared_ptr<const ring::NodeKey> key,
                std::shared_ptr<Connections> connections)

@@ -44,10 +44,28 @@ MarketServer::MarketServer(std::unique_ptr<net::HttpServer> http, std::shared_pt
 MarketServer::~MarketServer() { Stop(); }
 
 void MarketServer::Flusher(int interval_ms) {
+  Store* store = shared_->api->store();
   std::unique_lock<std::mutex> lock(shared_->mu);
   while (!shared_->stopping) {
     shared_->wake.wait_for(lock, std::chrono::milliseconds(interval_ms));
     if (shared_->stopping) break;
+    if (store->background_flush()) {
+      // Taken and ended under the lock, written without it: requests are answered meanwhile.
+      auto batch = store->TakeLeaseFlush(UnixNow());
+      if (batch == nullptr) continue;
+      lock.unlock();
+      const Status written = store->WriteLeaseFlush(*batch);
+      lock.lock();
+      store->EndLeaseFlush(written, UnixNow());
+      lock.unlock();
+      if (!written.ok()) {
+        KV_LOG_WARN("market: writing {} lease renewals: {} (they wait for the next flush)",
+                    batch->size(), written.message());
+      }
+      batch.reset();  // thousands of entries freed without the lock
+      lock.lock();
+      continue;
+    }
     if (Status s = shared_->api->FlushLeases(UnixNow()); !s.ok()) {
       KV_LOG_WARN("market: writing lease renewals: {} (they wait for the next flush)", s.message());
     }
@@ -75,6 +93,11 @@ Result<std::unique_ptr<MarketServer>> MarketServer::Start(const MarketServerOpti
   h.error_body = [](int status, const std::string& code, const std::string& message) {
     return ToHttp(ErrorResponse(status, code, message));
   };
+  if (api->lease_flush_s() > 0) {
+    // Before any request: on SQLite the flush gets a connection of its own.
+    auto background = api->store()->EnableBackgroundFlush();
+    if (!background.ok()) return background.status();
+  }
   auto shared = std::make_shared<Shared>();
   shared->api = api;
   if (o.verify_threads > 0) {

@@ -9,8 +9,9 @@
 // half full. A signed request's signature is checked on one of `verify_threads` threads of its own
 // (verify_pool.h) before it takes the lock around the API, so that check runs beside the store
 // work of another request. Renewals the API holds in memory are flushed by a thread of the server's
-// at their interval (MarketConfig::lease_flush_s), under the lock requests are answered with, and
-// at Stop.
+// at their interval (MarketConfig::lease_flush_s), and at Stop: on SQLite taken from memory under
+// the lock requests are answered with and written on a connection of its own without it
+// (Store::TakeLeaseFlush), on PostgreSQL written under the lock.
 #pragma once
 
 #include <condition_variable>

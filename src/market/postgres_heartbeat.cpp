@@ -199,10 +199,7 @@ Result<std::optional<HeartbeatReply>> Store::PipelinedHeartbeat(const std::strin
     writes.push_back(&*forgive);
   }
   KV_RETURN_IF_ERROR(txn->CommitAfter(std::move(writes)));
-  if (lease_only) {
-    if (leases_.empty() && nonces_.empty()) flushed_at_ = now;  // counted from the oldest waiting
-    leases_.Renew(claim, node, now + lease_s, now);
-  }
+  if (lease_only) RecordRenewal(claim, node, now + lease_s, now, nullptr, {}, now);
   ++pipelined_heartbeats_;
   return None(std::move(reply));
 }

@@ -104,6 +104,9 @@ class Db {
   // Starts a transaction whose reads and writes are as if alone: BEGIN IMMEDIATE on SQLite (the
   // write lock up front), SERIALIZABLE on PostgreSQL (which may fail it later: see Retryable).
   virtual Status Begin() = 0;
+  // Starts a transaction that only reads, from one snapshot: on SQLite (WAL) it neither takes nor
+  // waits for the write lock, and sees nothing committed after its first read.
+  virtual Status BeginRead() { return Begin(); }
   virtual bool postgres() const = 0;
   // Runs `stmts` (prepared on this Db, parameters bound), in order, as one batch: on PostgreSQL in
   // a single round trip (libpq's pipeline mode, with a Begin not sent yet), elsewhere one after
@@ -136,6 +139,8 @@ class Db {
 class Transaction {
  public:
   static Result<std::unique_ptr<Transaction>> Begin(Db* db);
+  // Db::BeginRead's: a write in it may fail (on SQLite, SQLITE_BUSY when another connection wrote).
+  static Result<std::unique_ptr<Transaction>> BeginRead(Db* db);
   ~Transaction();
   Status Commit();
   // Runs `stmts` and the COMMIT as one batch (Db::RunBatch): on PostgreSQL, the transaction's

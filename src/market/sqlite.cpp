@@ -93,6 +93,7 @@ class SqliteDb final : public Db {
   }
   int64_t Changes() const override { return sqlite3_changes(db_); }
   Status Begin() override { return Exec("BEGIN IMMEDIATE"); }
+  Status BeginRead() override { return Exec("BEGIN DEFERRED"); }
   bool postgres() const override { return false; }
   uint64_t ChangeMark() override {
     // data_version moves with other connections' commits (not this one's, unlike the pager's
@@ -183,6 +184,11 @@ Result<std::unique_ptr<Db>> Db::Open(const std::string& target) {
 
 Result<std::unique_ptr<Transaction>> Transaction::Begin(Db* db) {
   KV_RETURN_IF_ERROR(db->Begin());
+  return std::unique_ptr<Transaction>(new Transaction(db));
+}
+
+Result<std::unique_ptr<Transaction>> Transaction::BeginRead(Db* db) {
+  KV_RETURN_IF_ERROR(db->BeginRead());
   return std::unique_ptr<Transaction>(new Transaction(db));
 }
 

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS claims(
   verified_epoch INT NOT NULL DEFAULT -1, verified_at REAL NOT NULL DEFAULT 0,
   check_error TEXT NOT NULL DEFAULT '', proven INT NOT NULL DEFAULT 1,
   proof_nonce TEXT NOT NULL DEFAULT '', proof_picks TEXT NOT NULL DEFAULT '',
-  standby INT NOT NULL DEFAULT 0,
+  standby INT NOT NULL DEFAULT 0, signed_at INT NOT NULL DEFAULT 0,
+  signed_nonces TEXT NOT NULL DEFAULT '',
   UNIQUE(model, ring, window, standby), UNIQUE(node));
 CREATE TABLE IF NOT EXISTS strikes(
   node TEXT PRIMARY KEY, count INT NOT NULL, until REAL NOT NULL);
@@ -97,6 +98,8 @@ constexpr AddedColumn kAddedColumns[] = {
     {"audits", "recompute", "TEXT NOT NULL DEFAULT ''"},
     {"models", "n_windows", "INT NOT NULL DEFAULT 0"},
     {"models", "n_held", "INT NOT NULL DEFAULT 0"},
+    {"claims", "signed_at", "INT NOT NULL DEFAULT 0"},
+    {"claims", "signed_nonces", "TEXT NOT NULL DEFAULT ''"},
 };
 
 // Standbys (docs/MARKET.md, "Standbys") are claims with a standby number above 0, so a window
@@ -667,8 +670,6 @@ Result<bool> Store::UseNonceOnce(const std::string& node, const std::string& non
                              double keep_s) {
   // No sweep: a nonce is the first of a request's two transactions, and the second sweeps (a
   // nonce expired but not yet swept is refused as used, which its request's time refuses anyway).
-  // One of a heartbeat's, not yet written, counts as used.
-  if (nonces_.Contains(node, nonce)) return false;
   KV_ASSIGN_OR_RETURN(auto txn, Transaction::Begin(db_.get()));
   KV_ASSIGN_OR_RETURN(const bool fresh, InsertNonce(node, nonce, now, keep_s));
   KV_RETURN_IF_ERROR(txn->Commit());

@@ -6,7 +6,7 @@
 // half a lease: it was down or flooded), and every claim gets a full lease when it answers again
 // (docs/MARKET.md, "Grace"). Times are Unix seconds (wall clock): leases outlive a restart of the
 // market. Not thread-safe: one Store per thread (several Stores, in one process or several, may
-// share a database file).
+// share a database file), but for WriteLeaseFlush, which another thread may run beside it.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include "base/status.h"
 #include "market/audit.h"
 #include "market/lease_table.h"
-#include "market/nonce_table.h"
 #include "market/proof.h"
 #include "market/sql.h"
 
@@ -177,10 +176,13 @@ struct HeartbeatReply {
 };
 
 // The nonce of a signed request (signed_request.h), recorded in the transaction of the request's
-// own work so that a heartbeat is one transaction, not two; kept keep_s seconds.
+// own work so that a heartbeat is one transaction, not two; kept keep_s seconds. On SQLite with
+// renewals in memory a heartbeat's is not recorded: its claim's BeatStamp refuses a replay by the
+// request's signed `time` instead (docs/MARKET.md, "Replayed heartbeats").
 struct RequestNonce {
   std::string nonce;  // 32 hex digits
   double keep_s = 0;
+  int64_t time = 0;  // the request's signed time, Unix seconds
 };
 
 // A holder's answer to its claim's challenge, sent with a heartbeat.
@@ -256,10 +258,34 @@ class Store {
   // the next flush.
   Status FlushLeases(double now);
   size_t pending_leases() const { return leases_.size(); }
+  // What waits (not what a flush is writing), by claim id.
+  const PendingLeases& waiting_leases() const { return leases_.pending(); }
   // Heartbeats answered in two round trips (postgres_heartbeat.cpp), since this Store opened.
   uint64_t pipelined_heartbeats() const { return pipelined_heartbeats_; }
-  // Heartbeat nonces recorded in memory and not yet written (NoncesInMemory).
-  size_t pending_nonces() const { return nonces_.size(); }
+  // Heartbeats answered in a read-only transaction (sqlite_heartbeat.cpp), since this Store opened.
+  uint64_t read_only_heartbeats() const { return read_only_heartbeats_; }
+
+  // The flush written on a thread of its own (lease_flush.cpp; docs/MARKET.md, "The flush"), on
+  // SQLite only: a connection of its own to the database, so the Store's thread goes on answering
+  // heartbeats from memory (WAL) while it writes. Once enabled, a heartbeat never flushes; the
+  // caller runs TakeLeaseFlush, then WriteLeaseFlush without the Store's lock, then
+  // EndLeaseFlush. False (nothing enabled) on PostgreSQL and for a database in memory.
+  Result<bool> EnableBackgroundFlush();
+  bool background_flush() const { return flush_db_ != nullptr; }
+  // On the Store's thread: when a flush is due and none is being written, hands every renewal
+  // waiting in memory to one (they stay in this Store's answers and decisions until it ended);
+  // null otherwise.
+  std::shared_ptr<const PendingLeases> TakeLeaseFlush(double now);
+  // On any one thread, without the Store's lock: writes `batch` in one transaction on the flush
+  // connection (waiting for the database's write lock, as long as its busy timeout).
+  Status WriteLeaseFlush(const PendingLeases& batch);
+  // On the Store's thread, after WriteLeaseFlush: `written` failed puts the batch back in memory
+  // (merged with what was renewed since, never shortening it), for the next flush.
+  void EndLeaseFlush(const Status& written, double now);
+  bool lease_flush_in_flight() const { return in_flight_ != nullptr; }
+  // Tests: runs inside the flush's transaction on the flush connection, before its commit; an
+  // error fails the flush.
+  void set_flush_hook(std::function<Status()> hook) { flush_hook_ = std::move(hook); }
 
   // The database, as messages name it (a path, or a URL without its password).
   const std::string& db_name() const { return db_->path(); }
@@ -388,6 +414,15 @@ class Store {
                                           const std::string& payload, double now,
                                           const std::function<Status()>& verify);
   Result<std::pair<int64_t, int64_t>> CountsOnce(double now);
+  // sqlite_heartbeat.cpp: HeartbeatOnce on SQLite with renewals in memory, in a read-only
+  // transaction (it waits for no flush being written), for the common heartbeat: a lease-only
+  // renewal of a proven claim of this node, nothing to sweep, promote, evict or forgive, no
+  // silence, no audit open, and no once-a-second housekeeping due unless a flush is being written
+  // (it waits for the next heartbeat). Anything else answers nullopt and goes the general way.
+  Result<std::optional<HeartbeatReply>> ReadOnlyHeartbeat(const std::string& node, int64_t claim,
+                                                          int64_t serving_epoch, double now,
+                                                          double lease_s, const ProofAnswer* proof,
+                                                          const RequestNonce* nonce);
   // Inside a transaction: records `node`'s nonce; false when it was used before.
   Result<bool> InsertNonce(const std::string& node, const std::string& nonce, double now,
                            double keep_s);
@@ -473,20 +508,32 @@ class Store {
   void OverlayAll(std::vector<ModelState>* models) const;
   Result<ClaimInfo> ReadClaim(int64_t claim);
   // lease_flush.cpp. The lease and last heartbeat of `c` as this Store answered them (a renewal
-  // waiting in memory is later than the row).
+  // waiting in memory, or being written, is later than the row).
   void Overlay(ClaimInfo* c) const;
+  // What waits in memory for `claim` of `node` (waiting and being written, merged); false when
+  // nothing does.
+  bool InMemory(int64_t claim, const std::string& node, PendingLease* out) const;
   // Inside Sweep's transaction: writes the waiting renewals of the claims that `due` (an SQL
   // condition on claims with Sweep's parameters ?1 ?2 ?3) would expire, so none lapses that was
   // renewed in memory. They stay in memory (the transaction may yet roll back).
   Status WriteRenewalsDue(const char* due, double silence_start, double lease_clock, double now);
-  // Writes `pending` and the first `n_nonces` of nonces_.
-  Status FlushLeasesOnce(const std::unordered_map<int64_t, PendingLease>& pending, size_t n_nonces);
-  // Whether a heartbeat's nonce is checked against nonces_ and the table, and recorded in nonces_
-  // until the next flush, instead of written in its transaction: with SQLite and renewals in
-  // memory. PostgreSQL writes each (another process on the database must see it at once).
-  bool NoncesInMemory() const { return lease_flush_s_ > 0 && !db_->postgres(); }
-  // Inside a transaction: whether `node` used `nonce` before (memory or table).
-  Result<bool> NonceSeen(const std::string& node, const std::string& nonce);
+  // Writes `pending` on `db` (FlushLeases: the Store's own; WriteLeaseFlush: the flush's).
+  Status FlushLeasesOnce(Db* db, const PendingLeases& pending);
+  // Whether a heartbeat's replay is refused by its claim's BeatStamp, kept in memory and written
+  // with the renewals, instead of by a nonce row written in its transaction: with SQLite and
+  // renewals in memory. PostgreSQL writes each nonce (another process on the database must see it
+  // at once).
+  bool StampsInMemory() const { return lease_flush_s_ > 0 && !db_->postgres(); }
+  // Inside a transaction, with StampsInMemory: the stamp of `claim` of `node`, the row's merged
+  // with memory's.
+  Result<BeatStamp> StampOf(int64_t claim, const std::string& node);
+  // kUnauthenticated when `stamp` refuses the heartbeat signed with `nonce`.
+  static Status CheckStamp(const BeatStamp& stamp, const RequestNonce& nonce,
+                           const std::string& node);
+  // After a heartbeat committed: its renewal (0, 0: none) and the claim's stamp as checked
+  // (StampOf) with this heartbeat's added wait for the next flush.
+  void RecordRenewal(int64_t claim, const std::string& node, double expires, double last_beat,
+                     const RequestNonce* nonce, BeatStamp stamp, double now);
   std::unique_ptr<Db> db_;
   double lease_s_ = 30;
   EvictionPolicy eviction_;
@@ -498,7 +545,10 @@ class Store {
   double last_beat_ = 0;       // the last heartbeat answered, as of the last Sweep
   bool silent_ = false;        // as of the last Sweep: no heartbeat answered for half a lease
   LeaseTable leases_;          // renewals answered but not yet written
-  NonceTable nonces_;          // heartbeat nonces answered but not yet written
+  // Renewals a flush is writing on flush_db_ (null: none); read-only while it is set.
+  std::shared_ptr<const PendingLeases> in_flight_;
+  std::unique_ptr<Db> flush_db_;  // the background flush's connection (EnableBackgroundFlush)
+  std::function<Status()> flush_hook_;
   struct CachedRing {
     double filled_at = 0;
     ModelState state;  // one ring's windows and claims, as ReadModels without overlay
@@ -508,6 +558,7 @@ class Store {
   double lease_flush_s_ = 0;
   double flushed_at_ = 0;  // `now` of the last flush, or of the oldest renewal waiting since
   uint64_t pipelined_heartbeats_ = 0;
+  uint64_t read_only_heartbeats_ = 0;
 };
 
 }  // namespace kvasir::market

@@ -30,8 +30,9 @@ Result<HeartbeatReply> Store::Heartbeat(const std::string& node, int64_t claim,
                                         const ProofAnswer* proof, const RequestNonce* nonce) {
   auto reply =
       Retry([&] { return HeartbeatOnce(node, claim, serving_epoch, now, lease_s, proof, nonce); });
-  // The renewal is answered: a flush that fails leaves it waiting for the next one.
-  if (LeaseFlushDue(now)) (void)FlushLeases(now);
+  // The renewal is answered: a flush that fails leaves it waiting for the next one. With a
+  // background flush, its own thread writes them (EnableBackgroundFlush).
+  if (!background_flush() && LeaseFlushDue(now)) (void)FlushLeases(now);
   return reply;
 }
 Status Store::Release(const std::string& node, int64_t claim, double now) {
