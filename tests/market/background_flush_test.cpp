@@ -63,18 +63,6 @@ class BackgroundFlushTest : public MarketFixture {
     EXPECT_EQ(r.status, 201) << r.body;
     return kvasir::testing::Body(r)["claim"].get<int64_t>();
   }
-  // The claim's row as another connection to the database reads it.
-  ClaimInfo Row(int64_t claim, double now) {
-    auto other = Store::Open(db_);
-    EXPECT_TRUE(other.ok()) << other.status().message();
-    other.value()->set_lease_s(30);
-    auto map = other.value()->Map(now);
-    EXPECT_TRUE(map.ok()) << map.status().message();
-    for (const WindowState& w : (*map)[0].rings[0].windows) {
-      if (w.claim && w.claim->id == claim) return *w.claim;
-    }
-    return {};
-  }
   ApiRequest BeatRequest(int key, int64_t claim, double now) const {
     return kvasir::testing::Signed(keys_[key], "POST", "/v1/heartbeat",
                                    nlohmann::json{{"claim", claim}, {"serving_epoch", -1}}.dump(),

@@ -62,18 +62,6 @@ class LeaseFlushTest : public MarketFixture {
     c.lease_flush_s = 100;  // nothing is flushed on its own during a test
     Open(kvasir::testing::TestModel(), c);
   }
-  // The claim's row as another process on the database sees it.
-  ClaimInfo Row(int64_t claim, double now) {
-    auto other = Store::Open(db_);
-    EXPECT_TRUE(other.ok()) << other.status().message();
-    other.value()->set_lease_s(30);
-    auto map = other.value()->Map(now);
-    EXPECT_TRUE(map.ok()) << map.status().message();
-    for (const WindowState& w : (*map)[0].rings[0].windows) {
-      if (w.claim && w.claim->id == claim) return *w.claim;
-    }
-    return {};
-  }
 };
 
 TEST_F(LeaseFlushTest, ARenewalWaitsInMemoryButItsMarketAnswersAndDecidesWithIt) {

@@ -117,6 +117,19 @@ class MarketFixture : public ::testing::Test {
     }
     return r;
   }
+  // A claim of ring 0 as another process on the database sees it (its store's own connection,
+  // leases of 30 s): what was written, not what waits in this store's memory.
+  ClaimInfo Row(int64_t claim, double now) {
+    auto other = Store::Open(db_);
+    EXPECT_TRUE(other.ok()) << other.status().message();
+    other.value()->set_lease_s(30);
+    auto map = other.value()->Map(now);
+    EXPECT_TRUE(map.ok()) << map.status().message();
+    for (const WindowState& w : (*map)[0].rings[0].windows) {
+      if (w.claim && w.claim->id == claim) return *w.claim;
+    }
+    return {};
+  }
   double TotalCredit(double now) {
     double total = 0;
     auto b =

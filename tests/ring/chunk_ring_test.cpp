@@ -18,35 +18,10 @@
 namespace kvasir::testing {
 namespace {
 
-struct Reply {
-  std::vector<int32_t> ids;
-  std::string text;
-  int n_cached = -1;
-};
+using Reply = CachedAnswer;
 
 Reply Ask(const std::string& head, const std::string& prompt, int n) {
-  Reply a;
-  auto client = ring::RingClient::Connect(head, 20000, kTestRingSecret);
-  EXPECT_TRUE(client.ok()) << client.status().message();
-  if (!client.ok()) return a;
-  EXPECT_TRUE((*client)->WaitReady(20000).ok());
-  ring::GenerateMsg g;
-  g.prompt = prompt;
-  SamplingParams p;
-  p.temperature = 0;
-  g.sampling = ring::SamplingToWire(p, static_cast<uint32_t>(n), /*ignore_eog=*/true);
-  g.report_cached = true;
-  auto r = (*client)->Generate(
-      g,
-      [&](const ring::TokenMsg& t) {
-        a.text += t.piece;
-        a.ids.push_back(t.token.id);
-        return true;
-      },
-      nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  if (r.ok()) a.n_cached = r->n_cached;
-  return a;
+  return AskReportingCache(head, prompt, n);
 }
 
 std::unique_ptr<LocalRing> Ring(const std::string& model, int n_stages, int chunk,

@@ -94,37 +94,11 @@ TEST(PromptCacheTest, ExpiresByAge) {
   EXPECT_EQ(c.size(), 1u);
 }
 
-struct Answer {
-  std::string text;
-  std::vector<int32_t> ids;
-  int n_cached = -1;
-};
+using Answer = CachedAnswer;
 
 Answer Ask(const std::string& head, const std::string& prompt, int n, uint64_t seed = 0,
            float temperature = 0) {
-  Answer a;
-  auto client = ring::RingClient::Connect(head, 20000, kTestRingSecret);
-  EXPECT_TRUE(client.ok()) << client.status().message();
-  if (!client.ok()) return a;
-  EXPECT_TRUE((*client)->WaitReady(20000).ok());
-  ring::GenerateMsg g;
-  g.prompt = prompt;
-  SamplingParams p;
-  p.temperature = temperature;
-  p.seed = seed;
-  g.sampling = ring::SamplingToWire(p, static_cast<uint32_t>(n), /*ignore_eog=*/true);
-  g.report_cached = true;
-  auto r = (*client)->Generate(
-      g,
-      [&](const ring::TokenMsg& t) {
-        a.text += t.piece;
-        a.ids.push_back(t.token.id);
-        return true;
-      },
-      nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  if (r.ok()) a.n_cached = r->n_cached;
-  return a;
+  return AskReportingCache(head, prompt, n, seed, temperature);
 }
 
 uint32_t OpenSessions(const std::string& head, int n_stages) {
@@ -142,10 +116,9 @@ uint32_t OpenSessions(const std::string& head, int n_stages) {
 
 std::unique_ptr<LocalRing> Ring(const std::string& model, int n, uint64_t cache_bytes,
                                 int uncached_stage = -1) {
-  return LocalRing::Start(model, n, wire::Dtype::kF32, 256, 16, 256,
-                          [=](int i, ring::StageOptions& o) {
-                            o.cache_bytes = i == uncached_stage ? 0 : cache_bytes;
-                          });
+  return LocalRing::Start(
+      model, n, wire::Dtype::kF32, 256, 16, 256,
+      [=](int i, ring::StageOptions& o) { o.cache_bytes = i == uncached_stage ? 0 : cache_bytes; });
 }
 
 // A second turn that starts with the first's prompt and answer takes their positions over, and

@@ -1,8 +1,8 @@
 #include "ring_test_util.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -46,18 +45,15 @@ std::vector<std::string> StageTrustArgs(const std::string& name) {
 }
 
 std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
-                                          const std::string& layers, int listen_fd,
-                                          uint16_t next, const std::string& name,
-                                          const std::string& log_level) {
+                                          const std::string& layers, int listen_fd, uint16_t next,
+                                          const std::string& name, const std::string& log_level) {
   std::vector<std::string> args = {KVASIR_BINARY, "stage"};
   args.insert(args.end(), source.begin(), source.end());
   for (const std::string& a :
-       {std::string("--layers"), layers,
-        std::string(listen_fd >= 0 ? "--listen-fd" : "--listen"),
+       {std::string("--layers"), layers, std::string(listen_fd >= 0 ? "--listen-fd" : "--listen"),
         listen_fd >= 0 ? std::to_string(listen_fd) : std::string("127.0.0.1:0"),
-        std::string("--next"),
-        fmt::format("127.0.0.1:{}", next), std::string("--name"), name, std::string("-t"),
-        std::string("1"), std::string("--log-level"), log_level}) {
+        std::string("--next"), fmt::format("127.0.0.1:{}", next), std::string("--name"), name,
+        std::string("-t"), std::string("1"), std::string("--log-level"), log_level}) {
     args.push_back(a);
   }
   for (std::string& a : StageTrustArgs(name)) args.push_back(std::move(a));
@@ -171,8 +167,8 @@ wire::Hello FakeStageHello(const std::string& model, int first, int last) {
   me.n_embd = static_cast<uint32_t>(cfg->n_embd);
   me.window_first = first;
   me.window_last = last;
-  me.flags = (first == 0 ? wire::kHelloHasEmbed : 0) |
-             (last == cfg->n_layer ? wire::kHelloHasHead : 0);
+  me.flags =
+      (first == 0 ? wire::kHelloHasEmbed : 0) | (last == cfg->n_layer ? wire::kHelloHasHead : 0);
   std::snprintf(me.name, sizeof(me.name), "fake %d-%d", first, last);
   return me;
 }
@@ -342,6 +338,33 @@ Generation GenerateOnRing(const std::string& head, const std::string& prompt,
   });
   EXPECT_TRUE(r.ok()) << r.status().message();
   return g;
+}
+
+CachedAnswer AskReportingCache(const std::string& head, const std::string& prompt, int n,
+                               uint64_t seed, float temperature) {
+  CachedAnswer a;
+  auto client = ring::RingClient::Connect(head, 20000, kTestRingSecret);
+  EXPECT_TRUE(client.ok()) << client.status().message();
+  if (!client.ok()) return a;
+  EXPECT_TRUE((*client)->WaitReady(20000).ok());
+  ring::GenerateMsg g;
+  g.prompt = prompt;
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  g.sampling = ring::SamplingToWire(p, static_cast<uint32_t>(n), /*ignore_eog=*/true);
+  g.report_cached = true;
+  auto r = (*client)->Generate(
+      g,
+      [&](const ring::TokenMsg& t) {
+        a.text += t.piece;
+        a.ids.push_back(t.token.id);
+        return true;
+      },
+      nullptr);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (r.ok()) a.n_cached = r->n_cached;
+  return a;
 }
 
 Result<int> DialFrom(uint16_t port, const std::string& source, int timeout_ms) {

@@ -35,8 +35,8 @@ std::vector<std::string> StageTrustArgs(const std::string& name);
 // (`listen_fd`, inherited: pass it to ChildProcess; -1: --listen 127.0.0.1:0), successor port,
 // name, one thread, the log level, and StageTrustArgs(name).
 std::vector<std::string> StageProcessArgs(const std::vector<std::string>& source,
-                                          const std::string& layers, int listen_fd,
-                                          uint16_t next, const std::string& name,
+                                          const std::string& layers, int listen_fd, uint16_t next,
+                                          const std::string& name,
                                           const std::string& log_level = "warn");
 
 // Stages [i*L/N, (i+1)*L/N) on 127.0.0.1, each running in its own thread, each with a fresh node
@@ -192,15 +192,15 @@ inline SamplingParams Greedy() {
 }
 
 struct Generation {
-  std::vector<int32_t> ids;  // generated ids, without a final end-of-generation token
+  std::vector<int32_t> ids;   // generated ids, without a final end-of-generation token
   std::vector<float> logits;  // the raw logit of each id where it was sampled
   std::string text;
 };
 
 // Greedy or sampled generation in one process with the whole model, as `kvasir generate` does
-// (with `ignore_eog`, as `--ignore-eos`: an end-of-generation token is kept and generation goes on).
-// The raw logit of each of `ids` after `prompt` and the ids before it, from one forward pass of
-// the whole model over the sequence (rows of a batch give the bits of single rows).
+// (with `ignore_eog`, as `--ignore-eos`: an end-of-generation token is kept and generation goes
+// on). The raw logit of each of `ids` after `prompt` and the ids before it, from one forward pass
+// of the whole model over the sequence (rows of a batch give the bits of single rows).
 std::vector<float> TeacherForcedLogits(const std::string& model, const std::string& prompt,
                                        const std::vector<int32_t>& ids);
 
@@ -211,5 +211,15 @@ Generation GenerateLocally(const std::string& model, const std::string& prompt,
 // The same request through a ring's head (authenticated with kTestRingSecret).
 Generation GenerateOnRing(const std::string& head, const std::string& prompt,
                           const SamplingParams& params, int n_predict);
+
+// A request on a ring whose head reports the prompt tokens it took from its cache: `n` tokens
+// (end-of-generation ignored) with the given temperature and seed.
+struct CachedAnswer {
+  std::string text;
+  std::vector<int32_t> ids;
+  int n_cached = -1;  // -1: the request failed
+};
+CachedAnswer AskReportingCache(const std::string& head, const std::string& prompt, int n,
+                               uint64_t seed = 0, float temperature = 0);
 
 }  // namespace kvasir::testing
