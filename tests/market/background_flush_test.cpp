@@ -58,11 +58,6 @@ class BackgroundFlushTest : public MarketFixture {
     c.lease_flush_s = 5;  // heartbeats never flush: the test takes each flush
     return c;
   }
-  int64_t ClaimWindow(int key, int window, double now) {
-    const ApiResponse r = Claim(keys_[key], window, now);
-    EXPECT_EQ(r.status, 201) << r.body;
-    return kvasir::testing::Body(r)["claim"].get<int64_t>();
-  }
   ApiRequest BeatRequest(int key, int64_t claim, double now) const {
     return kvasir::testing::Signed(keys_[key], "POST", "/v1/heartbeat",
                                    nlohmann::json{{"claim", claim}, {"serving_epoch", -1}}.dump(),

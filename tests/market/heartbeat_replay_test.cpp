@@ -70,9 +70,8 @@ class HeartbeatNonceTest : public MarketFixture {
 };
 
 TEST_F(HeartbeatNonceTest, AReplayIsRefusedInMemoryOnceWrittenAndAfterARestart) {
-  const ApiResponse r = Claim(keys_[0], 0, kT0);
-  ASSERT_EQ(r.status, 201) << r.body;
-  const int64_t claim = kvasir::testing::Body(r)["claim"].get<int64_t>();
+  const int64_t claim = ClaimWindow(0, 0, kT0);
+  ASSERT_GE(claim, 0);
   const ApiRequest beat = BeatRequest(0, claim, kT0 + 5);
   ASSERT_EQ(api_->Handle(beat, kT0 + 5).status, 200);
   // Another heartbeat of the same second is no replay.
@@ -107,9 +106,8 @@ TEST_F(HeartbeatNonceTest, AReplayIsRefusedInMemoryOnceWrittenAndAfterARestart) 
 // A heartbeat that changes more than its lease is written at once, and its stamp waits in memory
 // with the renewals: its replay is refused before and after the flush.
 TEST_F(HeartbeatNonceTest, AReplayOfAHeartbeatWrittenAtOnceIsRefused) {
-  const ApiResponse r = Claim(keys_[0], 0, kT0);
-  ASSERT_EQ(r.status, 201) << r.body;
-  const int64_t claim = kvasir::testing::Body(r)["claim"].get<int64_t>();
+  const int64_t claim = ClaimWindow(0, 0, kT0);
+  ASSERT_GE(claim, 0);
   const ApiRequest serving = kvasir::testing::Signed(
       keys_[0], "POST", "/v1/heartbeat",
       nlohmann::json{{"claim", claim}, {"serving_epoch", 0}}.dump(), kT0 + 5);
@@ -122,9 +120,8 @@ TEST_F(HeartbeatNonceTest, AReplayOfAHeartbeatWrittenAtOnceIsRefused) {
 
 // A heartbeat that fails records nothing: its replay fails for the same reason, not as a replay.
 TEST_F(HeartbeatNonceTest, AFailedHeartbeatKeepsNoNonce) {
-  const ApiResponse r = Claim(keys_[0], 0, kT0);
-  ASSERT_EQ(r.status, 201) << r.body;
-  const int64_t claim = kvasir::testing::Body(r)["claim"].get<int64_t>();
+  const int64_t claim = ClaimWindow(0, 0, kT0);
+  ASSERT_GE(claim, 0);
   const ApiRequest stolen = BeatRequest(1, claim, kT0 + 5);
   EXPECT_EQ(api_->Handle(stolen, kT0 + 5).status, 403);
   EXPECT_EQ(store_->pending_leases(), 0u);

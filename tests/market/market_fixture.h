@@ -76,14 +76,17 @@ class MarketFixture : public ::testing::Test {
     r.address = "127.0.0.1:7001";
     return r;
   }
+  // keys_[key] claims `window` of `ring`, which must be granted; returns the claim id (-1 where
+  // it was refused, the failure recorded).
+  int64_t ClaimWindow(int key, int window, double now, int ring = 0) {
+    const ApiResponse r = Claim(keys_[key], window, now, {}, ring);
+    EXPECT_EQ(r.status, 201) << r.body;
+    return kvasir::testing::Body(r).value("claim", int64_t{-1});
+  }
   // Claims the three windows of `ring` with keys_[3 * ring + w]; returns the claim ids.
   std::vector<int64_t> FillRing(double now, int ring = 0) {
     std::vector<int64_t> ids;
-    for (int w = 0; w < 3; ++w) {
-      ApiResponse r = Claim(keys_[3 * ring + w], w, now, {}, ring);
-      EXPECT_EQ(r.status, 201) << r.body;
-      ids.push_back(kvasir::testing::Body(r)["claim"].get<int64_t>());
-    }
+    for (int w = 0; w < 3; ++w) ids.push_back(ClaimWindow(3 * ring + w, w, now, ring));
     return ids;
   }
   // Every holder of `ring` reports serving its epoch at `now` and the checks pass: the ring is

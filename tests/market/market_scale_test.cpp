@@ -73,9 +73,8 @@ TEST_F(MarketScaleTest, TheUncoveredCountFollowsClaimsReleasesExpiriesAndAReopen
 // A heartbeat records its nonce in its own transaction: a replay is refused as before, and renews
 // nothing.
 TEST_F(MarketScaleTest, AReplayedHeartbeatIsRefusedAndRenewsNothing) {
-  ApiResponse r = Claim(keys_[0], 0, kT0);
-  ASSERT_EQ(r.status, 201) << r.body;
-  const int64_t claim = kvasir::testing::Body(r)["claim"].get<int64_t>();
+  const int64_t claim = ClaimWindow(0, 0, kT0);
+  ASSERT_GE(claim, 0);
   const ApiRequest beat = kvasir::testing::Signed(
       keys_[0], "POST", "/v1/heartbeat",
       nlohmann::json{{"claim", claim}, {"serving_epoch", -1}}.dump(), kT0 + 5);
