@@ -3,8 +3,9 @@
 // the holders reveal from their row stores on their heartbeats, and the recompute auditor
 // (audit/auditor.h) recomputes the revealed windows. A stage that adds noise to the rows it sends
 // (ring/test_fault.h) is caught at a 5 % audit rate within 100 sessions and forfeits the audited
-// session's credit; 1,000 honest sessions, all audited, computed and recomputed at SIMD targets of
-// different widths, raise no false alarm.
+// session's credit; 1,000 honest sessions, all audited, computed at SIMD targets of different widths
+// (and on OpenCL where this machine has a device) and recomputed on the CPU at another width, raise
+// no false alarm.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -59,11 +60,17 @@ class AuditLoopTest : public market::MarketFixture {
     }
     m.rings.push_back(ring);
     Open(m, Config(0.05));
+    LoadWindows("cpu", windows_);
+  }
+  // The three stages' windows on `backend`.
+  void LoadWindows(const std::string& backend, std::unique_ptr<LayerWindow>* windows) {
     for (int w = 0; w < 3; ++w) {
       WindowSpec spec{kFirst[w], kLast[w], w == 0, w == 2};
-      auto lw = LayerWindow::Load(file_, spec, WindowOptions{});
-      ASSERT_TRUE(lw.ok()) << lw.status().message();
-      windows_[w] = std::move(lw).value();
+      WindowOptions o;
+      o.backend = backend;
+      auto lw = LayerWindow::Load(file_, spec, o);
+      ASSERT_TRUE(lw.ok()) << backend << ": " << lw.status().message();
+      windows[w] = std::move(lw).value();
     }
   }
   static market::MarketConfig Config(double rate) {
@@ -84,16 +91,19 @@ class AuditLoopTest : public market::MarketFixture {
 
   // Session `n`: a prompt and a few decoded rows through the three windows, the middle one
   // perturbing its rows with probability `noise`; each holder keeps its rows and signs its line.
-  ring::Receipt RunSession(uint32_t n, std::mt19937& rng, double noise) {
+  // `windows`: the three stages' windows (windows_ unless given).
+  ring::Receipt RunSession(uint32_t n, std::mt19937& rng, double noise,
+                           const std::unique_ptr<LayerWindow>* windows = nullptr) {
+    if (windows == nullptr) windows = windows_;
     const int len = 4 + static_cast<int>(rng() % 21);
     const int prompt = 1 + static_cast<int>(rng() % len);
     std::vector<int32_t> tokens;
     for (int i = 0; i < len; ++i) tokens.push_back(static_cast<int32_t>(rng() % 512));
     StageRun runs[3];
-    runs[0] = RunAsStage(windows_[0].get(), tokens, {}, len, prompt, ring::RowKind::kF16);
+    runs[0] = RunAsStage(windows[0].get(), tokens, {}, len, prompt, ring::RowKind::kF16);
     runs[1] =
-        RunAsStage(windows_[1].get(), {}, runs[0].next_in, len, prompt, ring::RowKind::kF16, noise);
-    runs[2] = RunAsStage(windows_[2].get(), {}, runs[1].next_in, len, prompt, ring::RowKind::kF16);
+        RunAsStage(windows[1].get(), {}, runs[0].next_in, len, prompt, ring::RowKind::kF16, noise);
+    runs[2] = RunAsStage(windows[2].get(), {}, runs[1].next_in, len, prompt, ring::RowKind::kF16);
     ring::Receipt r;
     r.id.fill(0x3c);
     std::memcpy(r.id.data(), &n, sizeof(n));
@@ -201,27 +211,45 @@ TEST_F(AuditLoopTest, AThousandHonestAuditedSessionsAcrossSimdTargetsRaiseNoFals
   MakeApi(Config(1.0));  // every session audited
   const auto ids = FillRing(kT0);
   const int64_t epoch = MakeReady(ids, kT0);
+  // One auditor judges the sessions the CPU computed, another (on the same database) those
+  // OpenCL computed, so that each reports its own worst difference.
   auto auditor = MakeAuditor(kT0);
   ASSERT_NE(auditor, nullptr);
   const std::vector<int64_t> targets = ki::AvailableSimdTargets();
+  // Where this machine has an OpenCL device, every (targets + 1)th session runs on it.
+  const std::string no_opencl = NoOpenClDevice();
+  std::unique_ptr<LayerWindow> opencl[3];
+  std::unique_ptr<Auditor> opencl_auditor;
+  if (no_opencl.empty()) {
+    LoadWindows("opencl", opencl);
+    opencl_auditor = MakeAuditor(kT0);
+    ASSERT_NE(opencl_auditor, nullptr);
+  }
+  const size_t variants = targets.size() + (no_opencl.empty() ? 1 : 0);
   std::mt19937 rng(4);
   double now = kT0 + 1;
   constexpr uint32_t kSessions = 1000;
+  uint32_t on_opencl = 0;
   for (uint32_t n = 1; n <= kSessions; ++n, now += 1) {
-    ki::ForceSimdTarget(targets[n % targets.size()]);
-    const ring::Receipt r = RunSession(n, rng, 0);
+    const size_t v = n % variants;
+    const bool cl = v == targets.size();
+    if (!cl) ki::ForceSimdTarget(targets[v]);
+    const ring::Receipt r = RunSession(n, rng, 0, cl ? opencl : windows_);
     ASSERT_EQ(Submit(r, now).status, 200);
     ASSERT_TRUE(AnswerAudits(ids, epoch, r, now));
     ki::ForceSimdTarget(targets[(n + 1) % targets.size()]);
-    auto handled = auditor->RunOnce(now);
+    auto handled = (cl ? opencl_auditor : auditor)->RunOnce(now);
     ASSERT_TRUE(handled.ok()) << handled.status().message();
     ASSERT_EQ(*handled, 3);
+    on_opencl += cl ? 1 : 0;
   }
   ki::ForceSimdTarget(0);
   const AuditorStats& st = auditor->stats();
-  EXPECT_EQ(st.passed, 3 * kSessions);
-  EXPECT_EQ(st.failed, 0);
-  EXPECT_EQ(st.skipped, 0);
+  const AuditorStats on_cl = opencl_auditor ? opencl_auditor->stats() : AuditorStats{};
+  EXPECT_EQ(st.passed + on_cl.passed, 3 * kSessions);
+  EXPECT_EQ(st.failed + on_cl.failed, 0);
+  EXPECT_EQ(st.skipped + on_cl.skipped, 0);
+  EXPECT_EQ(on_cl.passed, 3 * on_opencl);
   for (int w = 0; w < 3; ++w) {
     EXPECT_EQ(BalanceOf(w, now)["audits_passed"], kSessions) << w;
     EXPECT_EQ(BalanceOf(w, now)["audits_failed"], 0) << w;
@@ -229,8 +257,16 @@ TEST_F(AuditLoopTest, AThousandHonestAuditedSessionsAcrossSimdTargetsRaiseNoFals
   std::printf(
       "[ figures ] %u honest sessions on %zu SIMD targets: worst difference %.3g, "
       "tolerance %.3g (margin %.1fx)\n",
-      kSessions, targets.size(), st.worst_passed, kDefaultTolerance,
+      kSessions - on_opencl, targets.size(), st.worst_passed, kDefaultTolerance,
       kDefaultTolerance / st.worst_passed);
+  if (on_opencl > 0) {
+    std::printf(
+        "[ figures ] %u honest sessions on OpenCL, audited on the CPU: worst difference %.3g, "
+        "tolerance %.3g (margin %.1fx)\n",
+        on_opencl, on_cl.worst_passed, kDefaultTolerance, kDefaultTolerance / on_cl.worst_passed);
+  } else {
+    std::printf("[ figures ] no session on OpenCL: %s\n", no_opencl.c_str());
+  }
 }
 
 // `kvasir audit` on the market's database, as the market's operator runs it: it refuses a model

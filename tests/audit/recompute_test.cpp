@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include "kernels/simd_target.h"
@@ -27,11 +28,13 @@ std::shared_ptr<const GgufFile> OpenModel(const std::string& name) {
 }
 
 std::unique_ptr<LayerWindow> StageWindow(std::shared_ptr<const GgufFile> file, int first, int last,
-                                         int n_layer) {
+                                         int n_layer, const std::string& backend = "cpu") {
   WindowSpec spec{first, last, first == 0, last == n_layer};
-  auto w = LayerWindow::Load(std::move(file), spec, WindowOptions{});
+  WindowOptions o;
+  o.backend = backend;
+  auto w = LayerWindow::Load(std::move(file), spec, o);
   EXPECT_TRUE(w.ok()) << w.status().message();
-  return std::move(w).value();
+  return w.ok() ? std::move(w).value() : nullptr;
 }
 
 // The reveal of positions [0, prefix) of `rows`, as a holder's row store gives it.
@@ -56,63 +59,113 @@ std::vector<int32_t> Tokens(std::mt19937& rng, int n, int n_vocab) {
   return t;
 }
 
-// Honest windows, computed by a stage at every SIMD target this CPU has and recomputed by the
-// auditor at every target: the worst difference, per model, stays under half the tolerance.
-TEST(RecomputeTest, HonestWindowsPassAcrossSimdTargetsAndBoundaryTypes) {
+// The models of ../shared the tolerance is measured on: f32 and quantized, four architectures.
+const char* const kModels[] = {"stories260K.gguf",      "stories260K-q8_0.gguf",
+                               "stories260K-q4_0.gguf", "synth-qwen3-q4_0.gguf",
+                               "synth-qwen2-q8_0.gguf", "synth-llama-q4_k_m.gguf",
+                               "synth-llama31-f32.gguf"};
+
+// Where a stage computes: a backend, and for the CPU the SIMD target it is held to.
+struct StageAt {
+  std::string backend;
+  int64_t target = 0;  // ki::ForceSimdTarget's value; 0 for a device
+  std::string Name() const {
+    return backend == "cpu" ? ki::SimdTargetNameOf(target) : backend;
+  }
+};
+
+// `model`'s honest windows, a head [0, a) and, with 3 layers or more, a middle window
+// [a, n_layer - 1) (no output head: its rows are compared), computed by a stage at each of
+// `stages` with each boundary type and recomputed by the auditor on the CPU at every SIMD target
+// this CPU has. Every check must pass; returns the worst difference, and where it was in `where`.
+double WorstHonestDifference(const std::string& model, const std::vector<StageAt>& stages,
+                             std::string* where) {
   const std::vector<int64_t> targets = ki::AvailableSimdTargets();
-  for (const std::string model :
-       {"stories260K.gguf", "stories260K-q8_0.gguf", "stories260K-q4_0.gguf",
-        "synth-qwen3-q4_0.gguf", "synth-qwen2-q8_0.gguf", "synth-llama-q4_k_m.gguf",
-        "synth-llama31-f32.gguf"}) {
-    KV_REQUIRE_ASSET("models/" + model);
-    auto file = OpenModel(model);
-    auto config = LoadModelConfig(*file);
-    ASSERT_TRUE(config.ok()) << config.status().message();
-    const int n_layer = config->n_layer;
-    ASSERT_GE(n_layer, 2) << model;
-    // A head [0, a) and, with 3 layers or more, a middle window [a, n_layer - 1) (no output
-    // head: its rows are compared).
-    const int a = std::max(1, (n_layer - 1) / 2);
-    const bool has_middle = a < n_layer - 1;
-    auto head = StageWindow(file, 0, a, n_layer);
-    auto middle = has_middle ? StageWindow(file, a, n_layer - 1, n_layer) : nullptr;
-    auto auditor_head = Recomputer::Load(file, 0, a, 1);
-    ASSERT_TRUE(auditor_head.ok()) << auditor_head.status().message();
-    auto auditor_mid = Recomputer::Load(file, a, has_middle ? n_layer - 1 : n_layer, 1);
-    ASSERT_TRUE(auditor_mid.ok()) << auditor_mid.status().message();
-    double worst = 0;
-    std::string worst_at;
-    std::mt19937 rng(11);
-    for (const ring::RowKind boundary :
-         {ring::RowKind::kF32, ring::RowKind::kF16, ring::RowKind::kBF16}) {
-      for (int64_t stage_target : targets) {
-        ki::ForceSimdTarget(stage_target);
-        const std::vector<int32_t> tokens = Tokens(rng, 24, head->config().n_vocab);
-        StageRun h = RunAsStage(head.get(), tokens, {}, 24, 9, boundary);
-        StageRun m;
-        if (has_middle) m = RunAsStage(middle.get(), {}, h.next_in, 24, 9, boundary);
-        for (int64_t audit_target : targets) {
-          ki::ForceSimdTarget(audit_target);
-          for (int which = 0; which < (has_middle ? 2 : 1); ++which) {
-            const auto& rows = which == 0 ? h.rows : m.rows;
-            Recomputer* r = which == 0 ? auditor_head->get() : auditor_mid->get();
-            auto report = r->Check(Reveal(rows, 12), kDefaultTolerance);
-            ASSERT_TRUE(report.ok()) << report.status().message();
-            EXPECT_TRUE(report->failure.empty()) << model << ": " << report->failure;
-            if (report->worst > worst) {
-              worst = report->worst;
-              worst_at = ki::SimdTargetNameOf(stage_target) + " stage, " +
-                         ki::SimdTargetNameOf(audit_target) + " auditor, boundary kind " +
-                         std::to_string(static_cast<int>(boundary));
-            }
+  auto file = OpenModel(model);
+  auto config = LoadModelConfig(*file);
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  if (!config.ok()) return 0;
+  const int n_layer = config->n_layer;
+  EXPECT_GE(n_layer, 2) << model;
+  const int a = std::max(1, (n_layer - 1) / 2);
+  const bool has_middle = a < n_layer - 1;
+  auto auditor_head = Recomputer::Load(file, 0, a, 1);
+  EXPECT_TRUE(auditor_head.ok()) << auditor_head.status().message();
+  auto auditor_mid = Recomputer::Load(file, a, has_middle ? n_layer - 1 : n_layer, 1);
+  EXPECT_TRUE(auditor_mid.ok()) << auditor_mid.status().message();
+  if (!auditor_head.ok() || !auditor_mid.ok()) return 0;
+  double worst = 0;
+  std::mt19937 rng(11);
+  // One pair of windows per backend (a CPU window runs at whatever target is forced).
+  std::map<std::string, std::pair<std::unique_ptr<LayerWindow>, std::unique_ptr<LayerWindow>>>
+      windows;
+  for (const StageAt& at : stages) {
+    if (windows.contains(at.backend)) continue;
+    auto& [head, middle] = windows[at.backend];
+    head = StageWindow(file, 0, a, n_layer, at.backend);
+    if (has_middle) middle = StageWindow(file, a, n_layer - 1, n_layer, at.backend);
+    if (!head || (has_middle && !middle)) return 0;
+  }
+  for (const ring::RowKind boundary :
+       {ring::RowKind::kF32, ring::RowKind::kF16, ring::RowKind::kBF16}) {
+    for (const StageAt& at : stages) {
+      LayerWindow* head = windows[at.backend].first.get();
+      LayerWindow* middle = windows[at.backend].second.get();
+      ki::ForceSimdTarget(at.target);
+      const std::vector<int32_t> tokens = Tokens(rng, 24, head->config().n_vocab);
+      StageRun h = RunAsStage(head, tokens, {}, 24, 9, boundary);
+      StageRun m;
+      if (has_middle) m = RunAsStage(middle, {}, h.next_in, 24, 9, boundary);
+      for (int64_t audit_target : targets) {
+        ki::ForceSimdTarget(audit_target);
+        for (int which = 0; which < (has_middle ? 2 : 1); ++which) {
+          const auto& rows = which == 0 ? h.rows : m.rows;
+          Recomputer* r = which == 0 ? auditor_head->get() : auditor_mid->get();
+          auto report = r->Check(Reveal(rows, 12), kDefaultTolerance);
+          EXPECT_TRUE(report.ok()) << report.status().message();
+          if (!report.ok()) continue;
+          EXPECT_TRUE(report->failure.empty())
+              << model << " (" << at.Name() << " stage): " << report->failure;
+          if (report->worst > worst) {
+            worst = report->worst;
+            *where = at.Name() + " stage, " + ki::SimdTargetNameOf(audit_target) +
+                     " auditor, boundary kind " + std::to_string(static_cast<int>(boundary));
           }
         }
       }
     }
-    ki::ForceSimdTarget(0);
+  }
+  ki::ForceSimdTarget(0);
+  return worst;
+}
+
+// Honest windows, computed by a stage at every SIMD target this CPU has and recomputed by the
+// auditor at every target: the worst difference, per model, stays under half the tolerance.
+TEST(RecomputeTest, HonestWindowsPassAcrossSimdTargetsAndBoundaryTypes) {
+  std::vector<StageAt> stages;
+  for (int64_t t : ki::AvailableSimdTargets()) stages.push_back({"cpu", t});
+  for (const std::string model : kModels) {
+    KV_REQUIRE_ASSET("models/" + model);
+    std::string where;
+    const double worst = WorstHonestDifference(model, stages, &where);
     std::printf("[ figures ] %s: worst honest difference %.3g (%s), tolerance %.3g\n",
-                model.c_str(), worst, worst_at.c_str(), kDefaultTolerance);
-    EXPECT_LT(worst, kDefaultTolerance / 2) << model << ": " << worst_at;
+                model.c_str(), worst, where.c_str(), kDefaultTolerance);
+    EXPECT_LT(worst, kDefaultTolerance / 2) << model << ": " << where;
+  }
+}
+
+// The same windows computed by a stage on OpenCL (its own kernels: another order of sums, its
+// own dequantization and attention) and recomputed by the auditor on the CPU at every SIMD
+// target: an honest OpenCL holder passes too, under half the tolerance.
+TEST(RecomputeTest, HonestOpenClWindowsPassTheCpuAuditor) {
+  if (const std::string why = NoOpenClDevice(); !why.empty()) GTEST_SKIP() << why;
+  for (const std::string model : kModels) {
+    KV_REQUIRE_ASSET("models/" + model);
+    std::string where;
+    const double worst = WorstHonestDifference(model, {{"opencl", 0}}, &where);
+    std::printf("[ figures ] %s: worst honest difference %.3g (%s), tolerance %.3g\n",
+                model.c_str(), worst, where.c_str(), kDefaultTolerance);
+    EXPECT_LT(worst, kDefaultTolerance / 2) << model << ": " << where;
   }
 }
 

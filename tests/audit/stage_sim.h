@@ -1,15 +1,17 @@
 // A window run as a stage runs it, for the audit tests: the prompt in one batch, then one row at a
 // time (decode), each output row sent on in the boundary's type (and so committed), the next window
 // taking in the sent rows widened to f32. `noise` perturbs the output rows as a faulty stage would
-// (ring/test_fault.h).
+// (ring/test_fault.h). A window may run on OpenCL where this machine has a device.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "kernels/kernels.h"
 #include "model/layer_window.h"
 #include "ring/row_commit.h"
@@ -81,6 +83,18 @@ inline StageRun RunAsStage(LayerWindow* w, const std::vector<int32_t>& tokens,
   }
   w->CloseSequence(7);
   return run;
+}
+
+// Why this machine cannot run a window on OpenCL, or "".
+inline std::string NoOpenClDevice() {
+  for (const BackendDevices& b : ListAllDevices()) {
+    if (b.backend != "opencl") continue;
+    if (!b.built) return CheckBackendBuilt(BackendSpec{"opencl", {}}).message();
+    if (!b.status.ok()) return "no OpenCL device: " + b.status.message();
+    if (b.devices.empty()) return "no OpenCL device: the platforms list none";
+    return "";
+  }
+  return "no OpenCL backend in the registry";
 }
 
 }  // namespace kvasir::audit
