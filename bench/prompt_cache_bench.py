@@ -9,7 +9,7 @@ question). Prints a table of medians, the cached token counts, and whether the s
 text equals the uncached server's.
 
 Usage: prompt_cache_bench.py KVASIR MODEL [--stages 3] [--history 1000] [--rounds 3] [-t 1]
-           [--serve-arg ARG]... [--trace LOG]
+           [--ctx 2048] [--serve-arg ARG]... [--trace LOG]
 """
 import argparse
 import json
@@ -58,7 +58,7 @@ def words(rng, n):
 
 def measure(args, cache_mb, trace=None):
     serve_args = ["-m", args.model, "--stages", str(args.stages), "-t", str(args.threads), "-c",
-                  "2048", "--chat-template", "chatml", "--cache-mb", str(cache_mb)]
+                  str(args.ctx), "--chat-template", "chatml", "--cache-mb", str(cache_mb)]
     serve_args += args.serve_arg
     if trace is not None:
         serve_args.append("--trace-timing")
@@ -106,6 +106,8 @@ def main():
     ap.add_argument("--history", type=int, default=1000, help="words in the first turn (~tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=2048,
+                    help="the context of each server (-c): above the history's tokens")
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="one more argument for both servers (repeat for several)")
     ap.add_argument("--trace", metavar="LOG",
