@@ -29,15 +29,6 @@ using testing::ChildProcess;
 constexpr const char* kModel = "models/stories260K.gguf";
 constexpr int kTokens = 160;  // per session: long enough to be mid-stream when a stage dies
 
-// Free loopback ports, chosen now and given up, so that each stage binds its own and a killed
-// stage's port refuses connections at once (its predecessor moves on to a standby).
-std::vector<uint16_t> FreePorts(int n) {
-  testing::BoundPorts held(n);
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < n; ++i) ports.push_back(held[static_cast<size_t>(i)]);
-  return ports;
-}
-
 std::string Addr(uint16_t port) { return fmt::format("127.0.0.1:{}", port); }
 
 // One stage process of a healing ring: --link-timeout 2, and the given repair flags.
@@ -162,7 +153,9 @@ void DumpLogsOnFailure(const std::vector<std::unique_ptr<ChildProcess>>& stages)
 // to T and T2.
 struct HealingRing {
   testing::TempDir logs;
-  std::vector<uint16_t> ports = FreePorts(7);  // H, A, B, T, A2, B2, T2
+  // Each stage binds its own port, so that a killed stage's port refuses connections at once
+  // (its predecessor moves on to a standby) and stays its own until it comes back.
+  testing::ReservedPorts ports{7};  // H, A, B, T, A2, B2, T2
   std::vector<std::unique_ptr<ChildProcess>> stages;
   explicit HealingRing(double repair_timeout_s = 20, bool standbys = true, int replay_mb = -1,
                        const std::vector<std::string>& tail_flags = {}) {
@@ -372,7 +365,7 @@ TEST(HealProcessTest, WithoutAStandbySessionsEndAfterTheRepairTimeout) {
 TEST(HealProcessTest, TwentyRepairsInARowLeaveEveryStageIdle) {
   KV_REQUIRE_ASSET(kModel);
   testing::TempDir logs;
-  const std::vector<uint16_t> p = FreePorts(5);  // H, A, X, Y, T
+  const testing::ReservedPorts p(5);  // H, A, X, Y, T: a killed X or Y comes back on its own
   std::vector<std::unique_ptr<ChildProcess>> stages;
   for (const StageSpec& s : std::vector<StageSpec>{
            {"H", "0:1", p[0], {p[1]}},

@@ -82,6 +82,30 @@ BoundPorts::~BoundPorts() {
   }
 }
 
+ReservedPorts::ReservedPorts(int n) {
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd < 0) return;
+    fds_.push_back(fd);
+    int one = 1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    const bool ok = ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+                    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    EXPECT_TRUE(ok) << "reserving a loopback port: " << std::strerror(errno);
+    if (!ok) return;
+    ports_.push_back(ntohs(a.sin_port));
+  }
+}
+
+ReservedPorts::~ReservedPorts() {
+  for (int fd : fds_) ::close(fd);
+}
+
 std::unique_ptr<LocalRing> LocalRing::Start(
     const std::string& model, int n_stages, wire::Dtype boundary, int n_ctx, int chunk,
     int max_batch_rows, const std::function<void(int, ring::StageOptions&)>& configure) {

@@ -76,6 +76,24 @@ class BoundPorts {
   std::vector<int> fds_;
 };
 
+// Loopback ports reserved for the test by sockets bound with SO_REUSEADDR but not listening: a
+// stage process binds its port (net::Listener sets SO_REUSEADDR too) and listens while it runs;
+// while it is down, connections to the port are refused at once, and no other process's bind to
+// port 0 or outgoing connection can take the port before the stage comes back on it.
+class ReservedPorts {
+ public:
+  explicit ReservedPorts(int n);
+  uint16_t operator[](size_t i) const { return ports_.at(i); }
+  size_t size() const { return ports_.size(); }
+  ~ReservedPorts();
+  ReservedPorts(const ReservedPorts&) = delete;
+  ReservedPorts& operator=(const ReservedPorts&) = delete;
+
+ private:
+  std::vector<uint16_t> ports_;
+  std::vector<int> fds_;
+};
+
 // What a link receives, read on its own thread so a test waits with a deadline instead of hanging.
 class Inbox {
  public:

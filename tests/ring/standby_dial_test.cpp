@@ -71,7 +71,9 @@ std::unique_ptr<testing::FakeNeighbours> MiddleStage(const CountingPeer& standby
   o.standby_peers = {standby.address()};
   auto fake = testing::FakeNeighbours::Start(o, testing::FakeStageHello(Model(), 0, 2),
                                              testing::FakeStageHello(Model(), 4, 5));
-  if (fake != nullptr) EXPECT_TRUE(fake->WaitForwarding());
+  if (fake != nullptr) {
+    EXPECT_TRUE(fake->WaitForwarding());
+  }
   return fake;
 }
 
